@@ -1,0 +1,136 @@
+//! Committing a command: append its events, enqueue the work they cause and
+//! keep the answer for its `Idempotency-Key`, all in one transaction.
+
+use axum::http::{HeaderMap, StatusCode};
+use sha2::{Digest, Sha256};
+use sless_store::eventlog::{self, Appended, Metadata, NewEvent};
+use sless_store::idempotency::{self, StoredAnswer};
+use sless_store::queue;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+
+/// What a request carries that its events record: who and in answer to what.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    pub caller: Caller,
+    pub request_id: String,
+    pub traceparent: Option<String>,
+    /// The request's `Idempotency-Key`, and a fingerprint of the request.
+    pub idempotency: Option<(String, String)>,
+}
+
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+impl RequestContext {
+    pub fn new(caller: Caller, headers: &HeaderMap, method: &str, path: &str, body: &[u8]) -> ApiResult<RequestContext> {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let idempotency = match header(IDEMPOTENCY_KEY) {
+            None => None,
+            Some(k) if k.is_empty() || k.len() > 255 => {
+                return Err(ApiError::invalid("Idempotency-Key", "the Idempotency-Key header must be 1-255 characters"));
+            }
+            Some(k) => {
+                let mut h = Sha256::new();
+                h.update(method.as_bytes());
+                h.update([0]);
+                h.update(path.as_bytes());
+                h.update([0]);
+                h.update(body);
+                Some((k, hex::encode(h.finalize())))
+            }
+        };
+        Ok(RequestContext {
+            caller,
+            request_id: header("x-request-id").unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+            traceparent: header("traceparent"),
+            idempotency,
+        })
+    }
+
+    pub fn metadata(&self) -> Metadata {
+        Metadata {
+            actor: self.caller.sub.clone(),
+            request_id: Some(self.request_id.clone()),
+            correlation_id: Some(self.request_id.clone()),
+            causation_id: None,
+            traceparent: self.traceparent.clone(),
+        }
+    }
+
+    /// The answer an earlier request with the same key got, if any. A key
+    /// reused for a different request is refused.
+    pub async fn replay(&self, state: &AppState) -> ApiResult<Option<(StatusCode, serde_json::Value)>> {
+        let Some((key, hash)) = &self.idempotency else { return Ok(None) };
+        let Some(stored) = idempotency::lookup(&state.pool, &self.caller.sub, key).await? else {
+            return Ok(None);
+        };
+        if &stored.request_hash != hash {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                "Idempotency key reused",
+                format!("the Idempotency-Key {key:?} was already used for a different request"),
+            )
+            .with_field("Idempotency-Key"));
+        }
+        let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+        Ok(Some((status, stored.body)))
+    }
+}
+
+/// One command's writes.
+pub struct Command {
+    pub stream: String,
+    pub expected_version: u64,
+    pub events: Vec<NewEvent>,
+    /// The function whose reconcile the events call for, if any.
+    pub reconcile: Option<String>,
+}
+
+/// Appends, enqueues and stores the answer in one transaction; returns the
+/// answer (or, if a concurrent retry with the same key won, that one's).
+pub async fn commit(
+    state: &AppState,
+    ctx: &RequestContext,
+    cmd: Command,
+    answer: impl FnOnce(Appended) -> (StatusCode, serde_json::Value),
+) -> ApiResult<(StatusCode, serde_json::Value)> {
+    let mut tx = state.pool.begin().await?;
+    let appended = eventlog::append(&mut tx, &cmd.stream, cmd.expected_version, &cmd.events).await?;
+    if let Some(key) = &cmd.reconcile
+        && !cmd.events.is_empty()
+    {
+        queue::enqueue_reconcile(&mut *tx, key).await?;
+    }
+    let (status, body) = answer(appended);
+    if let Some((key, hash)) = &ctx.idempotency {
+        let stored = StoredAnswer { request_hash: hash.clone(), status: status.as_u16(), body: body.clone() };
+        if let Err(e) = idempotency::save(&mut *tx, &ctx.caller.sub, key, &stored).await {
+            if e.is_unique_violation() {
+                drop(tx);
+                return ctx
+                    .replay(state)
+                    .await?
+                    .ok_or_else(|| ApiError::internal("an idempotency key vanished"));
+            }
+            return Err(e.into());
+        }
+    }
+    tx.commit().await?;
+    Ok((status, body))
+}
+
+/// Builds the events of a command from domain events.
+pub fn new_events(ctx: &RequestContext, namespace: &str, events: &[sless_domain::FunctionEvent]) -> Vec<NewEvent> {
+    events
+        .iter()
+        .map(|e| NewEvent {
+            event_type: e.type_name().to_owned(),
+            namespace: namespace.to_owned(),
+            data: e.data(),
+            metadata: ctx.metadata(),
+        })
+        .collect()
+}

@@ -1,0 +1,133 @@
+//! The one place errors become HTTP answers: `application/problem+json`
+//! documents (RFC 9457) with a stable `type` per kind of error.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use sless_domain::DomainError;
+use sless_domain::archive::ArchiveError;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An error as the API answers it.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    /// Stable slug; the problem `type` is `https://sless.dev/problems/{kind}`.
+    pub kind: &'static str,
+    pub title: &'static str,
+    pub detail: String,
+    /// The offending field of the request, when there is one.
+    pub field: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &'static str, title: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError { status, kind, title, detail: detail.into(), field: None }
+    }
+
+    pub fn with_field(mut self, field: impl Into<String>) -> ApiError {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn unauthorized(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "Missing or invalid token", detail)
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail)
+    }
+
+    pub fn invalid(field: &str, detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", "Invalid request field", detail).with_field(field)
+    }
+
+    pub fn malformed(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "malformed-request", "Malformed request body", detail)
+    }
+
+    pub fn internal(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", detail)
+    }
+
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::to_value(Problem {
+            kind: format!("https://sless.dev/problems/{}", self.kind),
+            title: self.title,
+            status: self.status.as_u16(),
+            detail: &self.detail,
+            field: self.field.as_deref(),
+        })
+        .expect("problems serialize")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(status = %self.status, detail = %self.detail, "request failed");
+        }
+        let mut res = (self.status, axum::Json(self.body())).into_response();
+        res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        res
+    }
+}
+
+impl From<DomainError> for ApiError {
+    fn from(e: DomainError) -> ApiError {
+        match e {
+            DomainError::Invalid { field, detail } => ApiError::invalid(field, detail),
+            DomainError::AlreadyExists(what) => {
+                ApiError::new(StatusCode::CONFLICT, "already-exists", "Already exists", format!("{what} already exists"))
+            }
+            DomainError::NotFound(what) => ApiError::not_found(format!("{what} not found")),
+            DomainError::Conflict(detail) => ApiError::new(StatusCode::CONFLICT, "conflict", "Conflict", detail),
+        }
+    }
+}
+
+impl From<ArchiveError> for ApiError {
+    fn from(e: ArchiveError) -> ApiError {
+        match e {
+            ArchiveError::TooLarge { .. } => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "archive-too-large", "Archive too large", e.to_string())
+            }
+            _ => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-archive", "Invalid archive", e.to_string())
+                .with_field("body"),
+        }
+    }
+}
+
+impl From<sless_store::Error> for ApiError {
+    fn from(e: sless_store::Error) -> ApiError {
+        match e {
+            sless_store::Error::Conflict { .. } => ApiError::new(
+                StatusCode::CONFLICT,
+                "version-conflict",
+                "Concurrent change",
+                format!("{e}; another request changed it first: read it again and retry"),
+            ),
+            other => ApiError::internal(other.to_string()),
+        }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> ApiError {
+        ApiError::internal(format!("database: {e}"))
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

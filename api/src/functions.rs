@@ -1,0 +1,276 @@
+//! `/v1/namespaces/{ns}/functions`: create, list, get, upload.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use serde::Deserialize;
+use serde_json::json;
+use sless_domain::archive::{self, ValidArchive};
+use sless_domain::{Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName, FunctionSpec, Runtime, UploadedSource, decide};
+use sless_store::blobs;
+use sless_store::eventlog;
+use sless_store::readmodel::{self, FunctionRow};
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::command::{self, Command, RequestContext};
+use crate::error::{ApiError, ApiResult};
+
+type Answer = (StatusCode, Json<serde_json::Value>);
+
+/// The body of `POST /v1/namespaces/{ns}/functions`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateFunction {
+    pub name: String,
+    pub runtime: String,
+    pub entrypoint: String,
+    #[serde(default = "default_memory")]
+    pub memory_mb: u32,
+    #[serde(default = "default_timeout")]
+    pub timeout_sec: u32,
+    #[serde(default)]
+    pub env_vars: BTreeMap<String, String>,
+}
+
+fn default_memory() -> u32 {
+    128
+}
+fn default_timeout() -> u32 {
+    30
+}
+
+/// Parses a JSON body: 400 when it is not JSON, 422 when it is the wrong shape.
+pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+    serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => {
+            let msg = e.to_string();
+            let field = msg
+                .split('`')
+                .nth(1)
+                .filter(|_| msg.starts_with("unknown field") || msg.starts_with("missing field"))
+                .unwrap_or("body")
+                .to_owned();
+            ApiError::invalid(&field, format!("the request body does not match the schema: {msg}"))
+        }
+        _ => ApiError::malformed(format!("the request body is not valid JSON: {e}")),
+    })
+}
+
+/// Reads a function's state from its stream (the source of truth for commands).
+pub async fn load(state: &AppState, key: &FunctionKey) -> ApiResult<Function> {
+    let events = eventlog::read_stream(&state.pool, &key.stream()).await?;
+    let mut f = Function::default();
+    for e in &events {
+        let ev = FunctionEvent::from_stored(&e.event_type, &e.data)
+            .map_err(|err| ApiError::internal(format!("event {} cannot be read: {err}", e.position)))?;
+        f = f.evolve(&ev);
+    }
+    Ok(f)
+}
+
+fn function_path(key: &FunctionKey) -> String {
+    format!("/v1/namespaces/{}/functions/{}", key.namespace, key.name)
+}
+
+fn view_of_row(r: &FunctionRow) -> serde_json::Value {
+    json!({
+        "namespace": r.namespace,
+        "name": r.name,
+        "runtime": r.spec.runtime,
+        "entrypoint": r.spec.entrypoint,
+        "memory_mb": r.spec.memory_mb,
+        "timeout_sec": r.spec.timeout_sec,
+        "env_vars": r.spec.env_vars,
+        "phase": r.phase,
+        "version": r.current_version,
+        "deployed_version": r.deployed_version,
+        "last_error": r.last_error,
+        "url": format!("/fn/{}/{}", r.namespace, r.name),
+        "created_at": r.created_at,
+        "updated_at": r.updated_at,
+    })
+}
+
+fn view_of_state(key: &FunctionKey, f: &Function) -> serde_json::Value {
+    let spec = f.spec.as_ref();
+    json!({
+        "namespace": key.namespace,
+        "name": key.name,
+        "runtime": spec.map(|s| s.runtime),
+        "entrypoint": spec.map(|s| &s.entrypoint),
+        "memory_mb": spec.map(|s| s.memory_mb),
+        "timeout_sec": spec.map(|s| s.timeout_sec),
+        "env_vars": spec.map(|s| &s.env_vars),
+        "phase": f.phase,
+        "version": f.current_version,
+        "deployed_version": f.deployed_version,
+        "last_error": f.last_error,
+        "url": format!("/fn/{}/{}", key.namespace, key.name),
+    })
+}
+
+fn parse_name(name: &str) -> ApiResult<FunctionName> {
+    FunctionName::parse(name).map_err(ApiError::from)
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(ns): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Answer> {
+    let namespace = caller.namespace(&ns)?;
+    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
+    if let Some((status, body)) = ctx.replay(&state).await? {
+        return Ok((status, Json(body)));
+    }
+    let req: CreateFunction = parse_json(&body)?;
+    let name = parse_name(&req.name)?;
+    let runtime: Runtime = req.runtime.parse()?;
+    let spec = FunctionSpec {
+        runtime,
+        entrypoint: req.entrypoint,
+        memory_mb: req.memory_mb,
+        timeout_sec: req.timeout_sec,
+        env_vars: req.env_vars,
+    };
+    let key = FunctionKey::new(namespace, name);
+    let current = load(&state, &key).await?;
+    let events = decide(&current, FunctionCommand::Create { spec })?;
+    let after = events.iter().fold(current.clone(), Function::evolve);
+    let cmd = Command {
+        stream: key.stream(),
+        expected_version: current.stream_version,
+        events: command::new_events(&ctx, key.namespace.as_str(), &events),
+        reconcile: None,
+    };
+    let (status, body) = command::commit(&state, &ctx, cmd, |appended| {
+        let mut view = view_of_state(&key, &after);
+        view["position"] = json!(appended.position);
+        (StatusCode::CREATED, view)
+    })
+    .await?;
+    Ok((status, Json(body)))
+}
+
+pub async fn list(State(state): State<AppState>, caller: Caller, Path(ns): Path<String>) -> ApiResult<Json<serde_json::Value>> {
+    let namespace = caller.namespace(&ns)?;
+    let rows = readmodel::function_rows(&state.pool, namespace.as_str()).await?;
+    let items: Vec<_> = rows.iter().map(view_of_row).collect();
+    Ok(Json(json!({ "items": items })))
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((ns, name)): Path<(String, String)>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let namespace = caller.namespace(&ns)?;
+    let name = parse_name(&name).map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
+    if let Some(row) = readmodel::function_row(&state.pool, namespace.as_str(), name.as_str()).await? {
+        return Ok(Json(view_of_row(&row)));
+    }
+    // Not projected yet (just created): answer from the log.
+    let key = FunctionKey::new(namespace, name);
+    let f = load(&state, &key).await?;
+    if !f.exists() {
+        return Err(ApiError::not_found(format!("function {:?} not found in {}", key.name.as_str(), key.namespace)));
+    }
+    Ok(Json(view_of_state(&key, &f)))
+}
+
+fn check_zip_content_type(headers: &HeaderMap) -> ApiResult<()> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if matches!(mime.as_str(), "application/zip" | "application/x-zip-compressed" | "application/octet-stream") {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "Unsupported media type",
+            format!("upload the zip as the raw body with Content-Type: application/zip (got {ct:?})"),
+        )
+        .with_field("Content-Type"))
+    }
+}
+
+pub async fn upload(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((ns, name)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Answer> {
+    let namespace = caller.namespace(&ns)?;
+    let name = parse_name(&name).map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
+    let key = FunctionKey::new(namespace, name);
+    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
+    if let Some((status, body)) = ctx.replay(&state).await? {
+        return Ok((status, Json(body)));
+    }
+    check_zip_content_type(&headers)?;
+    let current = load(&state, &key).await?;
+    let spec = current
+        .spec
+        .clone()
+        .ok_or_else(|| ApiError::not_found(format!("function {:?} not found in {}", key.name.as_str(), key.namespace)))?;
+    let limits = state.limits;
+    let (archive, context, zip_bytes) = tokio::task::spawn_blocking(move || -> ApiResult<(ValidArchive, Vec<u8>, Bytes)> {
+        let archive = archive::validate_zip(&body, &limits)?;
+        let context = archive::build_context(spec.runtime, &archive.files);
+        Ok((archive, context, body))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("archive check: {e}")))??;
+    let source = UploadedSource {
+        sha256: archive.sha256.clone(),
+        size: archive.size,
+        files: archive.files.len() as u32,
+        zip_key: blobs::zip_key(&archive.sha256),
+        context_sha256: archive::sha256_hex(&context),
+        context_key: String::new(),
+    };
+    let source = UploadedSource { context_key: blobs::context_key(&source.context_sha256), ..source };
+    let events = decide(&current, FunctionCommand::Upload { source: source.clone() })?;
+    let Some(FunctionEvent::FunctionUploaded(version)) = events.first().cloned() else {
+        // Identical to the current version: nothing new to store or build.
+        let v = current.current().expect("an identical upload has a current version");
+        let body = json!({
+            "version": v.version, "sha256": v.sha256, "size": v.size, "files": v.files,
+            "unchanged": true, "status_url": function_path(&key),
+        });
+        return Ok((StatusCode::OK, Json(body)));
+    };
+    // The blobs go first: the event that references them must never exist without them.
+    state.blobs.put_if_absent(&source.zip_key, zip_bytes.to_vec(), "application/zip").await?;
+    state.blobs.put_if_absent(&source.context_key, context, "application/gzip").await?;
+    let cmd = Command {
+        stream: key.stream(),
+        expected_version: current.stream_version,
+        events: command::new_events(&ctx, key.namespace.as_str(), &events),
+        reconcile: Some(key.queue_key()),
+    };
+    let (status, body) = command::commit(&state, &ctx, cmd, |appended| {
+        let body = json!({
+            "version": version.version,
+            "sha256": version.sha256,
+            "size": version.size,
+            "files": version.files,
+            "position": appended.position,
+            "status_url": function_path(&key),
+        });
+        (StatusCode::ACCEPTED, body)
+    })
+    .await?;
+    Ok((status, Json(body)))
+}

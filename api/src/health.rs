@@ -1,0 +1,28 @@
+//! `/healthz` (the process is up) and `/readyz` (the database answers and
+//! its migrations are current).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde_json::json;
+
+use crate::AppState;
+
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<serde_json::Value>) {
+    let db = sqlx::query("select 1").execute(&state.pool).await;
+    let migrations = match &db {
+        Ok(_) => sless_store::migrations_current(&state.pool).await.ok(),
+        Err(_) => None,
+    };
+    let ok = db.is_ok() && migrations == Some(true);
+    let body = json!({
+        "status": if ok { "ready" } else { "not ready" },
+        "database": match &db { Ok(_) => "ok".to_string(), Err(e) => e.to_string() },
+        "migrations": match migrations { Some(true) => "current", Some(false) => "behind", None => "unknown" },
+    });
+    (if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(body))
+}

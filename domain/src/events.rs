@@ -1,0 +1,124 @@
+//! Events: what happened, in the past tense. Stored as `{type, data}` in the
+//! log; `data` is the JSON of the variant's fields. Event types are versioned
+//! data: renaming a field needs an upcaster, never a rewrite of stored events.
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::FunctionSpec;
+
+/// One uploaded version of a function's source, as the log records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceVersion {
+    pub version: u32,
+    /// sha256 (hex) of the uploaded zip, byte for byte.
+    pub sha256: String,
+    /// Size of the zip in bytes.
+    pub size: u64,
+    /// Number of files in the archive.
+    pub files: u32,
+    /// S3 key of the zip (content-addressed).
+    pub zip_key: String,
+    /// sha256 (hex) of the build context.
+    pub context_sha256: String,
+    /// S3 key of the build context (tar.gz of the files plus a Dockerfile).
+    pub context_key: String,
+}
+
+/// Everything that can happen to a function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data")]
+pub enum FunctionEvent {
+    FunctionCreated {
+        spec: FunctionSpec,
+    },
+    FunctionUploaded(SourceVersion),
+    BuildStarted {
+        version: u32,
+    },
+    BuildSucceeded {
+        version: u32,
+        artifact: String,
+    },
+    BuildFailed {
+        version: u32,
+        error: String,
+        log_tail: String,
+    },
+    FunctionDeployed {
+        version: u32,
+        endpoint: String,
+    },
+    DeployFailed {
+        version: u32,
+        error: String,
+        log_tail: String,
+    },
+    /// The work queue gave up on the function after its retries ran out.
+    ReconcileAbandoned {
+        attempts: i32,
+        error: String,
+    },
+}
+
+impl FunctionEvent {
+    /// The type name stored in the log's `type` column.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            FunctionEvent::FunctionCreated { .. } => "FunctionCreated",
+            FunctionEvent::FunctionUploaded(_) => "FunctionUploaded",
+            FunctionEvent::BuildStarted { .. } => "BuildStarted",
+            FunctionEvent::BuildSucceeded { .. } => "BuildSucceeded",
+            FunctionEvent::BuildFailed { .. } => "BuildFailed",
+            FunctionEvent::FunctionDeployed { .. } => "FunctionDeployed",
+            FunctionEvent::DeployFailed { .. } => "DeployFailed",
+            FunctionEvent::ReconcileAbandoned { .. } => "ReconcileAbandoned",
+        }
+    }
+
+    /// The `data` column: the variant's fields as JSON.
+    pub fn data(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).expect("events serialize");
+        v.get_mut("data").map(serde_json::Value::take).unwrap_or(serde_json::Value::Object(Default::default()))
+    }
+
+    /// Rebuilds an event from the log's `type` and `data` columns.
+    pub fn from_stored(type_name: &str, data: &serde_json::Value) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(serde_json::json!({ "type": type_name, "data": data }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Runtime;
+
+    #[test]
+    fn events_round_trip_through_type_and_data() {
+        let events = vec![
+            FunctionEvent::FunctionCreated {
+                spec: FunctionSpec {
+                    runtime: Runtime::Python311,
+                    entrypoint: "handler.handle".into(),
+                    memory_mb: 128,
+                    timeout_sec: 30,
+                    env_vars: [("K".to_string(), "v".to_string())].into(),
+                },
+            },
+            FunctionEvent::FunctionUploaded(SourceVersion {
+                version: 1,
+                sha256: "ab".into(),
+                size: 10,
+                files: 1,
+                zip_key: "z".into(),
+                context_sha256: "cd".into(),
+                context_key: "c".into(),
+            }),
+            FunctionEvent::BuildStarted { version: 1 },
+            FunctionEvent::FunctionDeployed { version: 1, endpoint: "http://x".into() },
+        ];
+        for e in events {
+            let back = FunctionEvent::from_stored(e.type_name(), &e.data()).unwrap();
+            assert_eq!(back, e);
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! The pure core of sless: names, function specs, events, commands, the
+//! deciders that turn commands into events, and the rules an uploaded archive
+//! must follow.
+//!
+//! Architecture Invariant: this crate does no IO. It never depends on tokio,
+//! sqlx, an HTTP stack, or any other crate of this workspace; everything here
+//! is a function of its arguments and is tested without a database.
+
+pub mod archive;
+pub mod events;
+pub mod function;
+pub mod names;
+pub mod spec;
+
+pub use names::{FunctionKey, FunctionName, Namespace};
+pub use events::{FunctionEvent, SourceVersion};
+pub use function::{Function, FunctionCommand, Phase, UploadedSource, decide};
+pub use spec::{FunctionSpec, Runtime};
+
+/// Why a command was refused or an input rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DomainError {
+    #[error("{field}: {detail}")]
+    Invalid { field: &'static str, detail: String },
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+}

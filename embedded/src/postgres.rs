@@ -1,0 +1,469 @@
+//! The private PostgreSQL cluster.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::error::{EmbeddedError, IoContext, Result};
+use crate::process::{Keeper, PgBinaries, RunAs};
+use crate::random_secret;
+
+/// The superuser created by `initdb` and used in [`PrivatePostgres::url`].
+const SUPERUSER: &str = "sless";
+/// How long `start` waits for the server to accept connections.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `stop` waits after SIGINT before SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `Drop` waits after SIGINT before SIGKILL.
+const DROP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Interval between readiness checks.
+const READY_POLL: Duration = Duration::from_millis(50);
+/// Number of log lines included in startup errors.
+const LOG_TAIL_LINES: usize = 30;
+/// Attempts with a freshly picked port when the picked port was taken meanwhile.
+const PORT_ATTEMPTS: usize = 3;
+
+/// Where and how to run a [`PrivatePostgres`].
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// Directory owned by the cluster: the cluster itself lives in
+    /// `data_dir/pgdata`, the Unix sockets in `data_dir/pgsock`, the server log
+    /// in `data_dir/postgres.log` and the superuser password in
+    /// `data_dir/pg-password`. Created if missing.
+    pub data_dir: PathBuf,
+    /// TCP port on 127.0.0.1; `None` picks a free one.
+    pub port: Option<u16>,
+    /// Extra server settings, passed as `-c name=value` after (and so
+    /// overriding) the built-in ones.
+    pub settings: Vec<(String, String)>,
+}
+
+impl PostgresOptions {
+    /// Options for a cluster in `data_dir` on a free port with no extra settings.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            port: None,
+            settings: Vec::new(),
+        }
+    }
+}
+
+/// A running private PostgreSQL cluster, listening on 127.0.0.1 only.
+///
+/// The postmaster is tied to this process: it gets SIGINT (fast shutdown) when
+/// [`stop`](Self::stop) is called, when this value is dropped, and — through
+/// the parent-death signal — when the process dies, even by SIGKILL.
+pub struct PrivatePostgres {
+    port: u16,
+    password: String,
+    keeper: Option<Keeper>,
+}
+
+impl fmt::Debug for PrivatePostgres {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PrivatePostgres")
+            .field("port", &self.port)
+            .field("pid", &self.keeper.as_ref().map(Keeper::pid))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything `start` needs once the cluster exists.
+struct Prepared {
+    bins: PgBinaries,
+    run_as: RunAs,
+    data_dir: PathBuf,
+    pgdata: PathBuf,
+    pgsock: PathBuf,
+    log: PathBuf,
+    password: String,
+}
+
+impl PrivatePostgres {
+    /// Starts the cluster in `opts.data_dir`, creating it with `initdb` on
+    /// first use, and waits (up to 30 s) until it accepts connections.
+    ///
+    /// The first start generates the superuser password with
+    /// [`random_secret`](crate::random_secret) and keeps it in
+    /// `data_dir/pg-password` (mode 0600); later starts reuse the cluster, its
+    /// data and that password. When running as root, the server runs as the
+    /// `postgres` user (or `nobody`), since PostgreSQL refuses root.
+    pub async fn start(opts: PostgresOptions) -> Result<PrivatePostgres> {
+        let settings = opts.settings.clone();
+        let fixed_port = opts.port;
+        let prepared = blocking(move || prepare(&opts)).await?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let port = match fixed_port {
+                Some(port) => port,
+                None => free_port()?,
+            };
+            let log_offset = std::fs::metadata(&prepared.log).map_or(0, |m| m.len());
+            let command = postgres_command(&prepared, port, &settings)?;
+            let keeper = blocking(move || Keeper::spawn(command, "sless-postgres")).await?;
+            let pid = keeper.pid();
+            tracing::debug!(pid, port, "postmaster spawned");
+            // From here on, dropping `server` (also when this future is
+            // cancelled) shuts the postmaster down.
+            let server = PrivatePostgres {
+                port,
+                password: prepared.password.clone(),
+                keeper: Some(keeper),
+            };
+            let Some(keeper) = server.keeper.as_ref() else {
+                unreachable!("keeper was just set")
+            };
+            let Err(err) = wait_ready(&prepared, keeper, port, log_offset).await else {
+                tracing::info!(port, pid, data_dir = %prepared.data_dir.display(), "private PostgreSQL is ready");
+                return Ok(server);
+            };
+            blocking(move || {
+                drop(server);
+                Ok(())
+            })
+            .await?;
+            let port_taken = matches!(&err, EmbeddedError::ExitedDuringStartup { tail, .. }
+                if tail.contains("could not bind") || tail.contains("Address already in use"));
+            if fixed_port.is_none() && port_taken && attempt < PORT_ATTEMPTS {
+                tracing::warn!(port, "picked port was taken; retrying with another one");
+                continue;
+            }
+            return Err(err);
+        }
+    }
+
+    /// The TCP port the server listens on (on 127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Connection URL for `database` as the superuser:
+    /// `postgres://sless:<password>@127.0.0.1:<port>/<database>`.
+    pub fn url(&self, database: &str) -> String {
+        format!(
+            "postgres://{SUPERUSER}:{}@127.0.0.1:{}/{database}",
+            self.password, self.port
+        )
+    }
+
+    /// Shuts the server down: SIGINT to the postmaster (fast shutdown: open
+    /// sessions are terminated, data is checkpointed), waiting up to 30 s for
+    /// it to exit, then SIGKILL.
+    ///
+    /// Returns [`EmbeddedError::ShutdownTimedOut`] if SIGKILL was needed.
+    pub async fn stop(mut self) -> Result<()> {
+        let Some(keeper) = self.keeper.take() else {
+            return Ok(());
+        };
+        if let Some(status) = keeper.exit_status() {
+            tracing::warn!(%status, "private PostgreSQL had already exited");
+            return Ok(());
+        }
+        let clean = blocking(move || Ok(keeper.shutdown_blocking(STOP_TIMEOUT))).await?;
+        if clean {
+            tracing::info!(port = self.port, "private PostgreSQL stopped");
+            Ok(())
+        } else {
+            Err(EmbeddedError::ShutdownTimedOut {
+                seconds: STOP_TIMEOUT.as_secs(),
+            })
+        }
+    }
+}
+
+impl Drop for PrivatePostgres {
+    /// Stops a still-running server synchronously: SIGINT, up to 10 s of
+    /// waiting, then SIGKILL.
+    fn drop(&mut self) {
+        if let Some(keeper) = self.keeper.take()
+            && !keeper.shutdown_blocking(DROP_TIMEOUT)
+        {
+            tracing::warn!(
+                port = self.port,
+                "private PostgreSQL ignored SIGINT and was killed"
+            );
+        }
+    }
+}
+
+/// Runs blocking work off the async worker threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result,
+        Err(err) => match err.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(err) => Err(EmbeddedError::io(
+                "running a blocking task",
+                std::io::Error::other(err),
+            )),
+        },
+    }
+}
+
+/// Finds the binaries, lays out the data directory and runs `initdb` if the
+/// cluster does not exist yet.
+fn prepare(opts: &PostgresOptions) -> Result<Prepared> {
+    let bins = PgBinaries::locate()?;
+    std::fs::create_dir_all(&opts.data_dir)
+        .context(|| format!("creating {}", opts.data_dir.display()))?;
+    let data_dir = opts
+        .data_dir
+        .canonicalize()
+        .context(|| format!("resolving {}", opts.data_dir.display()))?;
+    let pgdata = data_dir.join("pgdata");
+    let pgsock = data_dir.join("pgsock");
+    let log = data_dir.join("postgres.log");
+    let password_file = data_dir.join("pg-password");
+
+    let run_as = RunAs::for_cluster(&pgdata)?;
+    run_as.check_traversable(&data_dir)?;
+
+    let password = if pgdata.join("PG_VERSION").is_file() {
+        let password = std::fs::read_to_string(&password_file)
+            .map(|p| p.trim().to_owned())
+            .unwrap_or_default();
+        if password.is_empty() {
+            return Err(EmbeddedError::MissingPassword {
+                pgdata,
+                password_file,
+            });
+        }
+        password
+    } else {
+        let password = random_secret();
+        write_private(&password_file, &password)?;
+        init_cluster(&bins, &run_as, &data_dir, &pgdata, &password)?;
+        password
+    };
+
+    make_private_dir(&pgsock, &run_as)?;
+    clear_zombie_lock(&pgdata);
+    Ok(Prepared {
+        bins,
+        run_as,
+        data_dir,
+        pgdata,
+        pgsock,
+        log,
+        password,
+    })
+}
+
+/// Creates the cluster with `initdb` (run as `run_as`).
+fn init_cluster(
+    bins: &PgBinaries,
+    run_as: &RunAs,
+    data_dir: &Path,
+    pgdata: &Path,
+    password: &str,
+) -> Result<()> {
+    if pgdata.exists() {
+        // A directory without PG_VERSION is the leftover of an interrupted initdb.
+        tracing::warn!(path = %pgdata.display(), "removing incomplete PostgreSQL cluster");
+        std::fs::remove_dir_all(pgdata).context(|| format!("removing {}", pgdata.display()))?;
+    }
+    make_private_dir(pgdata, run_as)?;
+    tracing::info!(path = %pgdata.display(), user = %run_as.name, "creating PostgreSQL cluster");
+
+    // initdb reads the password from a file it must be able to open as `run_as`.
+    let pwfile = data_dir.join(".initdb-pwfile");
+    write_private(&pwfile, password)?;
+    let output = run_as.chown(&pwfile).and_then(|()| {
+        let mut cmd = Command::new(&bins.initdb);
+        cmd.arg("-D")
+            .arg(pgdata)
+            .args([
+                "-U",
+                SUPERUSER,
+                "--auth=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ])
+            .arg(format!("--pwfile={}", pwfile.display()))
+            .current_dir(data_dir)
+            .stdin(Stdio::null());
+        run_as.configure(&mut cmd);
+        cmd.output()
+            .context(|| format!("running {}", bins.initdb.display()))
+    });
+    let _ = std::fs::remove_file(&pwfile);
+    let output = output?;
+    if !output.status.success() {
+        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&output.stderr));
+        return Err(EmbeddedError::InitDb {
+            pgdata: pgdata.to_path_buf(),
+            status: output.status.to_string(),
+            output: text,
+        });
+    }
+    Ok(())
+}
+
+/// Creates `dir` (mode 0700) if needed and hands it to `run_as`.
+fn make_private_dir(dir: &Path, run_as: &RunAs) -> Result<()> {
+    if !dir.is_dir() {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .context(|| format!("creating {}", dir.display()))?;
+    }
+    run_as.chown(dir)
+}
+
+/// Writes `contents` to `path`, readable by its owner only.
+fn write_private(path: &Path, contents: &str) -> Result<()> {
+    let ctx = || format!("writing {}", path.display());
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .context(ctx)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .context(ctx)?;
+    file.write_all(contents.as_bytes()).context(ctx)?;
+    file.sync_all().context(ctx)
+}
+
+/// Removes a `postmaster.pid` whose process is a zombie.
+///
+/// PostgreSQL itself ignores a lock file whose process is gone, but it treats
+/// a zombie (a killed postmaster nobody reaped, e.g. under an init that does
+/// not reap orphans) as alive and refuses to start. A zombie holds no
+/// resources, so its lock file is stale.
+fn clear_zombie_lock(pgdata: &Path) {
+    let lock = pgdata.join("postmaster.pid");
+    let Ok(contents) = std::fs::read_to_string(&lock) else {
+        return;
+    };
+    let Some(pid) = contents
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse::<u32>().ok())
+    else {
+        return;
+    };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    if state == Some("Z") {
+        tracing::warn!(pid, "removing postmaster.pid of a dead (zombie) postmaster");
+        let _ = std::fs::remove_file(&lock);
+    }
+}
+
+/// Picks a currently free TCP port on 127.0.0.1.
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .context(|| "picking a free port on 127.0.0.1".into())?;
+    Ok(listener
+        .local_addr()
+        .context(|| "picking a free port on 127.0.0.1".into())?
+        .port())
+}
+
+/// Builds the postmaster command line; output is appended to the log.
+fn postgres_command(p: &Prepared, port: u16, settings: &[(String, String)]) -> Result<Command> {
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&p.log)
+        .context(|| format!("opening {}", p.log.display()))?;
+    let log_err = log
+        .try_clone()
+        .context(|| format!("opening {}", p.log.display()))?;
+    let mut cmd = Command::new(&p.bins.postgres);
+    cmd.arg("-D").arg(&p.pgdata).arg("-p").arg(port.to_string());
+    let builtin = [
+        "listen_addresses=127.0.0.1".to_owned(),
+        format!("unix_socket_directories=\"{}\"", p.pgsock.display()),
+        "max_connections=300".to_owned(),
+        "idle_in_transaction_session_timeout=60s".to_owned(),
+    ];
+    let extra = settings
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"));
+    for setting in builtin.into_iter().chain(extra) {
+        cmd.arg("-c").arg(setting);
+    }
+    cmd.current_dir(&p.data_dir)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err);
+    p.run_as.configure(&mut cmd);
+    Ok(cmd)
+}
+
+/// Waits until the postmaster we spawned reports "ready" in its
+/// `postmaster.pid` and accepts a TCP connection.
+async fn wait_ready(p: &Prepared, keeper: &Keeper, port: u16, log_offset: u64) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(status) = keeper.exit_status() {
+            return Err(EmbeddedError::ExitedDuringStartup {
+                status,
+                log: p.log.clone(),
+                tail: log_tail(&p.log, log_offset),
+            });
+        }
+        if reports_ready(&p.pgdata, keeper.pid())
+            && tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(EmbeddedError::NotReady {
+                seconds: READY_TIMEOUT.as_secs(),
+                log: p.log.clone(),
+                tail: log_tail(&p.log, log_offset),
+            });
+        }
+        tokio::time::sleep(READY_POLL).await;
+    }
+}
+
+/// Whether `pgdata/postmaster.pid` belongs to `pid` and its status line
+/// (the 8th) says "ready". A stale file from an earlier run has another pid.
+fn reports_ready(pgdata: &Path, pid: u32) -> bool {
+    let Ok(contents) = std::fs::read_to_string(pgdata.join("postmaster.pid")) else {
+        return false;
+    };
+    let lines: Vec<&str> = contents.lines().collect();
+    lines.first().is_some_and(|l| l.trim() == pid.to_string())
+        && lines.get(7).is_some_and(|l| l.trim() == "ready")
+}
+
+/// The last lines the server wrote to `log` since `offset`.
+fn log_tail(log: &Path, offset: u64) -> String {
+    let mut bytes = Vec::new();
+    let read = File::open(log).and_then(|mut f| {
+        f.seek(SeekFrom::Start(offset))?;
+        f.read_to_end(&mut bytes)
+    });
+    if let Err(e) = read {
+        return format!("(could not read the log: {e})");
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+    if tail.is_empty() {
+        "(the log is empty)".to_owned()
+    } else {
+        tail
+    }
+}

@@ -1,0 +1,411 @@
+//! Process plumbing for the private PostgreSQL cluster: locating the server
+//! binaries, choosing the (unprivileged) account to run them as, preparing
+//! child commands, and supervising the postmaster from a dedicated thread.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use crate::error::{EmbeddedError, IoContext, Result};
+
+/// Where Debian/Ubuntu install the versioned PostgreSQL server binaries.
+const DEBIAN_PG_ROOT: &str = "/usr/lib/postgresql";
+
+/// Environment variable naming the directory with `initdb` and `postgres`.
+pub(crate) const PG_BIN_ENV: &str = "SLESS_PG_BIN";
+
+/// How often the keeper thread checks whether the child has exited.
+const KEEPER_POLL: Duration = Duration::from_millis(20);
+
+/// The PostgreSQL server programs this crate runs.
+#[derive(Debug, Clone)]
+pub(crate) struct PgBinaries {
+    /// Path of `initdb`.
+    pub initdb: PathBuf,
+    /// Path of `postgres` (the postmaster).
+    pub postgres: PathBuf,
+}
+
+impl PgBinaries {
+    /// Finds `initdb` and `postgres`: in `$SLESS_PG_BIN` if set, else in the
+    /// highest-versioned `/usr/lib/postgresql/*/bin`, else on `PATH`.
+    pub fn locate() -> Result<Self> {
+        if let Some(dir) = std::env::var_os(PG_BIN_ENV).filter(|d| !d.is_empty()) {
+            return Self::in_dir(Path::new(&dir)).ok_or_else(|| EmbeddedError::BinariesNotFound {
+                searched: format!(
+                    "{PG_BIN_ENV}={} (PATH not searched)",
+                    Path::new(&dir).display()
+                ),
+            });
+        }
+        let mut versions: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir(DEBIAN_PG_ROOT)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name();
+                let version = name
+                    .to_str()?
+                    .split('.')
+                    .map(|part| part.parse::<u32>().ok())
+                    .collect::<Option<Vec<u32>>>()?;
+                Some((version, entry.path().join("bin")))
+            })
+            .collect();
+        versions.sort_by(|a, b| b.0.cmp(&a.0));
+        let path_dirs = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .unwrap_or_default();
+        versions
+            .into_iter()
+            .map(|(_, dir)| dir)
+            .chain(path_dirs)
+            .find_map(|dir| Self::in_dir(&dir))
+            .ok_or_else(|| EmbeddedError::BinariesNotFound {
+                searched: format!("{DEBIAN_PG_ROOT}/*/bin and PATH"),
+            })
+    }
+
+    fn in_dir(dir: &Path) -> Option<Self> {
+        let initdb = dir.join("initdb");
+        let postgres = dir.join("postgres");
+        (is_executable(&initdb) && is_executable(&postgres)).then_some(Self { initdb, postgres })
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The account the PostgreSQL programs run as.
+#[derive(Debug, Clone)]
+pub(crate) struct RunAs {
+    /// Account name (or numeric uid when it has no passwd entry).
+    pub name: String,
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Whether the child must switch to `uid`/`gid` (we are root).
+    pub switch: bool,
+}
+
+impl RunAs {
+    /// Chooses the account for the cluster in `pgdata`.
+    ///
+    /// Without root privileges this is the current user. As root (which
+    /// PostgreSQL refuses), it is the non-root owner of an existing cluster,
+    /// else `postgres` if that user exists, else `nobody`.
+    pub fn for_cluster(pgdata: &Path) -> Result<Self> {
+        // SAFETY: geteuid/getegid cannot fail and have no preconditions.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        if euid != 0 {
+            let name = lookup_user(UserKey::Uid(euid)).map_or_else(|| euid.to_string(), |u| u.name);
+            return Ok(Self {
+                name,
+                uid: euid,
+                gid: egid,
+                switch: false,
+            });
+        }
+        if let Ok(meta) = std::fs::metadata(pgdata)
+            && meta.uid() != 0
+        {
+            let uid = meta.uid();
+            let user = lookup_user(UserKey::Uid(uid));
+            return Ok(Self {
+                name: user
+                    .as_ref()
+                    .map_or_else(|| uid.to_string(), |u| u.name.clone()),
+                uid,
+                gid: user.map_or(meta.gid(), |u| u.gid),
+                switch: true,
+            });
+        }
+        ["postgres", "nobody"]
+            .into_iter()
+            .find_map(|name| lookup_user(UserKey::Name(name)))
+            .filter(|u| u.uid != 0)
+            .map(|u| Self {
+                name: u.name,
+                uid: u.uid,
+                gid: u.gid,
+                switch: true,
+            })
+            .ok_or(EmbeddedError::NoUnprivilegedUser)
+    }
+
+    /// Fails with [`EmbeddedError::NotTraversable`] if this account cannot
+    /// reach `dir` (every ancestor, `dir` included, needs the search bit).
+    ///
+    /// Only the permission bits are considered (no ACLs); supplementary
+    /// groups are ignored because the children run without any.
+    pub fn check_traversable(&self, dir: &Path) -> Result<()> {
+        if !self.switch {
+            return Ok(());
+        }
+        let dir = dir
+            .canonicalize()
+            .context(|| format!("resolving {}", dir.display()))?;
+        let mut ancestors: Vec<&Path> = dir.ancestors().collect();
+        ancestors.reverse();
+        for path in ancestors {
+            let meta =
+                std::fs::metadata(path).context(|| format!("inspecting {}", path.display()))?;
+            let mode = meta.mode();
+            let bit = if meta.uid() == self.uid {
+                0o100
+            } else if meta.gid() == self.gid {
+                0o010
+            } else {
+                0o001
+            };
+            if mode & bit == 0 {
+                return Err(EmbeddedError::NotTraversable {
+                    user: self.name.clone(),
+                    path: path.to_path_buf(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes `path` owned by this account (no-op unless switching users).
+    pub fn chown(&self, path: &Path) -> Result<()> {
+        if !self.switch {
+            return Ok(());
+        }
+        std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid))
+            .context(|| format!("changing the owner of {} to {}", path.display(), self.name))
+    }
+
+    /// Prepares `cmd` to run as this account and to receive SIGINT when the
+    /// thread that spawns it exits (`PR_SET_PDEATHSIG`).
+    ///
+    /// Everything happens in one `pre_exec` hook, in this order: drop the
+    /// supplementary groups, set the gid, set the uid, then set the
+    /// parent-death signal (a credential change would clear it). If our process
+    /// already died before the hook ran, the child refuses to start.
+    pub fn configure(&self, cmd: &mut Command) {
+        let ids = self.switch.then_some((self.uid, self.gid));
+        let parent = std::process::id() as libc::pid_t;
+        let hook = move || -> io::Result<()> {
+            // Only async-signal-safe calls in here: this runs between fork and exec.
+            // SAFETY: plain syscalls on values owned by the closure.
+            unsafe {
+                if let Some((uid, gid)) = ids {
+                    if libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT as libc::c_ulong) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+            }
+            Ok(())
+        };
+        // SAFETY: the hook only performs async-signal-safe system calls and
+        // does not allocate.
+        unsafe {
+            cmd.pre_exec(hook);
+        }
+    }
+}
+
+/// A passwd entry, reduced to what we need.
+struct User {
+    name: String,
+    uid: u32,
+    gid: u32,
+}
+
+enum UserKey<'a> {
+    Name(&'a str),
+    Uid(u32),
+}
+
+/// Looks up a user with the reentrant `getpw*_r` functions.
+fn lookup_user(key: UserKey<'_>) -> Option<User> {
+    let name = match key {
+        UserKey::Name(n) => Some(CString::new(n).ok()?),
+        UserKey::Uid(_) => None,
+    };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: passwd is plain old data; an all-zero value is valid.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the duration of the call and the
+    // buffer length matches the buffer.
+    let rc = unsafe {
+        match (&key, &name) {
+            (UserKey::Name(_), Some(c)) => libc::getpwnam_r(
+                c.as_ptr(),
+                &mut pwd,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut result,
+            ),
+            (UserKey::Uid(uid), _) => {
+                libc::getpwuid_r(*uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result)
+            }
+            (UserKey::Name(_), None) => return None,
+        }
+    };
+    if rc != 0 || result.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name points to a NUL-terminated string in `buf`.
+    let name = unsafe { CStr::from_ptr(pwd.pw_name) };
+    Some(User {
+        name: OsStr::from_bytes(name.to_bytes())
+            .to_string_lossy()
+            .into_owned(),
+        uid: pwd.pw_uid,
+        gid: pwd.pw_gid,
+    })
+}
+
+/// Exit information shared between the keeper thread and its owner.
+#[derive(Default)]
+struct ExitSlot {
+    status: Mutex<Option<String>>,
+    changed: Condvar,
+}
+
+/// Owner handle of a child process supervised by a dedicated keeper thread.
+///
+/// The keeper thread spawns the child and stays alive until the child has
+/// exited, so the child's parent-death signal only fires when the child exits
+/// on its own, is stopped through this handle, or our whole process dies (even
+/// by SIGKILL). The keeper is the only one that reaps the child and the only one
+/// that signals it, so a signal can never hit a recycled pid.
+pub(crate) struct Keeper {
+    pid: u32,
+    signals: mpsc::Sender<libc::c_int>,
+    exit: Arc<ExitSlot>,
+}
+
+impl Keeper {
+    /// Spawns `cmd` from a new keeper thread; blocks until the spawn is done.
+    pub fn spawn(mut cmd: Command, thread_name: &str) -> Result<Self> {
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        let (spawned_tx, spawned_rx) = mpsc::channel();
+        let (signals, signal_rx) = mpsc::channel::<libc::c_int>();
+        let exit = Arc::new(ExitSlot::default());
+        let slot = Arc::clone(&exit);
+        std::thread::Builder::new()
+            .name(thread_name.to_owned())
+            .spawn(move || {
+                let mut child = match cmd.spawn() {
+                    Ok(child) => child,
+                    Err(e) => {
+                        let _ = spawned_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let pid = child.id();
+                let _ = spawned_tx.send(Ok(pid));
+                let mut owner_gone = false;
+                let status = loop {
+                    match child.try_wait() {
+                        Ok(Some(status)) => break status.to_string(),
+                        Ok(None) => {}
+                        Err(e) => break format!("lost track of the process: {e}"),
+                    }
+                    if owner_gone {
+                        std::thread::sleep(KEEPER_POLL);
+                        continue;
+                    }
+                    match signal_rx.recv_timeout(KEEPER_POLL) {
+                        // SAFETY: kill has no memory-safety preconditions; the
+                        // child is not reaped yet, so `pid` is still ours.
+                        Ok(sig) => unsafe {
+                            libc::kill(pid as libc::pid_t, sig);
+                        },
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        // The handle was leaked: keep supervising so the child
+                        // stays tied to this process.
+                        Err(mpsc::RecvTimeoutError::Disconnected) => owner_gone = true,
+                    }
+                };
+                *slot.status.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
+                slot.changed.notify_all();
+            })
+            .context(|| format!("starting a thread to supervise {program}"))?;
+        let pid = spawned_rx
+            .recv()
+            .map_err(|_| {
+                EmbeddedError::io(
+                    format!("running {program}"),
+                    io::Error::other("keeper thread died"),
+                )
+            })?
+            .context(|| format!("running {program}"))?;
+        Ok(Self { pid, signals, exit })
+    }
+
+    /// Process id of the child.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Asks the keeper to deliver `sig` to the child (ignored once it exited).
+    pub fn signal(&self, sig: libc::c_int) {
+        let _ = self.signals.send(sig);
+    }
+
+    /// The child's exit status, rendered, if it has exited.
+    pub fn exit_status(&self) -> Option<String> {
+        self.exit
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Blocks until the child has exited or `timeout` passed.
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        let mut status = self.exit.status.lock().unwrap_or_else(|p| p.into_inner());
+        while status.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            status = self
+                .exit
+                .changed
+                .wait_timeout(status, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        status.clone()
+    }
+
+    /// Stops the child: SIGINT (PostgreSQL's fast shutdown), wait up to
+    /// `grace`, then SIGKILL. Blocking. Returns `false` if SIGKILL was needed.
+    pub fn shutdown_blocking(&self, grace: Duration) -> bool {
+        if self.exit_status().is_some() {
+            return true;
+        }
+        self.signal(libc::SIGINT);
+        if self.wait_timeout(grace).is_some() {
+            return true;
+        }
+        self.signal(libc::SIGKILL);
+        self.wait_timeout(Duration::from_secs(5));
+        false
+    }
+}

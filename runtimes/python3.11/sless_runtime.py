@@ -1,0 +1,551 @@
+"""sless HTTP wrapper for Python functions (runtime python3.11).
+
+Loads the user's entrypoint (``module.function``) once at start, then calls it
+with one ``event`` dict per HTTP request and turns its return value into the
+HTTP response. The contract is described in runtimes/README.md.
+
+Configuration (environment):
+  SLESS_PORT        port to listen on (required)
+  SLESS_HOST        address to listen on (default 127.0.0.1)
+  SLESS_CODE_DIR    directory with the user's files (required); first on sys.path
+  SLESS_DEPS_DIR    optional directory of installed requirements; on sys.path
+                    after the code directory when it exists
+  SLESS_ENTRYPOINT  module.function; the module part may be dotted
+
+Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration, 3 the entrypoint
+could not be imported or is not callable, 4 the port could not be bound.
+
+Standard library only.
+"""
+
+import http.server
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from urllib.parse import parse_qsl, urlsplit
+
+RESERVED_PREFIX = "/__sless/"
+HEALTH_PATH = "/__sless/health"
+SHUTDOWN_GRACE_SECONDS = 5.0
+
+EXIT_CONFIG = 2
+EXIT_ENTRYPOINT = 3
+EXIT_LISTEN = 4
+
+# Status codes whose responses never carry a body (RFC 9110 section 6.4.1).
+# A Content-Length header is not sent for 204 and 304 either.
+_NO_BODY_STATUSES = (204, 304)
+
+# Response headers the wrapper controls itself; values set by the function are
+# ignored so that the message framing stays correct.
+_FRAMING_HEADERS = ("content-length", "transfer-encoding", "connection")
+
+
+def _log(message):
+    try:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+class BadRequest(Exception):
+    """The request could not be read (malformed body framing)."""
+
+
+class InvalidResponse(Exception):
+    """The function returned a value that cannot be turned into a response."""
+
+
+# ---------------------------------------------------------------------------
+# Configuration and loading
+# ---------------------------------------------------------------------------
+
+
+def _fail(code, message):
+    _log("sless: " + message)
+    sys.exit(code)
+
+
+def _read_config():
+    port_text = os.environ.get("SLESS_PORT", "").strip()
+    host = os.environ.get("SLESS_HOST", "").strip() or "127.0.0.1"
+    code_dir = os.environ.get("SLESS_CODE_DIR", "").strip()
+    deps_dir = os.environ.get("SLESS_DEPS_DIR", "").strip()
+    entrypoint = os.environ.get("SLESS_ENTRYPOINT", "").strip()
+
+    if not port_text:
+        _fail(EXIT_CONFIG, "SLESS_PORT is not set")
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        _fail(EXIT_CONFIG, "SLESS_PORT %r is not a port number" % port_text)
+    if not code_dir:
+        _fail(EXIT_CONFIG, "SLESS_CODE_DIR is not set")
+    if not os.path.isdir(code_dir):
+        _fail(EXIT_CONFIG, "SLESS_CODE_DIR %r is not a directory" % code_dir)
+    if not entrypoint:
+        _fail(EXIT_CONFIG, "SLESS_ENTRYPOINT is not set")
+    return host, port, os.path.abspath(code_dir), deps_dir, entrypoint
+
+
+def _setup_sys_path(code_dir, deps_dir):
+    # The wrapper's own directory must not shadow or expose modules to the
+    # user's code.
+    own_dir = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != own_dir]
+    entries = [code_dir]
+    if deps_dir and os.path.isdir(deps_dir):
+        entries.append(os.path.abspath(deps_dir))
+    for entry in reversed(entries):
+        if entry in sys.path:
+            sys.path.remove(entry)
+        sys.path.insert(0, entry)
+
+
+def load_entrypoint(entrypoint):
+    """Import ``module.function`` and return the callable.
+
+    Exits with code 3 (traceback on stderr) when the entrypoint is malformed,
+    the module cannot be imported, the attribute is missing or not callable.
+    """
+    module_name, _, attr = entrypoint.rpartition(".")
+    if not module_name or not attr:
+        _fail(
+            EXIT_ENTRYPOINT,
+            "entrypoint %r is not of the form module.function" % entrypoint,
+        )
+    try:
+        module = importlib.import_module(module_name)
+        func = getattr(module, attr)
+    except BaseException:  # noqa: B902 - the import may raise anything, even SystemExit
+        traceback.print_exc(file=sys.stderr)
+        _fail(EXIT_ENTRYPOINT, "cannot load entrypoint %r" % entrypoint)
+    if not callable(func):
+        _fail(
+            EXIT_ENTRYPOINT,
+            "entrypoint %r is a %s, not a function" % (entrypoint, type(func).__name__),
+        )
+    return func
+
+
+# ---------------------------------------------------------------------------
+# Request -> event, return value -> response
+# ---------------------------------------------------------------------------
+
+
+def _is_ascii_digits(text):
+    return bool(text) and all("0" <= c <= "9" for c in text)
+
+
+def _reject_constant(name):
+    # NaN, Infinity and -Infinity are not JSON: such a body has no `json`.
+    raise ValueError("not JSON: %s" % name)
+
+
+def _json_bytes(value):
+    # Raises TypeError/ValueError for values JSON cannot represent; the caller
+    # reports that like an exception in the function.
+    return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def _has_header(headers, name):
+    name = name.lower()
+    return any(k.lower() == name for k, _ in headers)
+
+
+def _normalise_headers(raw):
+    """Turn the function's ``headers`` value into a list of (name, value)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        raise InvalidResponse(
+            "'headers' must be a dict, not %s" % type(raw).__name__
+        )
+    result = []
+    for name, value in raw.items():
+        if not isinstance(name, str) or not name or any(
+            c in name for c in "\r\n: \t"
+        ):
+            raise InvalidResponse("invalid header name %r" % (name,))
+        if name.lower() in _FRAMING_HEADERS:
+            continue
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if v is None:
+                continue
+            text = v if isinstance(v, str) else (
+                json.dumps(v) if isinstance(v, bool) else str(v)
+            )
+            if "\r" in text or "\n" in text:
+                raise InvalidResponse("invalid value for header %r" % name)
+            result.append((name, text))
+    return result
+
+
+def _status_code(raw):
+    if isinstance(raw, bool):
+        raise InvalidResponse("'statusCode' must be an integer, not bool")
+    if isinstance(raw, str) and _is_ascii_digits(raw.strip()):
+        raw = int(raw.strip())
+    if not isinstance(raw, int):
+        raise InvalidResponse(
+            "'statusCode' must be an integer, not %s" % type(raw).__name__
+        )
+    if not 200 <= raw <= 599:
+        raise InvalidResponse("'statusCode' %d is outside 200..599" % raw)
+    return raw
+
+
+def build_response(result):
+    """Map the function's return value to (status, [(name, value)], body bytes)."""
+    if isinstance(result, str):
+        return 200, [("Content-Type", "text/plain; charset=utf-8")], result.encode("utf-8")
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return 200, [("Content-Type", "application/octet-stream")], bytes(result)
+    if result is None:
+        return 204, [], b""
+    if isinstance(result, dict) and "statusCode" in result:
+        status = _status_code(result["statusCode"])
+        headers = _normalise_headers(result.get("headers"))
+        body = result.get("body")
+        if body is None:
+            data = b""
+        elif isinstance(body, str):
+            data = body.encode("utf-8")
+            if not _has_header(headers, "content-type"):
+                headers.append(("Content-Type", "text/plain; charset=utf-8"))
+        elif isinstance(body, (bytes, bytearray, memoryview)):
+            data = bytes(body)
+            if not _has_header(headers, "content-type"):
+                headers.append(("Content-Type", "application/octet-stream"))
+        else:
+            data = _json_bytes(body)
+            if not _has_header(headers, "content-type"):
+                headers.append(("Content-Type", "application/json"))
+        return status, headers, data
+    # Any other dict, a list, or a scalar (int, float, bool): JSON.
+    return 200, [("Content-Type", "application/json")], _json_bytes(result)
+
+
+def error_response(exc, tb_text):
+    try:
+        message = str(exc)
+    except Exception:
+        message = repr(exc)
+    body = {
+        "error": type(exc).__name__,
+        "message": message,
+        "traceback": tb_text,
+    }
+    data = json.dumps(body, ensure_ascii=False, default=str).encode("utf-8")
+    return 500, [("Content-Type", "application/json")], data
+
+
+def _format_user_traceback(exc):
+    tb = exc.__traceback__
+    # Drop the wrapper's own frame (the call site) when the exception came
+    # from inside the user's code.
+    if tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+# ---------------------------------------------------------------------------
+# HTTP server
+# ---------------------------------------------------------------------------
+
+
+class _InFlight:
+    """Counts requests being handled, so shutdown can wait for them."""
+
+    def __init__(self):
+        self._count = 0
+        self._cond = threading.Condition()
+
+    def __enter__(self):
+        with self._cond:
+            self._count += 1
+
+    def __exit__(self, *exc_info):
+        with self._cond:
+            self._count -= 1
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout):
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._count > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+
+class RuntimeServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address, handler_class, func):
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.func = func
+        self.in_flight = _InFlight()
+        super().__init__(address, handler_class)
+
+    def handle_error(self, request, client_address):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        _log("sless: error while handling a connection from %s:" % (client_address,))
+        traceback.print_exc(file=sys.stderr)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "sless-python3.11"
+    # Idle keep-alive connections (and stalled uploads) are closed after this
+    # many seconds; the time the function runs does not count.
+    timeout = 300
+
+    # Every method (GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS, ...) is
+    # served by the same code: BaseHTTPRequestHandler looks up do_<METHOD>.
+    def __getattr__(self, name):
+        if name.startswith("do_"):
+            return self._serve
+        raise AttributeError(name)
+
+    def version_string(self):
+        return self.server_version
+
+    # Access logging is done by _serve, one line per request.
+    def log_request(self, code="-", size="-"):
+        pass
+
+    def log_error(self, format, *args):
+        if format.startswith("Request timed out"):
+            return
+        self.log_message(format, *args)
+
+    def log_message(self, format, *args):
+        _log("sless: %s %s" % (self.address_string(), format % args))
+
+    # -- reading -----------------------------------------------------------
+
+    def _read_exact(self, n):
+        chunks = []
+        remaining = n
+        while remaining > 0:
+            chunk = self.rfile.read(remaining)
+            if not chunk:
+                raise BadRequest("request body ended early")
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def _read_chunked(self):
+        parts = []
+        while True:
+            line = self.rfile.readline(65537)
+            if not line or not line.endswith(b"\n"):
+                raise BadRequest("malformed chunk size line")
+            size_text = line.split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise BadRequest("malformed chunk size %r" % size_text) from None
+            if size < 0:
+                raise BadRequest("negative chunk size")
+            if size == 0:
+                break
+            parts.append(self._read_exact(size))
+            if self._read_exact(2) != b"\r\n":
+                raise BadRequest("chunk not followed by CRLF")
+        # Trailer section: header lines up to an empty line.
+        while True:
+            line = self.rfile.readline(65537)
+            if not line:
+                raise BadRequest("request body ended early")
+            if line in (b"\r\n", b"\n"):
+                break
+        return b"".join(parts)
+
+    def _read_body(self):
+        encoding = self.headers.get("Transfer-Encoding")
+        if encoding is not None:
+            codings = [c.strip().lower() for c in encoding.split(",") if c.strip()]
+            if codings != ["chunked"]:
+                raise BadRequest("unsupported Transfer-Encoding %r" % encoding)
+            return self._read_chunked()
+        length_values = self.headers.get_all("Content-Length") or []
+        if not length_values:
+            return b""
+        lengths = {v.strip() for v in length_values}
+        if len(lengths) != 1 or not _is_ascii_digits(next(iter(lengths))):
+            raise BadRequest("invalid Content-Length")
+        return self._read_exact(int(next(iter(lengths))))
+
+    def _event(self, path, query, body):
+        headers = {}
+        for name, value in self.headers.items():
+            key = name.lower()
+            headers[key] = headers[key] + ", " + value if key in headers else value
+        text = body.decode("utf-8", errors="replace")
+        parsed = None
+        if text.strip():
+            try:
+                parsed = json.loads(text, parse_constant=_reject_constant)
+            except (ValueError, RecursionError):
+                parsed = None
+        return {
+            "method": self.command,
+            "path": path,
+            "query": dict(parse_qsl(query, keep_blank_values=True)),
+            "headers": headers,
+            "body": text,
+            "json": parsed,
+        }
+
+    # -- writing -----------------------------------------------------------
+
+    def _send(self, status, headers, body):
+        if status in _NO_BODY_STATUSES:
+            body = b""
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        if status not in _NO_BODY_STATUSES:
+            self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+        self.wfile.flush()
+
+    def _send_json(self, status, value):
+        data = json.dumps(value).encode("utf-8")
+        self._send(status, [("Content-Type", "application/json")], data)
+
+    def _failure(self, exc, tb_text):
+        _log("sless: %s %s raised:" % (self.command, urlsplit(self.path).path or "/"))
+        sys.stderr.write(tb_text)
+        sys.stderr.flush()
+        return error_response(exc, tb_text)
+
+    # -- dispatch ----------------------------------------------------------
+
+    def _serve(self):
+        started = time.monotonic()
+        target = urlsplit(self.path)
+        path = target.path or "/"
+        status = 500
+        with self.server.in_flight:
+            try:
+                status = self._respond(path, target.query)
+            except (ConnectionError, TimeoutError):
+                self.close_connection = True
+                status = "-"
+            finally:
+                elapsed_ms = (time.monotonic() - started) * 1000.0
+                _log("%s %s %s %.2fms" % (self.command, path, status, elapsed_ms))
+
+    def _respond(self, path, query):
+        try:
+            body = self._read_body()
+        except BadRequest as exc:
+            self.close_connection = True
+            self._send_json(400, {"error": "BadRequest", "message": str(exc)})
+            return 400
+
+        if path.startswith(RESERVED_PREFIX):
+            if path != HEALTH_PATH:
+                self._send_json(404, {"error": "NotFound", "message": "no such path %s" % path})
+                return 404
+            if self.command not in ("GET", "HEAD"):
+                self._send(
+                    405,
+                    [("Allow", "GET, HEAD"), ("Content-Type", "application/json")],
+                    json.dumps({"error": "MethodNotAllowed", "message": "use GET"}).encode("utf-8"),
+                )
+                return 405
+            self._send_json(200, {"status": "ok"})
+            return 200
+
+        event = self._event(path, query, body)
+        try:
+            result = self.server.func(event)
+        except (Exception, SystemExit) as exc:
+            response = self._failure(exc, _format_user_traceback(exc))
+        else:
+            try:
+                response = build_response(result)
+            except Exception as exc:
+                # The return value could not be mapped (bad statusCode or
+                # headers, not JSON-serialisable): the wrapper's own frames
+                # would not help the user, so report only the exception line.
+                tb_text = "".join(traceback.format_exception_only(type(exc), exc))
+                response = self._failure(exc, tb_text)
+        status, headers, data = response
+        self._send(status, headers, data)
+        return status
+
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+
+
+def main():
+    try:
+        sys.stdout.reconfigure(line_buffering=True)
+    except Exception:
+        pass
+    host, port, code_dir, deps_dir, entrypoint = _read_config()
+    _setup_sys_path(code_dir, deps_dir)
+    os.chdir(code_dir)
+    func = load_entrypoint(entrypoint)
+
+    try:
+        server = RuntimeServer((host, port), Handler, func)
+    except OSError as exc:
+        _fail(EXIT_LISTEN, "cannot listen on %s:%s: %s" % (host, port, exc))
+
+    stopping = threading.Event()
+
+    def on_signal(signum, frame):
+        if stopping.is_set():
+            return
+        stopping.set()
+        # shutdown() waits for serve_forever() to return, which runs in this
+        # (main) thread: call it from another thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    bound_host, bound_port = server.server_address[:2]
+    _log("sless: serving %s on %s:%s" % (entrypoint, bound_host, bound_port))
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+    if not server.in_flight.wait_idle(SHUTDOWN_GRACE_SECONDS):
+        _log("sless: requests still running after %.0fs, exiting anyway" % SHUTDOWN_GRACE_SECONDS)
+    _log("sless: stopped")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

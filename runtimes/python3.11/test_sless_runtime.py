@@ -1,0 +1,451 @@
+"""Tests for sless_runtime.py (standard library unittest only).
+
+Run from the repository root (or anywhere else) with either of:
+    python3 runtimes/python3.11/test_sless_runtime.py -v
+    python3 -m unittest discover -s runtimes/python3.11 -v
+(`python3 -m unittest runtimes/python3.11/test_sless_runtime.py` cannot work:
+unittest turns the path into the module name runtimes.python3.11.test_...,
+and the dot in "python3.11" is not importable.)
+
+Each test starts the wrapper as a subprocess against small function modules
+written to a temporary directory, on a free loopback port.
+"""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sless_runtime.py")
+
+STARTUP_DEADLINE_S = 10.0
+POLL_INTERVAL_S = 0.02
+EXIT_DEADLINE_S = 10.0
+
+# Function modules written to the code directory. MARKER_FILE is replaced
+# with the path of a file the `counted` function appends to on every call.
+MODULES = {
+    "funcs.py": '''
+        import json
+
+        MARKER_FILE = None  # set below
+
+        def text(event):
+            return "hello text"
+
+        def as_dict(event):
+            return {"greeting": "hi", "n": 1}
+
+        def as_list(event):
+            return [1, "two", {"three": 3}]
+
+        def status(event):
+            return {
+                "statusCode": 201,
+                "headers": {"X-Custom": "yes", "Location": "/things/1"},
+                "body": {"created": True},
+            }
+
+        def status_text(event):
+            return {"statusCode": 202, "headers": {"Content-Type": "text/csv"}, "body": "a,b\\n"}
+
+        def as_bytes(event):
+            return b"\\x00\\x01\\xff"
+
+        def nothing(event):
+            return None
+
+        def number(event):
+            return 42
+
+        def echo(event):
+            return event
+
+        def boom(event):
+            if event["path"] == "/boom":
+                return 1 / 0
+            return "still alive"
+
+        def not_serialisable(event):
+            return {"value": object()}
+
+        def counted(event):
+            with open(MARKER_FILE, "a") as f:
+                f.write(event["path"] + "\\n")
+            return "counted"
+    ''',
+    "broken.py": '''
+        import sless_no_such_module_for_tests  # ImportError at import time
+
+        def handle(event):
+            return "unreachable"
+    ''',
+    "pkg/__init__.py": "",
+    "pkg/mod.py": '''
+        import depmod
+
+        def func(event):
+            return {"from": "pkg.mod", "dep": depmod.VALUE}
+    ''',
+}
+
+DEPS = {
+    "depmod.py": 'VALUE = "from deps dir"\n',
+}
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_tree(root, files):
+    for rel, content in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(textwrap.dedent(content))
+
+
+class Runtime:
+    """One wrapper process serving one entrypoint."""
+
+    def __init__(self, tmp, entrypoint, deps=True):
+        self.port = free_port()
+        self.stderr_path = os.path.join(tmp, "stderr-%s-%d.log" % (entrypoint, self.port))
+        self._stderr = open(self.stderr_path, "wb")
+        env = dict(os.environ)
+        env.update(
+            SLESS_PORT=str(self.port),
+            SLESS_HOST="127.0.0.1",
+            SLESS_CODE_DIR=os.path.join(tmp, "code"),
+            SLESS_ENTRYPOINT=entrypoint,
+        )
+        env.pop("PYTHONPATH", None)
+        if deps:
+            env["SLESS_DEPS_DIR"] = os.path.join(tmp, "deps")
+        else:
+            env.pop("SLESS_DEPS_DIR", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, WRAPPER],
+            env=env,
+            cwd=tmp,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+        )
+
+    def stderr_text(self):
+        self._stderr.flush()
+        with open(self.stderr_path, "r", encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def wait_healthy(self):
+        deadline = time.monotonic() + STARTUP_DEADLINE_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    "wrapper exited with %s before becoming healthy:\n%s"
+                    % (self.proc.returncode, self.stderr_text())
+                )
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
+                try:
+                    conn.request("GET", "/__sless/health")
+                    resp = conn.getresponse()
+                    resp.read()
+                    if resp.status == 200:
+                        return
+                finally:
+                    conn.close()
+            except OSError:
+                pass
+            time.sleep(POLL_INTERVAL_S)
+        raise AssertionError(
+            "wrapper not healthy after %.0fs:\n%s" % (STARTUP_DEADLINE_S, self.stderr_text())
+        )
+
+    def wait_exit(self):
+        try:
+            return self.proc.wait(timeout=EXIT_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("wrapper did not exit within %.0fs" % EXIT_DEADLINE_S)
+
+    def connection(self):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+
+    def request(self, method, path, body=None, headers=None, conn=None):
+        own = conn is None
+        conn = conn or self.connection()
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            data = resp.read()
+            return resp, data
+        finally:
+            if own:
+                conn.close()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=EXIT_DEADLINE_S)
+        self._stderr.close()
+
+
+class RuntimeTestCase(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="sless-runtime-test-")
+        code = os.path.join(cls.tmp, "code")
+        write_tree(code, MODULES)
+        write_tree(os.path.join(cls.tmp, "deps"), DEPS)
+        cls.marker = os.path.join(cls.tmp, "calls.txt")
+        with open(os.path.join(code, "funcs.py"), "a", encoding="utf-8") as f:
+            f.write("\nMARKER_FILE = %r\n" % cls.marker)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def start(self, entrypoint, healthy=True, deps=True):
+        rt = Runtime(self.tmp, entrypoint, deps=deps)
+        self.addCleanup(rt.stop)
+        if healthy:
+            rt.wait_healthy()
+        return rt
+
+    def assertJSON(self, resp, data):
+        self.assertEqual(resp.getheader("Content-Type"), "application/json")
+        self.assertEqual(resp.getheader("Content-Length"), str(len(data)))
+        return json.loads(data.decode("utf-8"))
+
+
+class ReturnMappingTest(RuntimeTestCase):
+    def test_str_is_text_plain(self):
+        rt = self.start("funcs.text")
+        resp, data = rt.request("GET", "/")
+        self.assertEqual(resp.status, 200)
+        self.assertEqual(resp.getheader("Content-Type"), "text/plain; charset=utf-8")
+        self.assertEqual(resp.getheader("Content-Length"), str(len(data)))
+        self.assertEqual(data, b"hello text")
+
+    def test_dict_is_json(self):
+        rt = self.start("funcs.as_dict")
+        resp, data = rt.request("POST", "/anything", body=b"ignored")
+        self.assertEqual(resp.status, 200)
+        self.assertEqual(self.assertJSON(resp, data), {"greeting": "hi", "n": 1})
+
+    def test_list_is_json(self):
+        rt = self.start("funcs.as_list")
+        resp, data = rt.request("GET", "/")
+        self.assertEqual(resp.status, 200)
+        self.assertEqual(self.assertJSON(resp, data), [1, "two", {"three": 3}])
+
+    def test_status_code_form(self):
+        rt = self.start("funcs.status")
+        resp, data = rt.request("PUT", "/things")
+        self.assertEqual(resp.status, 201)
+        self.assertEqual(resp.getheader("X-Custom"), "yes")
+        self.assertEqual(resp.getheader("Location"), "/things/1")
+        self.assertEqual(self.assertJSON(resp, data), {"created": True})
+
+    def test_status_code_form_keeps_given_content_type(self):
+        rt = self.start("funcs.status_text")
+        resp, data = rt.request("GET", "/")
+        self.assertEqual(resp.status, 202)
+        self.assertEqual(resp.getheader("Content-Type"), "text/csv")
+        self.assertEqual(data, b"a,b\n")
+
+    def test_bytes_none_and_scalars(self):
+        rt = self.start("funcs.as_bytes")
+        resp, data = rt.request("GET", "/")
+        self.assertEqual(resp.status, 200)
+        self.assertEqual(resp.getheader("Content-Type"), "application/octet-stream")
+        self.assertEqual(data, b"\x00\x01\xff")
+
+        rt = self.start("funcs.nothing")
+        resp, data = rt.request("DELETE", "/x")
+        self.assertEqual(resp.status, 204)
+        self.assertEqual(data, b"")
+
+        rt = self.start("funcs.number")
+        resp, data = rt.request("GET", "/")
+        self.assertEqual(resp.status, 200)
+        self.assertEqual(self.assertJSON(resp, data), 42)
+
+    def test_dotted_module_and_deps_dir(self):
+        rt = self.start("pkg.mod.func")
+        resp, data = rt.request("GET", "/")
+        self.assertEqual(resp.status, 200)
+        self.assertEqual(
+            self.assertJSON(resp, data), {"from": "pkg.mod", "dep": "from deps dir"}
+        )
+
+
+class EventTest(RuntimeTestCase):
+    def test_query_headers_and_json(self):
+        rt = self.start("funcs.echo")
+        body = json.dumps({"name": "ada", "n": [1, 2]}).encode("utf-8")
+        resp, data = rt.request(
+            "PATCH",
+            "/some/path?a=1&b=two%20words&a=3&empty=",
+            body=body,
+            headers={"Content-Type": "application/json", "X-Test-Header": "Value-1"},
+        )
+        self.assertEqual(resp.status, 200)
+        event = self.assertJSON(resp, data)
+        self.assertEqual(event["method"], "PATCH")
+        self.assertEqual(event["path"], "/some/path")
+        self.assertEqual(event["query"], {"a": "3", "b": "two words", "empty": ""})
+        self.assertEqual(event["headers"]["x-test-header"], "Value-1")
+        self.assertEqual(event["headers"]["content-type"], "application/json")
+        self.assertTrue(all(k == k.lower() for k in event["headers"]))
+        self.assertEqual(event["body"], body.decode("utf-8"))
+        self.assertEqual(event["json"], {"name": "ada", "n": [1, 2]})
+
+    def test_non_json_and_empty_body(self):
+        rt = self.start("funcs.echo")
+        conn = rt.connection()
+        self.addCleanup(conn.close)
+        resp, data = rt.request("POST", "/", body=b"not json \xff", conn=conn)
+        event = self.assertJSON(resp, data)
+        self.assertEqual(event["body"], "not json \ufffd")
+        self.assertIsNone(event["json"])
+        # Same connection (keep-alive), no body this time.
+        resp, data = rt.request("GET", "/again", conn=conn)
+        event = self.assertJSON(resp, data)
+        self.assertEqual(event["path"], "/again")
+        self.assertEqual(event["body"], "")
+        self.assertIsNone(event["json"])
+        self.assertEqual(event["query"], {})
+
+    def test_chunked_post_body(self):
+        rt = self.start("funcs.echo")
+        chunks = [b'{"name": ', b'"chunked", ', b'"parts": 3}']
+        conn = rt.connection()
+        self.addCleanup(conn.close)
+        conn.request(
+            "POST",
+            "/upload",
+            body=iter(chunks),
+            headers={"Transfer-Encoding": "chunked", "Content-Type": "application/json"},
+            encode_chunked=True,
+        )
+        resp = conn.getresponse()
+        data = resp.read()
+        self.assertEqual(resp.status, 200)
+        event = self.assertJSON(resp, data)
+        self.assertEqual(event["body"], b"".join(chunks).decode("utf-8"))
+        self.assertEqual(event["json"], {"name": "chunked", "parts": 3})
+        # The connection is still usable after the chunked body.
+        resp, data = rt.request("GET", "/after", conn=conn)
+        self.assertEqual(self.assertJSON(resp, data)["path"], "/after")
+
+    def test_all_methods_reach_the_function(self):
+        rt = self.start("funcs.echo")
+        for method in ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
+            resp, data = rt.request(method, "/m")
+            self.assertEqual(resp.status, 200, method)
+            self.assertEqual(self.assertJSON(resp, data)["method"], method)
+        resp, data = rt.request("HEAD", "/m")
+        self.assertEqual(resp.status, 200)
+        self.assertEqual(data, b"")
+        self.assertGreater(int(resp.getheader("Content-Length")), 0)
+
+
+class ErrorTest(RuntimeTestCase):
+    def test_exception_gives_500_and_keeps_serving(self):
+        rt = self.start("funcs.boom")
+        conn = rt.connection()
+        self.addCleanup(conn.close)
+        resp, data = rt.request("GET", "/boom", conn=conn)
+        self.assertEqual(resp.status, 500)
+        err = self.assertJSON(resp, data)
+        self.assertEqual(err["error"], "ZeroDivisionError")
+        self.assertEqual(err["message"], "division by zero")
+        self.assertIn("ZeroDivisionError", err["traceback"])
+        self.assertIn("funcs.py", err["traceback"])
+        # A following request, on the same and on a new connection, succeeds.
+        resp, data = rt.request("GET", "/fine", conn=conn)
+        self.assertEqual((resp.status, data), (200, b"still alive"))
+        resp, data = rt.request("GET", "/fine")
+        self.assertEqual((resp.status, data), (200, b"still alive"))
+        self.assertIn("ZeroDivisionError", rt.stderr_text())
+
+    def test_unserialisable_result_gives_500(self):
+        rt = self.start("funcs.not_serialisable")
+        resp, data = rt.request("GET", "/")
+        self.assertEqual(resp.status, 500)
+        self.assertEqual(self.assertJSON(resp, data)["error"], "TypeError")
+
+    def test_import_failure_exits_3_with_traceback(self):
+        rt = self.start("broken.handle", healthy=False)
+        self.assertEqual(rt.wait_exit(), 3)
+        err = rt.stderr_text()
+        self.assertIn("Traceback (most recent call last)", err)
+        self.assertIn("sless_no_such_module_for_tests", err)
+        self.assertIn("ModuleNotFoundError", err)
+
+    def test_missing_attribute_exits_3(self):
+        rt = self.start("funcs.no_such_function", healthy=False)
+        self.assertEqual(rt.wait_exit(), 3)
+        self.assertIn("AttributeError", rt.stderr_text())
+
+    def test_missing_dependency_without_deps_dir_exits_3(self):
+        rt = self.start("pkg.mod.func", healthy=False, deps=False)
+        self.assertEqual(rt.wait_exit(), 3)
+        self.assertIn("depmod", rt.stderr_text())
+
+
+class ReservedPathTest(RuntimeTestCase):
+    def test_health_does_not_call_user_code(self):
+        if os.path.exists(self.marker):
+            os.remove(self.marker)
+        rt = self.start("funcs.counted")  # start() already polled /__sless/health
+        for _ in range(3):
+            resp, data = rt.request("GET", "/__sless/health")
+            self.assertEqual(resp.status, 200)
+            self.assertEqual(self.assertJSON(resp, data), {"status": "ok"})
+        resp, data = rt.request("GET", "/__sless/other")
+        self.assertEqual(resp.status, 404)
+        self.assertFalse(os.path.exists(self.marker), "user code ran for a reserved path")
+        resp, data = rt.request("GET", "/real")
+        self.assertEqual((resp.status, data), (200, b"counted"))
+        with open(self.marker, encoding="utf-8") as f:
+            self.assertEqual(f.read(), "/real\n")
+
+
+class LifecycleTest(RuntimeTestCase):
+    def test_sigterm_exits_0(self):
+        rt = self.start("funcs.text")
+        resp, _ = rt.request("GET", "/")
+        self.assertEqual(resp.status, 200)
+        rt.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(rt.wait_exit(), 0)
+
+    def test_access_log_line(self):
+        rt = self.start("funcs.text")
+        rt.request("POST", "/logged?secret=1", body=b"x")
+        rt.proc.send_signal(signal.SIGTERM)
+        rt.wait_exit()
+        lines = rt.stderr_text().splitlines()
+        matching = [l for l in lines if l.startswith("POST /logged ")]
+        self.assertEqual(len(matching), 1, lines)
+        method, path, status, duration = matching[0].split(" ")
+        self.assertEqual(status, "200")
+        self.assertTrue(duration.endswith("ms"))
+        float(duration[:-2])
+
+
+if __name__ == "__main__":
+    unittest.main()

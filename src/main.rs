@@ -1,0 +1,107 @@
+//! The `sless` binary: wires the crates into roles. `sless dev` runs every
+//! role in one process with embedded PostgreSQL and S3; `sless api`,
+//! `worker`, `projector` and `migrate` run one role each for scale.
+
+mod config;
+mod embedded;
+mod serve;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "sless", version, about = "Event-sourced serverless functions")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run everything on this machine: API, projector, worker with the local
+    /// driver, and (unless DATABASE_URL / S3_ENDPOINT are set) a private
+    /// PostgreSQL and S3 server in the data directory.
+    Dev(ServeArgs),
+    /// The same as `dev`; reads DATABASE_URL, S3_* and SLESS_JWT_SECRET when set.
+    Serve(ServeArgs),
+    /// Only the HTTP API (needs DATABASE_URL, S3_*, SLESS_JWT_SECRET).
+    Api {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+    },
+    /// Only a worker with the local driver (needs DATABASE_URL, S3_*).
+    Worker {
+        #[arg(long, env = "SLESS_DATA_DIR", default_value = "./.sless-worker")]
+        data_dir: PathBuf,
+    },
+    /// Only the projector (needs DATABASE_URL).
+    Projector,
+    /// Apply database migrations and exit (needs DATABASE_URL).
+    Migrate,
+    /// Enqueue a reconcile of every function, so what runs converges with the log.
+    Reconcile,
+    /// Print a token for a user of a dev instance.
+    Token {
+        #[arg(long, default_value = "./.sless")]
+        data_dir: PathBuf,
+        /// The user (token subject); their namespace derives from it.
+        #[arg(long)]
+        sub: String,
+        /// Days the token stays valid.
+        #[arg(long, default_value_t = 365)]
+        days: u64,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Where the embedded database, blobs, builds and logs live.
+    #[arg(long, default_value = "./.sless")]
+    data_dir: PathBuf,
+    /// Address of the HTTP API and invoke proxy.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqlx=warn,aws=warn,hyper=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        match cli.command {
+            Command::Dev(args) | Command::Serve(args) => serve::all_in_one(args.data_dir, args.listen).await,
+            Command::Api { listen } => serve::api(listen).await,
+            Command::Worker { data_dir } => serve::worker(data_dir).await,
+            Command::Projector => serve::projector().await,
+            Command::Migrate => {
+                let pool = sless_store::connect(&config::require_database_url()?, 2).await?;
+                sless_store::migrate(&pool).await?;
+                println!("migrations applied");
+                Ok(())
+            }
+            Command::Reconcile => {
+                let pool = sless_store::connect(&config::require_database_url()?, 2).await?;
+                let n = sless_store::queue::enqueue_reconcile_all(&pool).await?;
+                println!("enqueued a reconcile for {n} functions");
+                Ok(())
+            }
+            Command::Token { data_dir, sub, days } => {
+                let secrets = embedded::DevSecrets::load(&data_dir)?;
+                let token = sless_api::issue_hs256(secrets.jwt_secret.as_bytes(), &sub, Duration::from_secs(days * 86_400));
+                println!("{token}");
+                Ok(())
+            }
+        }
+    })
+    .context("sless")
+}

@@ -1,0 +1,180 @@
+//! Running the roles: all in one process (`dev`/`serve`), or one each.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::json;
+use sless_api::{AppState, Auth};
+use sless_domain::Namespace;
+use sless_store::PgPool;
+use sless_store::blobs::BlobStore;
+use sless_workers::local::{LocalDriver, LocalDriverConfig};
+use sless_workers::{Reconciler, Worker};
+use tokio::sync::watch;
+
+use crate::{config, embedded};
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn stop_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn local_driver(dir: &Path) -> anyhow::Result<Arc<LocalDriver>> {
+    let mut cfg = LocalDriverConfig::new(dir.join("local"));
+    cfg.python = config::python();
+    Ok(Arc::new(LocalDriver::new(cfg).context("preparing the local driver")?))
+}
+
+async fn serve_http(listener: tokio::net::TcpListener, state: AppState, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let app = sless_api::router(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await?;
+    Ok(())
+}
+
+/// Every role in one process: the embedded default.
+pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+    let data_dir = data_dir.canonicalize()?;
+    let secrets = embedded::DevSecrets::load_or_create(&data_dir)?;
+
+    let (pg, url) = match config::database_url() {
+        Some(url) => (None, url),
+        None => {
+            let pg = embedded::postgres(&data_dir).await?;
+            let url = pg.url("postgres");
+            (Some(pg), url)
+        }
+    };
+    let (s3, s3_config) = match config::s3()? {
+        Some(cfg) => (None, cfg),
+        None => {
+            let (server, cfg) = embedded::s3(&data_dir, &secrets).await?;
+            (Some(server), cfg)
+        }
+    };
+    let jwt_secret = config::jwt_secret().unwrap_or_else(|| secrets.jwt_secret.clone());
+
+    let pool = sless_store::connect(&url, 30).await.context("connecting to PostgreSQL")?;
+    sless_store::migrate(&pool).await?;
+    let blobs = BlobStore::new(&s3_config);
+    blobs.check().await.context("checking the S3 bucket")?;
+    let driver = local_driver(&data_dir)?;
+
+    let (stop_tx, stop) = watch::channel(false);
+    let projector = tokio::spawn(sless_projector::run(pool.clone(), Duration::from_secs(1), stop.clone()));
+    let worker = Worker {
+        pool: pool.clone(),
+        reconciler: Reconciler { pool: pool.clone(), blobs: blobs.clone(), driver: driver.clone() },
+        config: config::worker()?,
+    };
+    let worker = tokio::spawn(worker.run(stop.clone()));
+    // Processes did not survive the last stop: converge everything again.
+    sless_store::queue::enqueue_reconcile_all(&pool).await?;
+
+    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
+    let addr = listener.local_addr()?;
+    let state = AppState::new(pool.clone(), blobs, Auth::hs256(jwt_secret.as_bytes(), None, None));
+    let http = tokio::spawn(serve_http(listener, state, stop.clone()));
+    announce(&data_dir, addr, &jwt_secret)?;
+
+    stop_signal().await;
+    eprintln!("stopping sless");
+    let _ = stop_tx.send(true);
+    let _ = http.await;
+    let _ = worker.await;
+    let _ = projector.await;
+    driver.shutdown().await;
+    pool.close().await;
+    if let Some(s3) = s3 {
+        s3.stop().await;
+    }
+    if let Some(pg) = pg {
+        pg.stop().await?;
+    }
+    eprintln!("sless stopped");
+    Ok(())
+}
+
+/// Prints how to reach this instance and writes `dev.json`.
+fn announce(data_dir: &Path, addr: SocketAddr, jwt_secret: &str) -> anyhow::Result<()> {
+    let sub = "dev";
+    let token = sless_api::issue_hs256(jwt_secret.as_bytes(), sub, Duration::from_secs(365 * 86_400));
+    let ns = Namespace::for_subject(sub);
+    let url = format!("http://{addr}");
+    let info = json!({ "url": url, "token": token, "namespace": ns });
+    let path = data_dir.join("dev.json");
+    let tmp = data_dir.join("dev.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;
+    std::fs::rename(&tmp, &path)?;
+    println!(
+        "sless is running at {url}\n\
+         namespace: {ns}\n\
+         token:     {token}\n\
+         (also in {})\n\n\
+         try:\n  curl -H \"Authorization: Bearer {token}\" {url}/v1/namespaces/{ns}/functions\n",
+        path.display()
+    );
+    Ok(())
+}
+
+async fn pool_from_env(max: u32) -> anyhow::Result<PgPool> {
+    let pool = sless_store::connect(&config::require_database_url()?, max).await?;
+    Ok(pool)
+}
+
+pub async fn api(listen: SocketAddr) -> anyhow::Result<()> {
+    let pool = pool_from_env(30).await?;
+    let blobs = BlobStore::new(&config::require_s3()?);
+    let secret = config::jwt_secret().context("SLESS_JWT_SECRET is not set")?;
+    let state = AppState::new(pool, blobs, Auth::hs256(secret.as_bytes(), None, None));
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    eprintln!("sless api listening on http://{}", listener.local_addr()?);
+    let (tx, rx) = watch::channel(false);
+    let http = tokio::spawn(serve_http(listener, state, rx));
+    stop_signal().await;
+    let _ = tx.send(true);
+    http.await??;
+    Ok(())
+}
+
+pub async fn worker(data_dir: PathBuf) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&data_dir)?;
+    let pool = pool_from_env(10).await?;
+    let blobs = BlobStore::new(&config::require_s3()?);
+    let driver = local_driver(&data_dir)?;
+    let cfg = config::worker()?;
+    eprintln!("sless worker {} started (lease {:?})", cfg.id, cfg.lease);
+    let worker = Worker {
+        pool: pool.clone(),
+        reconciler: Reconciler { pool: pool.clone(), blobs, driver: driver.clone() },
+        config: cfg,
+    };
+    let (tx, rx) = watch::channel(false);
+    let task = tokio::spawn(worker.run(rx));
+    stop_signal().await;
+    let _ = tx.send(true);
+    task.await??;
+    driver.shutdown().await;
+    Ok(())
+}
+
+pub async fn projector() -> anyhow::Result<()> {
+    let pool = pool_from_env(4).await?;
+    let (tx, rx) = watch::channel(false);
+    let task = tokio::spawn(sless_projector::run(pool, Duration::from_secs(1), rx));
+    stop_signal().await;
+    let _ = tx.send(true);
+    task.await??;
+    Ok(())
+}

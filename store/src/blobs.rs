@@ -1,0 +1,143 @@
+//! The S3 blob store, through aws-sdk-s3: the same code path against the
+//! embedded server in development and against a real S3 in production.
+//! Keys are content-addressed, so a put of an existing key is skipped.
+
+use aws_credential_types::Credentials;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{BehaviorVersion, Region};
+use aws_sdk_s3::error::SdkError;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_smithy_http_client::tls;
+
+use crate::{Error, Result};
+
+/// Where the blobs live. Every field comes from configuration.
+#[derive(Debug, Clone)]
+pub struct S3Config {
+    /// e.g. `http://127.0.0.1:9000`; `None` for AWS's own endpoints.
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub bucket: String,
+    pub access_key: String,
+    pub secret_key: String,
+    /// Path-style addressing (`endpoint/bucket/key`), needed by most S3 servers but AWS.
+    pub force_path_style: bool,
+}
+
+#[derive(Clone)]
+pub struct BlobStore {
+    client: Client,
+    bucket: String,
+}
+
+fn blob_err<E: std::error::Error + Send + Sync + 'static>(what: &str, key: &str, e: SdkError<E>) -> Error {
+    Error::Blob(format!("{what} {key}: {}", aws_sdk_s3::error::DisplayErrorContext(e)))
+}
+
+impl BlobStore {
+    pub fn new(cfg: &S3Config) -> BlobStore {
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+            .build_https();
+        let creds = Credentials::new(&cfg.access_key, &cfg.secret_key, None, None, "sless-config");
+        let mut conf = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(cfg.region.clone()))
+            .credentials_provider(creds)
+            .http_client(http)
+            .force_path_style(cfg.force_path_style);
+        if let Some(endpoint) = &cfg.endpoint {
+            conf = conf.endpoint_url(endpoint);
+        }
+        BlobStore { client: Client::from_conf(conf.build()), bucket: cfg.bucket.clone() }
+    }
+
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// Checks the bucket is reachable (for readiness and start-up errors).
+    pub async fn check(&self) -> Result<()> {
+        self.client
+            .head_bucket()
+            .bucket(&self.bucket)
+            .send()
+            .await
+            .map_err(|e| blob_err("head bucket", &self.bucket, e))?;
+        Ok(())
+    }
+
+    pub async fn exists(&self, key: &str) -> Result<bool> {
+        match self.client.head_object().bucket(&self.bucket).key(key).send().await {
+            Ok(_) => Ok(true),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
+            Err(e) => Err(blob_err("head", key, e)),
+        }
+    }
+
+    /// Stores `bytes` under a content-addressed `key`, unless it is already there.
+    pub async fn put_if_absent(&self, key: &str, bytes: Vec<u8>, content_type: &str) -> Result<()> {
+        if self.exists(key).await? {
+            return Ok(());
+        }
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .content_type(content_type)
+            .body(ByteStream::from(bytes))
+            .send()
+            .await
+            .map_err(|e| blob_err("put", key, e))?;
+        Ok(())
+    }
+
+    pub async fn get(&self, key: &str) -> Result<Vec<u8>> {
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| blob_err("get", key, e))?;
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| Error::Blob(format!("reading {key}: {e}")))?;
+        Ok(body.into_bytes().to_vec())
+    }
+
+    /// Every key under a prefix (for tests and operators).
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut keys = Vec::new();
+        let mut token = None;
+        loop {
+            let out = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_continuation_token(token)
+                .send()
+                .await
+                .map_err(|e| blob_err("list", prefix, e))?;
+            keys.extend(out.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+            match out.next_continuation_token() {
+                Some(t) => token = Some(t.to_owned()),
+                None => return Ok(keys),
+            }
+        }
+    }
+}
+
+/// The content-addressed key of an uploaded zip.
+pub fn zip_key(sha256: &str) -> String {
+    format!("blobs/zips/{sha256}.zip")
+}
+
+/// The content-addressed key of a build context.
+pub fn context_key(sha256: &str) -> String {
+    format!("blobs/contexts/{sha256}.tar.gz")
+}

@@ -1,0 +1,323 @@
+//! The work queue: items claimed with `FOR UPDATE SKIP LOCKED`, held under a
+//! lease that a heartbeat extends, fenced by their attempt number.
+//!
+//! Per-key serialization is held by two partial unique indexes (one pending
+//! and one running item per key at most), so two workers can never run the
+//! same function at once and a burst of enqueues for one function leaves one
+//! pending item. Enqueue runs in the caller's transaction, beside the events
+//! that caused it, and wakes workers with NOTIFY at commit.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use sqlx::{PgConnection, PgExecutor, PgPool, Row};
+
+use crate::{Error, Result};
+
+/// The NOTIFY channel enqueue signals on.
+pub const CHANNEL: &str = "sless_work";
+
+/// A claimed item. `attempt` fences: every later call names it, and changes
+/// nothing once the lease has passed to another worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkItem {
+    pub id: i64,
+    pub kind: String,
+    pub key: String,
+    pub payload: serde_json::Value,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub owner: String,
+}
+
+/// The work kind that asks for a function to be reconciled: "look at
+/// function X and make what runs match what the log says".
+pub const RECONCILE_FUNCTION: &str = "ReconcileFunction";
+
+/// Enqueues a reconcile of a function (key `{ns}/{name}`) in the caller's transaction.
+pub async fn enqueue_reconcile<'e>(exec: impl PgExecutor<'e>, function_key: &str) -> Result<()> {
+    enqueue(exec, RECONCILE_FUNCTION, function_key, &serde_json::json!({})).await
+}
+
+/// Enqueues a reconcile of every function the log knows (after an outage,
+/// or when a worker starts with none of its processes). Returns how many.
+pub async fn enqueue_reconcile_all(pool: &PgPool) -> Result<u64> {
+    let done = sqlx::query(
+        "insert into work_items (kind, key)
+         select $1, substr(stream, length('function/') + 1)
+         from (select distinct stream from events where stream like 'function/%') s
+         on conflict (key) where state = 'pending'
+         do update set attempts = 0, run_at = now(), last_error = null",
+    )
+    .bind(RECONCILE_FUNCTION)
+    .execute(pool)
+    .await?;
+    sqlx::query("select pg_notify($1, '')").bind(CHANNEL).execute(pool).await?;
+    Ok(done.rows_affected())
+}
+
+/// Adds work for `key`, or refreshes the pending item that is already there
+/// (newer desired state supersedes older pending work: the payload is
+/// replaced, the attempt count starts over, and it is due now).
+pub async fn enqueue<'e>(
+    exec: impl PgExecutor<'e>,
+    kind: &str,
+    key: &str,
+    payload: &serde_json::Value,
+) -> Result<()> {
+    sqlx::query(
+        "with upsert as (
+             insert into work_items (kind, key, payload) values ($1, $2, $3)
+             on conflict (key) where state = 'pending'
+             do update set kind = excluded.kind, payload = excluded.payload,
+                           attempts = 0, run_at = now(), last_error = null
+             returning 1
+         )
+         select pg_notify($4, '') from upsert",
+    )
+    .bind(kind)
+    .bind(key)
+    .bind(payload)
+    .bind(CHANNEL)
+    .execute(exec)
+    .await?;
+    Ok(())
+}
+
+/// Claims up to `limit` due items whose key has nothing running, for `lease`.
+pub async fn claim(pool: &PgPool, owner: &str, limit: i64, lease: Duration) -> Result<Vec<WorkItem>> {
+    let result = sqlx::query(
+        "with due as (
+             select id from work_items w
+             where state = 'pending' and run_at <= now()
+               and not exists (select 1 from work_items r where r.key = w.key and r.state = 'running')
+             order by run_at, id
+             limit $2
+             for update skip locked
+         )
+         update work_items w
+         set state = 'running', attempts = w.attempts + 1, lease_owner = $1,
+             lease_until = now() + make_interval(secs => $3)
+         from due where w.id = due.id
+         returning w.id, w.kind, w.key, w.payload, w.attempts, w.max_attempts",
+    )
+    .bind(owner)
+    .bind(limit)
+    .bind(lease.as_secs_f64())
+    .fetch_all(pool)
+    .await;
+    let rows = match result.map_err(Error::from) {
+        Ok(rows) => rows,
+        // Another worker started an item of the same key between our
+        // snapshot and our update: the index refused; try again next round.
+        Err(e) if e.is_unique_violation() => return Ok(vec![]),
+        Err(e) => return Err(e),
+    };
+    Ok(rows
+        .into_iter()
+        .map(|r| WorkItem {
+            id: r.get("id"),
+            kind: r.get("kind"),
+            key: r.get("key"),
+            payload: r.get("payload"),
+            attempt: r.get("attempts"),
+            max_attempts: r.get("max_attempts"),
+            owner: owner.to_owned(),
+        })
+        .collect())
+}
+
+/// Extends the lease. False when the item is no longer this worker's.
+pub async fn heartbeat(pool: &PgPool, item: &WorkItem, lease: Duration) -> Result<bool> {
+    let done = sqlx::query(
+        "update work_items set lease_until = now() + make_interval(secs => $4)
+         where id = $1 and attempts = $2 and lease_owner = $3 and state = 'running'",
+    )
+    .bind(item.id)
+    .bind(item.attempt)
+    .bind(&item.owner)
+    .bind(lease.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// True when this worker still holds the item's lease; locks the item's row
+/// until the transaction ends, so a worker can fence its own writes with it.
+pub async fn holds_lease(conn: &mut PgConnection, item: &WorkItem) -> Result<bool> {
+    let held: Option<i64> = sqlx::query_scalar(
+        "select id from work_items
+         where id = $1 and attempts = $2 and lease_owner = $3 and state = 'running'
+           and lease_until > now()
+         for update",
+    )
+    .bind(item.id)
+    .bind(item.attempt)
+    .bind(&item.owner)
+    .fetch_optional(conn)
+    .await?;
+    Ok(held.is_some())
+}
+
+/// Finishes the item. False (and nothing changed) when the lease was lost.
+pub async fn complete<'e>(exec: impl PgExecutor<'e>, item: &WorkItem) -> Result<bool> {
+    let done = sqlx::query(
+        "delete from work_items where id = $1 and attempts = $2 and lease_owner = $3 and state = 'running'",
+    )
+    .bind(item.id)
+    .bind(item.attempt)
+    .bind(&item.owner)
+    .execute(exec)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// How long to wait before retry `attempt` (1-based): exponential with full
+/// jitter over the upper half, capped.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { base: Duration::from_secs(1), max: Duration::from_secs(300) }
+    }
+}
+
+impl Backoff {
+    pub fn delay(&self, attempt: i32) -> Duration {
+        let exp = self.base.saturating_mul(1u32 << attempt.clamp(1, 20).saturating_sub(1) as u32);
+        let cap = exp.min(self.max);
+        let half = cap / 2;
+        half + rand::rng().random_range(Duration::ZERO..=half)
+    }
+}
+
+/// What became of a failed item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Pending again, due at the given time.
+    At(DateTime<Utc>),
+    /// Dropped: newer work for the same key is already pending.
+    Superseded,
+    /// The lease had passed to another worker; nothing changed.
+    LeaseLost,
+}
+
+/// Puts a failed item back for a retry after `delay`, keeping its error.
+/// Call only while `attempt < max_attempts`; past that, `dead_letter`.
+pub async fn retry(pool: &PgPool, item: &WorkItem, error: &str, delay: Duration) -> Result<Retry> {
+    let mut tx = pool.begin().await?;
+    if !holds_lease(&mut tx, item).await? {
+        return Ok(Retry::LeaseLost);
+    }
+    let newer: bool = sqlx::query_scalar(
+        "select exists (select 1 from work_items where key = $1 and state = 'pending')",
+    )
+    .bind(&item.key)
+    .fetch_one(&mut *tx)
+    .await?;
+    if newer {
+        complete(&mut *tx, item).await?;
+        tx.commit().await?;
+        return Ok(Retry::Superseded);
+    }
+    let result = sqlx::query_scalar(
+        "update work_items
+         set state = 'pending', run_at = now() + make_interval(secs => $2), last_error = $3,
+             lease_owner = null, lease_until = null
+         where id = $1
+         returning run_at",
+    )
+    .bind(item.id)
+    .bind(delay.as_secs_f64())
+    .bind(error)
+    .fetch_one(&mut *tx)
+    .await;
+    match result.map_err(Error::from) {
+        Ok(at) => {
+            tx.commit().await?;
+            Ok(Retry::At(at))
+        }
+        Err(e) if e.is_unique_violation() => {
+            // An enqueue slipped in after our check: it supersedes this item.
+            drop(tx);
+            let mut tx = pool.begin().await?;
+            complete(&mut *tx, item).await?;
+            tx.commit().await?;
+            Ok(Retry::Superseded)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Moves an item that ran out of attempts to `work_dead`, in the caller's
+/// transaction (so the caller can record the failure beside it). False when
+/// the lease was lost.
+pub async fn dead_letter(conn: &mut PgConnection, item: &WorkItem, error: &str) -> Result<bool> {
+    let moved = sqlx::query(
+        "with gone as (
+             delete from work_items
+             where id = $1 and attempts = $2 and lease_owner = $3 and state = 'running'
+             returning id, kind, key, payload, attempts, created_at
+         )
+         insert into work_dead (id, kind, key, payload, attempts, last_error, created_at)
+         select id, kind, key, payload, attempts, $4, created_at from gone",
+    )
+    .bind(item.id)
+    .bind(item.attempt)
+    .bind(&item.owner)
+    .bind(error)
+    .execute(conn)
+    .await?;
+    Ok(moved.rows_affected() == 1)
+}
+
+/// Returns items whose lease expired (their worker died or hung) to the
+/// queue, keeping the attempt count. Where newer work for the key is already
+/// pending, the expired item is dropped in its favour. Returns how many
+/// items were released.
+pub async fn release_expired(pool: &PgPool) -> Result<u64> {
+    let result = sqlx::query(
+        "with expired as (
+             select id, key from work_items
+             where state = 'running' and lease_until < now()
+             for update skip locked
+         ),
+         superseded as (
+             delete from work_items w using expired e
+             where w.id = e.id
+               and exists (select 1 from work_items p where p.key = e.key and p.state = 'pending')
+             returning w.id
+         ),
+         released as (
+             update work_items w
+             set state = 'pending', run_at = now(), lease_owner = null, lease_until = null,
+                 last_error = 'the lease of attempt ' || w.attempts || ' expired (worker died or hung)'
+             from expired e
+             where w.id = e.id and w.id not in (select id from superseded)
+             returning w.id
+         )
+         select (select count(*) from superseded) + (select count(*) from released)",
+    )
+    .fetch_one(pool)
+    .await;
+    match result.map_err(Error::from) {
+        Ok(row) => Ok(row.get::<i64, _>(0) as u64),
+        Err(e) if e.is_unique_violation() => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Counts of items by state, for status pages and tests.
+pub async fn counts(pool: &PgPool) -> Result<(i64, i64)> {
+    let row = sqlx::query(
+        "select count(*) filter (where state = 'pending'), count(*) filter (where state = 'running') from work_items",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((row.get(0), row.get(1)))
+}

@@ -1,0 +1,100 @@
+//! Read models: the rows the projector keeps from the log and the API
+//! queries. Only the projector writes them.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sless_domain::{Function, FunctionSpec, Phase, Runtime};
+use sqlx::{PgExecutor, Row};
+
+use crate::{Error, Result};
+
+/// One row of the `functions` read model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FunctionRow {
+    pub namespace: String,
+    pub name: String,
+    pub spec: FunctionSpec,
+    pub current_version: Option<u32>,
+    pub deployed_version: Option<u32>,
+    pub endpoint: Option<String>,
+    pub phase: Phase,
+    pub last_error: Option<String>,
+    pub stream_version: u64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl FunctionRow {
+    /// The state this row summarises, as the domain sees it (without the
+    /// version list, which lives in `function_versions`).
+    pub fn state(&self) -> Function {
+        Function {
+            stream_version: self.stream_version,
+            spec: Some(self.spec.clone()),
+            versions: vec![],
+            current_version: self.current_version,
+            deployed_version: self.deployed_version,
+            endpoint: self.endpoint.clone(),
+            built: None,
+            phase: self.phase,
+            last_error: self.last_error.clone(),
+            failed_version: None,
+        }
+    }
+
+    /// True when the row shows what a fold of the stream shows.
+    pub fn matches(&self, folded: &Function) -> bool {
+        Some(&self.spec) == folded.spec.as_ref()
+            && self.current_version == folded.current_version
+            && self.deployed_version == folded.deployed_version
+            && self.endpoint == folded.endpoint
+            && self.phase == folded.phase
+            && self.last_error == folded.last_error
+            && self.stream_version == folded.stream_version
+    }
+}
+
+fn row_of(r: sqlx::postgres::PgRow) -> Result<FunctionRow> {
+    let runtime: String = r.get("runtime");
+    let phase: String = r.get("phase");
+    let bad = |what: String| Error::Internal(format!("functions read model: {what}"));
+    Ok(FunctionRow {
+        namespace: r.get("namespace"),
+        name: r.get("name"),
+        spec: FunctionSpec {
+            runtime: runtime.parse::<Runtime>().map_err(|e| bad(e.to_string()))?,
+            entrypoint: r.get("entrypoint"),
+            memory_mb: r.get::<i32, _>("memory_mb") as u32,
+            timeout_sec: r.get::<i32, _>("timeout_sec") as u32,
+            env_vars: serde_json::from_value(r.get("env_vars")).map_err(|e| bad(e.to_string()))?,
+        },
+        current_version: r.get::<Option<i32>, _>("current_version").map(|v| v as u32),
+        deployed_version: r.get::<Option<i32>, _>("deployed_version").map(|v| v as u32),
+        endpoint: r.get("endpoint"),
+        phase: Phase::parse(&phase).ok_or_else(|| bad(format!("phase {phase}")))?,
+        last_error: r.get("last_error"),
+        stream_version: r.get::<i32, _>("stream_version") as u64,
+        created_at: r.get("created_at"),
+        updated_at: r.get("updated_at"),
+    })
+}
+
+/// One function's row, if the projector has seen it.
+pub async fn function_row<'e>(exec: impl PgExecutor<'e>, namespace: &str, name: &str) -> Result<Option<FunctionRow>> {
+    let row = sqlx::query("select * from functions where namespace = $1 and name = $2")
+        .bind(namespace)
+        .bind(name)
+        .fetch_optional(exec)
+        .await?;
+    row.map(row_of).transpose()
+}
+
+/// Every function of a namespace, by name.
+pub async fn function_rows<'e>(exec: impl PgExecutor<'e>, namespace: &str) -> Result<Vec<FunctionRow>> {
+    let rows = sqlx::query("select * from functions where namespace = $1 order by name")
+        .bind(namespace)
+        .fetch_all(exec)
+        .await?;
+    rows.into_iter().map(row_of).collect()
+}
+

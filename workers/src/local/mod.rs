@@ -1,0 +1,397 @@
+//! The local driver: functions run as supervised processes on loopback ports.
+//!
+//! Layout of the data directory:
+//!
+//! ```text
+//! {data_dir}/runtimes/python3.11/sless_runtime.py   the runtime wrapper (written by `new`)
+//! {data_dir}/builds/{ns}/{name}/{sha256}/            one finished build
+//!     code/          the unpacked build context
+//!     deps/          pip install --target of code/requirements.txt (if any)
+//!     build.log      what the build printed
+//!     .complete      present once the build is finished
+//! {data_dir}/logs/{ns}/{name}/v{version}.log         stdout + stderr of a version
+//! ```
+//!
+//! A build is unpacked into a temporary sibling directory and renamed into
+//! place once finished, so a crash never leaves a directory that looks
+//! complete. A deployment starts the runtime wrapper, waits until it answers
+//! `GET /__sless/health`, and only then replaces the previous process of the
+//! function. Every process has a supervisor task that restarts it with
+//! exponential backoff if it dies. Processes are spawned from one dedicated
+//! thread with `PR_SET_PDEATHSIG`, so they die with the worker even on
+//! `kill -9`, and run in their own process group.
+
+mod build;
+mod process;
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sless_domain::{FunctionKey, Runtime};
+use tokio::time::Instant;
+
+use crate::driver::{Artifact, BuildRequest, DeployRequest, Deployment, Driver, DriverError};
+use process::{Instance, InstanceParts, LaunchSpec, LogSink, Running, Spawner};
+
+/// The Python runtime wrapper, embedded so the binary is self-contained.
+const PYTHON_WRAPPER: &str = include_str!("../../../runtimes/python3.11/sless_runtime.py");
+/// Where the wrapper lives below the data directory.
+const PYTHON_WRAPPER_PATH: &str = "runtimes/python3.11/sless_runtime.py";
+/// How often deploy asks a starting function whether it is healthy.
+const HEALTH_POLL: Duration = Duration::from_millis(25);
+/// How long one health request may take.
+const HEALTH_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Settings of the [`LocalDriver`].
+#[derive(Debug, Clone)]
+pub struct LocalDriverConfig {
+    /// Root of builds (`builds/{ns}/{name}/{context_sha256}/`), logs
+    /// (`logs/{ns}/{name}/`) and the runtime wrappers.
+    pub data_dir: PathBuf,
+    /// The Python interpreter to run functions and pip with.
+    pub python: String,
+    /// How long a deploy waits for the function to become healthy.
+    pub health_timeout: Duration,
+}
+
+impl LocalDriverConfig {
+    /// The defaults (`python3`, 60 s health timeout) for a data directory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> LocalDriverConfig {
+        LocalDriverConfig {
+            data_dir: data_dir.into(),
+            python: "python3".to_owned(),
+            health_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Runs functions as supervised local processes (see the module docs).
+///
+/// Dropping the driver stops its processes in the background; call
+/// [`LocalDriver::shutdown`] to stop them and wait until they are gone.
+pub struct LocalDriver {
+    cfg: LocalDriverConfig,
+    wrapper: PathBuf,
+    client: reqwest::Client,
+    spawner: Arc<Spawner>,
+    /// The current deployment of each function.
+    registry: Mutex<HashMap<FunctionKey, Arc<Instance>>>,
+    /// Serialises deploy/remove of one function.
+    key_locks: Mutex<HashMap<FunctionKey, Arc<tokio::sync::Mutex<()>>>>,
+    closed: AtomicBool,
+}
+
+impl LocalDriver {
+    /// Creates the data directories, writes the runtime wrapper and removes
+    /// builds left unfinished by an earlier run.
+    pub fn new(cfg: LocalDriverConfig) -> std::io::Result<LocalDriver> {
+        let builds = cfg.data_dir.join("builds");
+        std::fs::create_dir_all(&builds)?;
+        std::fs::create_dir_all(cfg.data_dir.join("logs"))?;
+        let wrapper = cfg.data_dir.join(PYTHON_WRAPPER_PATH);
+        if let Some(dir) = wrapper.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        // Write atomically: a process of another driver may be starting.
+        let tmp = wrapper.with_extension(format!("py.tmp-{:016x}", rand::random::<u64>()));
+        std::fs::write(&tmp, PYTHON_WRAPPER)?;
+        std::fs::rename(&tmp, &wrapper)?;
+        for ns in std::fs::read_dir(&builds)?.flatten() {
+            for function in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+                build::remove_stale_tmp_dirs(&function.path(), Duration::ZERO);
+            }
+        }
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .map_err(std::io::Error::other)?;
+        Ok(LocalDriver {
+            cfg,
+            wrapper,
+            client,
+            spawner: Arc::new(Spawner::new()?),
+            registry: Mutex::new(HashMap::new()),
+            key_locks: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Stops every process this driver started (SIGTERM, then SIGKILL after
+    /// 5 s) and waits until they are gone. Later deploys fail.
+    pub async fn shutdown(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let all: Vec<Arc<Instance>> = {
+            let mut registry = self.registry.lock().unwrap();
+            registry.drain().map(|(_, inst)| inst).collect()
+        };
+        for inst in &all {
+            inst.signal_stop();
+        }
+        for inst in &all {
+            inst.stop().await;
+        }
+    }
+
+    /// The pid of the function's current process, while it runs.
+    pub fn pid(&self, key: &FunctionKey) -> Option<u32> {
+        self.current(key).and_then(|inst| inst.pid())
+    }
+
+    /// How often the function's current deployment was restarted after its
+    /// process died.
+    pub fn restarts(&self, key: &FunctionKey) -> u32 {
+        self.current(key).map_or(0, |inst| inst.restarts())
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.cfg.data_dir
+    }
+
+    fn current(&self, key: &FunctionKey) -> Option<Arc<Instance>> {
+        self.registry.lock().unwrap().get(key).cloned()
+    }
+
+    fn key_lock(&self, key: &FunctionKey) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.key_locks.lock().unwrap();
+        locks.entry(key.clone()).or_default().clone()
+    }
+
+    fn log_path(&self, key: &FunctionKey, version: u32) -> PathBuf {
+        self.cfg
+            .data_dir
+            .join("logs")
+            .join(key.namespace.as_str())
+            .join(key.name.as_str())
+            .join(format!("v{version}.log"))
+    }
+
+    async fn healthy(&self, port: u16) -> bool {
+        let url = format!("http://127.0.0.1:{port}/__sless/health");
+        match self
+            .client
+            .get(url)
+            .timeout(HEALTH_REQUEST_TIMEOUT)
+            .send()
+            .await
+        {
+            Ok(resp) => resp.status() == reqwest::StatusCode::OK,
+            Err(_) => false,
+        }
+    }
+
+    /// Waits until the process answers its health check; on failure returns
+    /// why.
+    async fn wait_healthy(&self, port: u16, running: &mut Running) -> Result<(), String> {
+        let deadline = Instant::now() + self.cfg.health_timeout;
+        let timed_out = || {
+            format!(
+                "function not healthy within {}",
+                human_duration(self.cfg.health_timeout)
+            )
+        };
+        let exited = |status: std::io::Result<std::process::ExitStatus>| match status {
+            Ok(status) => format!("function {} during start", process::describe_exit(&status)),
+            Err(e) => format!("function process could not be waited for: {e}"),
+        };
+        loop {
+            tokio::select! {
+                status = running.child.wait() => return Err(exited(status)),
+                probe = tokio::time::timeout_at(deadline, self.healthy(port)) => match probe {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => {}
+                    Err(_) => return Err(timed_out()),
+                },
+            }
+            let next = (Instant::now() + HEALTH_POLL).min(deadline);
+            tokio::select! {
+                status = running.child.wait() => return Err(exited(status)),
+                () = tokio::time::sleep_until(next) => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(timed_out());
+            }
+        }
+    }
+
+    async fn deploy_locked(&self, req: DeployRequest) -> Result<Deployment, DriverError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(DriverError::Infra("the local driver is shut down".into()));
+        }
+        let artifact_dir = PathBuf::from(&req.artifact.reference);
+        let complete = artifact_dir.join(build::COMPLETE_MARKER);
+        if !tokio::fs::try_exists(&complete).await.unwrap_or(false) {
+            return Err(DriverError::Deploy {
+                message: format!(
+                    "artifact {} is not a finished local build",
+                    req.artifact.reference
+                ),
+                log_tail: String::new(),
+            });
+        }
+
+        // Idempotence: the same thing already runs and is healthy.
+        if let Some(cur) = self.current(&req.key)
+            && cur.deployment.version == req.version
+            && cur.deployment.artifact == req.artifact
+            && cur.entrypoint == req.entrypoint
+            && cur.env_vars == req.env_vars
+            && cur.pid().is_some()
+            && self.healthy(cur.port).await
+        {
+            return Ok(cur.deployment.clone());
+        }
+
+        let port = free_port().map_err(|e| DriverError::Infra(format!("no free port: {e}")))?;
+        let code_dir = artifact_dir.join("code");
+        let deps_dir = artifact_dir.join("deps");
+        let mut env = process::inherited_env(false);
+        env.extend(req.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+        env.extend([
+            ("SLESS_PORT".to_owned(), port.to_string()),
+            ("SLESS_HOST".to_owned(), "127.0.0.1".to_owned()),
+            (
+                "SLESS_CODE_DIR".to_owned(),
+                code_dir.to_string_lossy().into_owned(),
+            ),
+            ("SLESS_ENTRYPOINT".to_owned(), req.entrypoint.clone()),
+            ("SLESS_FUNCTION".to_owned(), req.key.to_string()),
+            ("SLESS_VERSION".to_owned(), req.version.to_string()),
+            ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
+            ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
+        ]);
+        if tokio::fs::metadata(&deps_dir)
+            .await
+            .is_ok_and(|m| m.is_dir())
+        {
+            env.push((
+                "SLESS_DEPS_DIR".to_owned(),
+                deps_dir.to_string_lossy().into_owned(),
+            ));
+        }
+        let spec = LaunchSpec {
+            python: self.cfg.python.clone(),
+            wrapper: self.wrapper.clone(),
+            code_dir,
+            env,
+        };
+        let log_path = self.log_path(&req.key, req.version);
+        let sink = tokio::task::spawn_blocking(move || LogSink::open(&log_path))
+            .await
+            .map_err(|e| DriverError::Infra(format!("log task: {e}")))?
+            .map_err(|e| DriverError::Infra(format!("cannot open the function log: {e}")))?;
+        let sink = Arc::new(sink);
+
+        let mut running = process::start(&self.spawner, &spec, &sink)
+            .await
+            .map_err(|e| DriverError::Infra(format!("cannot start {}: {e}", self.cfg.python)))?;
+        if let Err(message) = self.wait_healthy(port, &mut running).await {
+            process::terminate(&mut running).await;
+            running.drain_output().await;
+            return Err(DriverError::Deploy {
+                message,
+                log_tail: sink.tail(),
+            });
+        }
+
+        let deployment = Deployment {
+            version: req.version,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            artifact: req.artifact,
+        };
+        let inst = Instance::supervise(
+            InstanceParts {
+                key: req.key.clone(),
+                deployment: deployment.clone(),
+                port,
+                entrypoint: req.entrypoint,
+                env_vars: req.env_vars,
+                spec,
+                sink,
+            },
+            running,
+            self.spawner.clone(),
+        );
+        let previous = self.registry.lock().unwrap().insert(req.key, inst);
+        if let Some(previous) = previous {
+            previous.stop().await;
+        }
+        Ok(deployment)
+    }
+}
+
+impl Drop for LocalDriver {
+    fn drop(&mut self) {
+        if let Ok(registry) = self.registry.lock() {
+            for inst in registry.values() {
+                inst.signal_stop();
+            }
+        }
+    }
+}
+
+impl Driver for LocalDriver {
+    async fn build(&self, req: BuildRequest) -> Result<Artifact, DriverError> {
+        if req.runtime != Runtime::Python311 {
+            return Err(unsupported(req.runtime, true));
+        }
+        build::build(&self.cfg.data_dir.join("builds"), &self.cfg.python, req).await
+    }
+
+    async fn deploy(&self, req: DeployRequest) -> Result<Deployment, DriverError> {
+        if req.runtime != Runtime::Python311 {
+            return Err(unsupported(req.runtime, false));
+        }
+        let lock = self.key_lock(&req.key);
+        let _guard = lock.lock().await;
+        self.deploy_locked(req).await
+    }
+
+    async fn remove(&self, key: &FunctionKey) -> Result<(), DriverError> {
+        let lock = self.key_lock(key);
+        let _guard = lock.lock().await;
+        let inst = self.registry.lock().unwrap().remove(key);
+        if let Some(inst) = inst {
+            inst.stop().await;
+        }
+        Ok(())
+    }
+
+    async fn status(&self, key: &FunctionKey) -> Option<Deployment> {
+        let inst = self.current(key)?;
+        inst.pid().map(|_| inst.deployment.clone())
+    }
+}
+
+fn unsupported(runtime: Runtime, build: bool) -> DriverError {
+    let message = format!("runtime {runtime} is not supported by the local driver yet");
+    if build {
+        DriverError::Build {
+            message,
+            log_tail: String::new(),
+        }
+    } else {
+        DriverError::Deploy {
+            message,
+            log_tail: String::new(),
+        }
+    }
+}
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> std::io::Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn human_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}

@@ -1,0 +1,433 @@
+//! Function processes: spawning them from a long-lived thread, capturing
+//! their output, supervising (restart with backoff) and stopping them.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::runtime::Handle;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::driver::Deployment;
+use sless_domain::FunctionKey;
+
+/// How many lines of a function's output are kept in memory.
+const RING_LINES: usize = 50;
+/// The longest line kept as one; longer output is split.
+const MAX_LINE_BYTES: u64 = 16 * 1024;
+/// How long a process gets between SIGTERM and SIGKILL.
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
+const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A process that stayed up this long restarts with the initial backoff again.
+const STABLE_AFTER: Duration = Duration::from_secs(60);
+
+/// Environment variables of the worker that function processes and pip may
+/// see; everything else (database URLs, credentials, ...) is withheld.
+pub(crate) fn inherited_env(include_pip: bool) -> Vec<(String, String)> {
+    const EXACT: &[&str] = &[
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+    ];
+    std::env::vars()
+        .filter(|(k, _)| {
+            EXACT.contains(&k.as_str())
+                || k.starts_with("LC_")
+                || k.starts_with("PYENV_")
+                || (include_pip && k.starts_with("PIP_"))
+        })
+        .collect()
+}
+
+/// Sends SIGTERM/SIGKILL to the process group led by `pid`.
+pub(crate) fn signal_group(pid: u32, signal: libc::c_int) {
+    let Ok(pid) = i32::try_from(pid) else { return };
+    if pid <= 0 {
+        return;
+    }
+    // SAFETY: kill(2) with a negative pid signals a process group; it has no
+    // memory-safety preconditions.
+    unsafe {
+        libc::kill(-pid, signal);
+    }
+}
+
+/// Describes an exit status for people.
+pub(crate) fn describe_exit(status: &ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        _ => format!("ended ({status})"),
+    }
+}
+
+/// Spawns processes from one dedicated thread that lives as long as the
+/// driver, so that `PR_SET_PDEATHSIG` (which fires when the *spawning
+/// thread* exits) only fires when the driver itself goes away.
+pub(crate) struct Spawner {
+    tx: std_mpsc::Sender<SpawnJob>,
+}
+
+struct SpawnJob {
+    cmd: Command,
+    handle: Handle,
+    reply: oneshot::Sender<io::Result<Child>>,
+}
+
+impl Spawner {
+    pub(crate) fn new() -> io::Result<Spawner> {
+        let (tx, rx) = std_mpsc::channel::<SpawnJob>();
+        std::thread::Builder::new()
+            .name("sless-local-spawner".into())
+            .spawn(move || {
+                for mut job in rx {
+                    let _runtime = job.handle.enter();
+                    // If the requester is gone the child is dropped here and
+                    // killed (kill_on_drop).
+                    let _ = job.reply.send(job.cmd.spawn());
+                }
+            })?;
+        Ok(Spawner { tx })
+    }
+
+    async fn spawn(&self, cmd: Command) -> io::Result<Child> {
+        let (reply, rx) = oneshot::channel();
+        let job = SpawnJob {
+            cmd,
+            handle: Handle::current(),
+            reply,
+        };
+        self.tx
+            .send(job)
+            .map_err(|_| io::Error::other("the process spawner thread is gone"))?;
+        rx.await
+            .map_err(|_| io::Error::other("the process spawner thread is gone"))?
+    }
+}
+
+/// Output of a function: appended to its log file and kept as a ring of
+/// the last lines for error reports.
+pub(crate) struct LogSink {
+    file: Mutex<Option<std::fs::File>>,
+    ring: Mutex<VecDeque<String>>,
+}
+
+impl LogSink {
+    pub(crate) fn open(path: &std::path::Path) -> io::Result<LogSink> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(LogSink {
+            file: Mutex::new(Some(file)),
+            ring: Mutex::new(VecDeque::with_capacity(RING_LINES)),
+        })
+    }
+
+    pub(crate) fn push(&self, line: &str) {
+        let line = line.trim_end_matches(['\n', '\r']);
+        if let Some(file) = self.file.lock().unwrap().as_mut() {
+            // Losing a log line is better than failing the function.
+            let _ = writeln!(file, "{line}");
+        }
+        let mut ring = self.ring.lock().unwrap();
+        if ring.len() == RING_LINES {
+            ring.pop_front();
+        }
+        ring.push_back(line.to_owned());
+    }
+
+    /// The last captured lines, oldest first.
+    pub(crate) fn tail(&self) -> String {
+        let ring = self.ring.lock().unwrap();
+        ring.iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+async fn pump<R: AsyncRead + Unpin>(reader: R, sink: Arc<LogSink>) {
+    let mut reader = BufReader::new(reader);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match (&mut reader)
+            .take(MAX_LINE_BYTES)
+            .read_until(b'\n', &mut buf)
+            .await
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => sink.push(&String::from_utf8_lossy(&buf)),
+        }
+    }
+}
+
+/// How to (re)start one function process.
+#[derive(Debug, Clone)]
+pub(crate) struct LaunchSpec {
+    pub python: String,
+    pub wrapper: PathBuf,
+    pub code_dir: PathBuf,
+    /// The complete environment of the process.
+    pub env: Vec<(String, String)>,
+}
+
+/// A started process and the tasks reading its output.
+pub(crate) struct Running {
+    pub child: Child,
+    pub pid: u32,
+    pumps: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Waits (briefly) until the output of an exited process has been read.
+    pub(crate) async fn drain_output(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for pump in self.pumps.drain(..) {
+            let _ = tokio::time::timeout_at(deadline, pump).await;
+        }
+    }
+}
+
+/// Starts the runtime wrapper for `spec` in its own process group, dying
+/// with the spawner thread.
+pub(crate) async fn start(
+    spawner: &Spawner,
+    spec: &LaunchSpec,
+    sink: &Arc<LogSink>,
+) -> io::Result<Running> {
+    let mut cmd = Command::new(&spec.python);
+    cmd.arg(&spec.wrapper)
+        .current_dir(&spec.code_dir)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // the async-signal-safe prctl(2) system call.
+    unsafe {
+        cmd.pre_exec(|| {
+            let sig = libc::SIGKILL as libc::c_ulong;
+            if libc::prctl(libc::PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = spawner.spawn(cmd).await?;
+    let pid = child.id().unwrap_or(0);
+    let mut pumps = Vec::with_capacity(2);
+    if let Some(out) = child.stdout.take() {
+        pumps.push(tokio::spawn(pump(out, sink.clone())));
+    }
+    if let Some(err) = child.stderr.take() {
+        pumps.push(tokio::spawn(pump(err, sink.clone())));
+    }
+    Ok(Running { child, pid, pumps })
+}
+
+/// Stops a process: SIGTERM to its group, SIGKILL after `STOP_GRACE`.
+pub(crate) async fn terminate(running: &mut Running) {
+    if running.child.id().is_none() {
+        return; // already reaped
+    }
+    signal_group(running.pid, libc::SIGTERM);
+    if tokio::time::timeout(STOP_GRACE, running.child.wait())
+        .await
+        .is_err()
+    {
+        signal_group(running.pid, libc::SIGKILL);
+        let _ = running.child.wait().await;
+    }
+    // Leftovers of the group (e.g. subprocesses of the function).
+    signal_group(running.pid, libc::SIGKILL);
+}
+
+#[derive(Default)]
+struct InstanceState {
+    pid: Option<u32>,
+    restarts: u32,
+}
+
+/// One deployed function: the running process, how to restart it and what
+/// it was deployed from.
+pub(crate) struct Instance {
+    pub key: FunctionKey,
+    pub deployment: Deployment,
+    pub port: u16,
+    pub entrypoint: String,
+    pub env_vars: BTreeMap<String, String>,
+    spec: LaunchSpec,
+    sink: Arc<LogSink>,
+    state: Mutex<InstanceState>,
+    stop_tx: watch::Sender<bool>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What an [`Instance`] is made of, apart from its process.
+pub(crate) struct InstanceParts {
+    pub key: FunctionKey,
+    pub deployment: Deployment,
+    pub port: u16,
+    pub entrypoint: String,
+    pub env_vars: BTreeMap<String, String>,
+    pub spec: LaunchSpec,
+    pub sink: Arc<LogSink>,
+}
+
+impl Instance {
+    /// Takes over a healthy process and supervises it from now on.
+    pub(crate) fn supervise(
+        parts: InstanceParts,
+        running: Running,
+        spawner: Arc<Spawner>,
+    ) -> Arc<Instance> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let inst = Arc::new(Instance {
+            key: parts.key,
+            deployment: parts.deployment,
+            port: parts.port,
+            entrypoint: parts.entrypoint,
+            env_vars: parts.env_vars,
+            spec: parts.spec,
+            sink: parts.sink,
+            state: Mutex::new(InstanceState {
+                pid: Some(running.pid),
+                restarts: 0,
+            }),
+            stop_tx,
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(inst.clone().supervisor(running, spawner, stop_rx));
+        *inst.task.lock().unwrap() = Some(task);
+        inst
+    }
+
+    /// The pid of the process while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.state.lock().unwrap().pid
+    }
+
+    /// How often the process was restarted after it died.
+    pub(crate) fn restarts(&self) -> u32 {
+        self.state.lock().unwrap().restarts
+    }
+
+    /// Tells the supervisor to stop the process (returns at once).
+    pub(crate) fn signal_stop(&self) {
+        self.stop_tx.send_replace(true);
+    }
+
+    /// Stops the process and waits until it is gone.
+    pub(crate) async fn stop(&self) {
+        self.signal_stop();
+        let task = self.task.lock().unwrap().take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
+    fn set_pid(&self, pid: Option<u32>) {
+        self.state.lock().unwrap().pid = pid;
+    }
+
+    async fn supervisor(
+        self: Arc<Self>,
+        mut running: Running,
+        spawner: Arc<Spawner>,
+        mut stop_rx: watch::Receiver<bool>,
+    ) {
+        let mut started = Instant::now();
+        let mut backoff = INITIAL_BACKOFF;
+        loop {
+            let status = tokio::select! {
+                status = running.child.wait() => status,
+                () = stop_requested(&mut stop_rx) => {
+                    terminate(&mut running).await;
+                    self.set_pid(None);
+                    return;
+                }
+            };
+            self.set_pid(None);
+            if *stop_rx.borrow() {
+                return;
+            }
+            let what = match &status {
+                Ok(status) => describe_exit(status),
+                Err(e) => format!("could not be waited for ({e})"),
+            };
+            if started.elapsed() >= STABLE_AFTER {
+                backoff = INITIAL_BACKOFF;
+            }
+            let mut problem = format!("function process {what}");
+            running = loop {
+                tracing::warn!(
+                    function = %self.key,
+                    version = self.deployment.version,
+                    "{problem}; restarting in {} ms",
+                    backoff.as_millis()
+                );
+                self.sink.push(&format!(
+                    "[sless] {problem}; restarting in {} ms",
+                    backoff.as_millis()
+                ));
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = stop_requested(&mut stop_rx) => return,
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                match start(&spawner, &self.spec, &self.sink).await {
+                    Ok(new) => break new,
+                    Err(e) => problem = format!("function process could not be started ({e})"),
+                }
+            };
+            started = Instant::now();
+            {
+                let mut state = self.state.lock().unwrap();
+                state.pid = Some(running.pid);
+                state.restarts += 1;
+            }
+            // A stop may have been requested while we were starting.
+            if *stop_rx.borrow() {
+                terminate(&mut running).await;
+                self.set_pid(None);
+                return;
+            }
+        }
+    }
+}
+
+/// Resolves once a stop was requested (or nobody can request one any more).
+async fn stop_requested(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}

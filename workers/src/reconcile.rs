@@ -1,0 +1,167 @@
+//! The reconciler: level-triggered. A work item says "look at function X";
+//! the reconciler reads what the log says X should be, asks the driver what
+//! runs, and converges, recording what happened as events. Running it twice
+//! has the effect of running it once, which is what makes a replay after an
+//! outage safe.
+
+use sless_domain::{Function, FunctionEvent, FunctionKey};
+use sless_store::blobs::BlobStore;
+use sless_store::eventlog::{self, Metadata, NewEvent};
+use sless_store::queue::{self, WorkItem};
+use sless_store::PgPool;
+
+use crate::driver::{BuildRequest, DeployRequest, Driver, DriverError};
+use crate::{HandlerError, HandlerResult};
+
+pub use sless_store::queue::RECONCILE_FUNCTION as KIND;
+
+/// What the reconciler works with.
+pub struct Reconciler<D> {
+    pub pool: PgPool,
+    pub blobs: BlobStore,
+    pub driver: std::sync::Arc<D>,
+}
+
+impl<D> Clone for Reconciler<D> {
+    fn clone(&self) -> Self {
+        Reconciler { pool: self.pool.clone(), blobs: self.blobs.clone(), driver: self.driver.clone() }
+    }
+}
+
+async fn load(pool: &PgPool, key: &FunctionKey) -> HandlerResult<Function> {
+    let events = eventlog::read_stream(pool, &key.stream()).await.map_err(HandlerError::retry)?;
+    let mut state = Function::default();
+    for e in &events {
+        let ev = FunctionEvent::from_stored(&e.event_type, &e.data)
+            .map_err(|err| HandlerError::Fatal(format!("event {} cannot be read: {err}", e.position)))?;
+        state = state.evolve(&ev);
+    }
+    Ok(state)
+}
+
+/// Outcome of recording an event.
+enum Recorded {
+    Done,
+    /// Someone appended first; look again.
+    Stale,
+}
+
+impl<D: Driver> Reconciler<D> {
+    /// Appends `event` to the function's stream if it is still at the version
+    /// we read and this worker still holds the item's lease.
+    async fn record(&self, item: &WorkItem, key: &FunctionKey, state: &Function, event: FunctionEvent) -> HandlerResult<Recorded> {
+        let mut tx = self.pool.begin().await.map_err(HandlerError::retry)?;
+        let new = NewEvent {
+            event_type: event.type_name().to_owned(),
+            namespace: key.namespace.to_string(),
+            data: event.data(),
+            metadata: Metadata { actor: "system:worker".into(), correlation_id: Some(format!("work-{}", item.id)), ..Default::default() },
+        };
+        match eventlog::append(&mut tx, &key.stream(), state.stream_version, &[new]).await {
+            Ok(_) => {}
+            Err(sless_store::Error::Conflict { .. }) => return Ok(Recorded::Stale),
+            Err(e) => return Err(HandlerError::retry(e)),
+        }
+        if !queue::holds_lease(&mut tx, item).await.map_err(HandlerError::retry)? {
+            return Err(HandlerError::LeaseLost);
+        }
+        tx.commit().await.map_err(HandlerError::retry)?;
+        Ok(Recorded::Done)
+    }
+
+    /// Converges one function. Retried on conflict a few times, then left to
+    /// the next item (an append that raced us enqueued one).
+    pub async fn reconcile(&self, item: &WorkItem) -> HandlerResult<()> {
+        let key = FunctionKey::from_queue_key(&item.key).map_err(|e| HandlerError::Fatal(e.to_string()))?;
+        for _ in 0..8 {
+            let state = load(&self.pool, &key).await?;
+            match self.step(item, &key, &state).await? {
+                Some(Recorded::Done) | Some(Recorded::Stale) => continue,
+                None => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Does the next thing the function needs; `None` when it has converged.
+    async fn step(&self, item: &WorkItem, key: &FunctionKey, state: &Function) -> HandlerResult<Option<Recorded>> {
+        let (Some(spec), Some(current)) = (state.spec.as_ref(), state.current()) else {
+            // Nothing uploaded (or nothing at all): nothing should run.
+            if !state.exists() {
+                self.driver.remove(key).await.map_err(infra)?;
+            }
+            return Ok(None);
+        };
+        if state.failed_version == Some(current.version) {
+            return Ok(None); // waits for a new upload
+        }
+        let running = self.driver.status(key).await;
+        let converged = running.as_ref().is_some_and(|d| {
+            d.version == current.version
+                && state.deployed_version == Some(current.version)
+                && state.endpoint.as_deref() == Some(d.endpoint.as_str())
+        });
+        if converged {
+            return Ok(None);
+        }
+        let built = state.built.as_ref().filter(|(v, _)| *v == current.version);
+        if built.is_none() && state.phase != sless_domain::Phase::Building {
+            let started = FunctionEvent::BuildStarted { version: current.version };
+            return self.record(item, key, state, started).await.map(Some);
+        }
+        let context = self.blobs.get(&current.context_key).await.map_err(HandlerError::retry)?;
+        let build = self
+            .driver
+            .build(BuildRequest {
+                key: key.clone(),
+                version: current.version,
+                runtime: spec.runtime,
+                context_sha256: current.context_sha256.clone(),
+                context_key: current.context_key.clone(),
+                context,
+            })
+            .await;
+        let artifact = match build {
+            Ok(a) => a,
+            Err(DriverError::Build { message, log_tail }) => {
+                let failed = FunctionEvent::BuildFailed { version: current.version, error: message, log_tail };
+                return self.record(item, key, state, failed).await.map(Some);
+            }
+            Err(e) => return Err(infra(e)),
+        };
+        if built.is_none_or(|(_, a)| *a != artifact.reference) {
+            let ok = FunctionEvent::BuildSucceeded { version: current.version, artifact: artifact.reference };
+            return self.record(item, key, state, ok).await.map(Some);
+        }
+        // Newer work supersedes: never deploy a version that is no longer current.
+        let now = load(&self.pool, key).await?;
+        if now.current_version != Some(current.version) {
+            return Ok(Some(Recorded::Stale));
+        }
+        let deployed = self
+            .driver
+            .deploy(DeployRequest {
+                key: key.clone(),
+                version: current.version,
+                runtime: spec.runtime,
+                entrypoint: spec.entrypoint.clone(),
+                memory_mb: spec.memory_mb,
+                timeout_sec: spec.timeout_sec,
+                env_vars: spec.env_vars.clone(),
+                artifact,
+            })
+            .await;
+        let event = match deployed {
+            Ok(d) => FunctionEvent::FunctionDeployed { version: d.version, endpoint: d.endpoint },
+            Err(DriverError::Deploy { message, log_tail }) => {
+                FunctionEvent::DeployFailed { version: current.version, error: message, log_tail }
+            }
+            Err(e) => return Err(infra(e)),
+        };
+        self.record(item, key, state, event).await.map(Some)
+    }
+}
+
+fn infra(e: DriverError) -> HandlerError {
+    HandlerError::Retry(e.to_string())
+}
