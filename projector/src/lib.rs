@@ -35,6 +35,8 @@ pub enum Error {
     /// condition to retry.
     #[error("event {position} is version {version} of {stream}, but the read model is at version {at}")]
     OutOfOrder { stream: String, version: i64, at: i64, position: i64 },
+    #[error("events stayed held back by running transactions for {0:?}")]
+    HeldBack(Duration),
     #[error("event {position} ({event_type}) cannot be read: {error}")]
     BadEvent { position: i64, event_type: String, error: String },
 }
@@ -76,17 +78,31 @@ async fn apply(tx: &mut sqlx::PgConnection, event: &RecordedEvent) -> Result<()>
     Ok(())
 }
 
-/// Applies every event that can be applied now; returns how many.
+/// Applies events until none is left past the checkpoint, waiting for
+/// transactions that hold some back (in any database of the cluster: the
+/// watermark is cluster-wide); returns how many it applied. Gives up after
+/// `CATCH_UP_LIMIT` if events stay held back (a writer keeps writing, or a
+/// transaction stays open).
 pub async fn catch_up(pool: &PgPool) -> Result<usize> {
+    let started = tokio::time::Instant::now();
     let mut total = 0;
     loop {
         let s = step(pool, 1000).await?;
         total += s.applied;
-        if s.applied == 0 {
+        if s.applied == 0 && !s.held_back {
             return Ok(total);
+        }
+        if s.applied == 0 {
+            if started.elapsed() > CATCH_UP_LIMIT {
+                return Err(Error::HeldBack(CATCH_UP_LIMIT));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 }
+
+/// How long `catch_up` waits for events held back by running transactions.
+pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
 
 /// Runs until `shutdown` turns true: applies batches, then waits for a
 /// NOTIFY from an append (or `poll` as a fallback). While an older
