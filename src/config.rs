@@ -18,7 +18,9 @@ where
 {
     match var(name) {
         None => Ok(default),
-        Some(v) => v.parse().map_err(|e| anyhow::anyhow!("{name}={v:?} is not a number: {e}")),
+        Some(v) => v
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{name}={v:?} is not a number: {e}")),
     }
 }
 
@@ -27,7 +29,8 @@ pub fn database_url() -> Option<String> {
 }
 
 pub fn require_database_url() -> anyhow::Result<String> {
-    database_url().context("DATABASE_URL is not set (e.g. postgres://user:password@host:5432/sless)")
+    database_url()
+        .context("DATABASE_URL is not set (e.g. postgres://user:password@host:5432/sless)")
 }
 
 /// S3 settings from `S3_ENDPOINT`, `S3_BUCKET`, `S3_REGION`,
@@ -45,7 +48,9 @@ pub fn s3() -> anyhow::Result<Option<S3Config>> {
         bail!("S3 is configured but S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY are not both set");
     };
     Ok(Some(S3Config {
-        force_path_style: var("S3_FORCE_PATH_STYLE").map(|v| v != "false").unwrap_or(endpoint.is_some()),
+        force_path_style: var("S3_FORCE_PATH_STYLE")
+            .map(|v| v != "false")
+            .unwrap_or(endpoint.is_some()),
         endpoint,
         region: var("S3_REGION").unwrap_or_else(|| "us-east-1".into()),
         bucket: bucket.unwrap_or_else(|| "sless".into()),
@@ -78,7 +83,10 @@ pub fn worker() -> anyhow::Result<WorkerConfig> {
         sweep: Duration::from_secs_f64(number("SLESS_SWEEP_SECS", d.sweep.as_secs_f64())?.max(0.1)),
         poll: Duration::from_millis(number("SLESS_POLL_MS", d.poll.as_millis() as u64)?.max(10)),
         backoff: Backoff {
-            base: Duration::from_millis(number("SLESS_RETRY_BASE_MS", d.backoff.base.as_millis() as u64)?),
+            base: Duration::from_millis(number(
+                "SLESS_RETRY_BASE_MS",
+                d.backoff.base.as_millis() as u64,
+            )?),
             max: d.backoff.max,
         },
     })

@@ -25,8 +25,13 @@ fn secrets_path(dir: &Path) -> PathBuf {
 impl DevSecrets {
     pub fn load(dir: &Path) -> anyhow::Result<DevSecrets> {
         let path = secrets_path(dir);
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {} (has `sless dev --data-dir {}` run?)", path.display(), dir.display()))?;
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "reading {} (has `sless dev --data-dir {}` run?)",
+                path.display(),
+                dir.display()
+            )
+        })?;
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
     }
 
@@ -47,16 +52,28 @@ impl DevSecrets {
 }
 
 pub async fn postgres(dir: &Path) -> anyhow::Result<PrivatePostgres> {
-    let opts = PostgresOptions { data_dir: dir.join("postgres"), port: None, settings: vec![] };
-    PrivatePostgres::start(opts).await.context("starting the private PostgreSQL")
+    let opts = PostgresOptions {
+        data_dir: dir.join("postgres"),
+        port: None,
+        settings: vec![],
+    };
+    PrivatePostgres::start(opts)
+        .await
+        .context("starting the private PostgreSQL")
 }
 
 pub async fn s3(dir: &Path, secrets: &DevSecrets) -> anyhow::Result<(S3Server, S3Config)> {
     let root = dir.join("s3");
     std::fs::create_dir_all(&root)?;
-    let server = S3Server::start(&root, 0, "sless", &secrets.s3_access_key, &secrets.s3_secret_key)
-        .await
-        .context("starting the embedded S3 server")?;
+    let server = S3Server::start(
+        &root,
+        0,
+        "sless",
+        &secrets.s3_access_key,
+        &secrets.s3_secret_key,
+    )
+    .await
+    .context("starting the embedded S3 server")?;
     let cfg = S3Config {
         endpoint: Some(server.endpoint()),
         region: "us-east-1".into(),

@@ -76,10 +76,14 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         match cli.command {
-            Command::Dev(args) | Command::Serve(args) => serve::all_in_one(args.data_dir, args.listen).await,
+            Command::Dev(args) | Command::Serve(args) => {
+                serve::all_in_one(args.data_dir, args.listen).await
+            }
             Command::Api { listen } => serve::api(listen).await,
             Command::Worker { data_dir } => serve::worker(data_dir).await,
             Command::Projector => serve::projector().await,
@@ -95,9 +99,17 @@ fn main() -> anyhow::Result<()> {
                 println!("enqueued a reconcile for {n} functions");
                 Ok(())
             }
-            Command::Token { data_dir, sub, days } => {
+            Command::Token {
+                data_dir,
+                sub,
+                days,
+            } => {
                 let secrets = embedded::DevSecrets::load(&data_dir)?;
-                let token = sless_api::issue_hs256(secrets.jwt_secret.as_bytes(), &sub, Duration::from_secs(days * 86_400));
+                let token = sless_api::issue_hs256(
+                    secrets.jwt_secret.as_bytes(),
+                    &sub,
+                    Duration::from_secs(days * 86_400),
+                );
                 println!("{token}");
                 Ok(())
             }

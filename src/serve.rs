@@ -19,7 +19,8 @@ use crate::{config, embedded};
 
 /// Resolves on Ctrl-C or SIGTERM.
 async fn stop_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
@@ -29,10 +30,16 @@ async fn stop_signal() {
 fn local_driver(dir: &Path) -> anyhow::Result<Arc<LocalDriver>> {
     let mut cfg = LocalDriverConfig::new(dir.join("local"));
     cfg.python = config::python();
-    Ok(Arc::new(LocalDriver::new(cfg).context("preparing the local driver")?))
+    Ok(Arc::new(
+        LocalDriver::new(cfg).context("preparing the local driver")?,
+    ))
 }
 
-async fn serve_http(listener: tokio::net::TcpListener, state: AppState, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+async fn serve_http(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
     let app = sless_api::router(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
@@ -44,7 +51,8 @@ async fn serve_http(listener: tokio::net::TcpListener, state: AppState, mut stop
 
 /// Every role in one process: the embedded default.
 pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
     let data_dir = data_dir.canonicalize()?;
     let secrets = embedded::DevSecrets::load_or_create(&data_dir)?;
 
@@ -65,26 +73,42 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result
     };
     let jwt_secret = config::jwt_secret().unwrap_or_else(|| secrets.jwt_secret.clone());
 
-    let pool = sless_store::connect(&url, 30).await.context("connecting to PostgreSQL")?;
+    let pool = sless_store::connect(&url, 30)
+        .await
+        .context("connecting to PostgreSQL")?;
     sless_store::migrate(&pool).await?;
     let blobs = BlobStore::new(&s3_config);
     blobs.check().await.context("checking the S3 bucket")?;
     let driver = local_driver(&data_dir)?;
 
     let (stop_tx, stop) = watch::channel(false);
-    let projector = tokio::spawn(sless_projector::run(pool.clone(), Duration::from_secs(1), stop.clone()));
+    let projector = tokio::spawn(sless_projector::run(
+        pool.clone(),
+        Duration::from_secs(1),
+        stop.clone(),
+    ));
     let worker = Worker {
         pool: pool.clone(),
-        reconciler: Reconciler { pool: pool.clone(), blobs: blobs.clone(), driver: driver.clone() },
+        reconciler: Reconciler {
+            pool: pool.clone(),
+            blobs: blobs.clone(),
+            driver: driver.clone(),
+        },
         config: config::worker()?,
     };
     let worker = tokio::spawn(worker.run(stop.clone()));
     // Processes did not survive the last stop: converge everything again.
     sless_store::queue::enqueue_reconcile_all(&pool).await?;
 
-    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listening on {listen}"))?;
     let addr = listener.local_addr()?;
-    let state = AppState::new(pool.clone(), blobs, Auth::hs256(jwt_secret.as_bytes(), None, None));
+    let state = AppState::new(
+        pool.clone(),
+        blobs,
+        Auth::hs256(jwt_secret.as_bytes(), None, None),
+    );
     let http = tokio::spawn(serve_http(listener, state, stop.clone()));
     announce(&data_dir, addr, &jwt_secret)?;
 
@@ -109,7 +133,11 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result
 /// Prints how to reach this instance and writes `dev.json`.
 fn announce(data_dir: &Path, addr: SocketAddr, jwt_secret: &str) -> anyhow::Result<()> {
     let sub = "dev";
-    let token = sless_api::issue_hs256(jwt_secret.as_bytes(), sub, Duration::from_secs(365 * 86_400));
+    let token = sless_api::issue_hs256(
+        jwt_secret.as_bytes(),
+        sub,
+        Duration::from_secs(365 * 86_400),
+    );
     let ns = Namespace::for_subject(sub);
     let url = format!("http://{addr}");
     let info = json!({ "url": url, "token": token, "namespace": ns });
@@ -157,7 +185,11 @@ pub async fn worker(data_dir: PathBuf) -> anyhow::Result<()> {
     eprintln!("sless worker {} started (lease {:?})", cfg.id, cfg.lease);
     let worker = Worker {
         pool: pool.clone(),
-        reconciler: Reconciler { pool: pool.clone(), blobs, driver: driver.clone() },
+        reconciler: Reconciler {
+            pool: pool.clone(),
+            blobs,
+            driver: driver.clone(),
+        },
         config: cfg,
     };
     let (tx, rx) = watch::channel(false);

@@ -36,20 +36,36 @@ impl Auth {
             Some(aud) => validation.set_audience(&[aud]),
             None => validation.validate_aud = false,
         }
-        Auth { decoding: DecodingKey::from_secret(secret), validation, admin_claim: "sless_admin".into() }
+        Auth {
+            decoding: DecodingKey::from_secret(secret),
+            validation,
+            admin_claim: "sless_admin".into(),
+        }
     }
 
     pub fn verify(&self, token: &str) -> Result<Caller, ApiError> {
-        let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, &self.decoding, &self.validation)
-            .map_err(|e| ApiError::unauthorized(format!("the token was refused: {e}")))?;
+        let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+            token,
+            &self.decoding,
+            &self.validation,
+        )
+        .map_err(|e| ApiError::unauthorized(format!("the token was refused: {e}")))?;
         let sub = data
             .claims
             .get("sub")
             .and_then(|s| s.as_str())
             .filter(|s| !s.is_empty())
             .ok_or_else(|| ApiError::unauthorized("the token has no subject (sub)"))?;
-        let admin = data.claims.get(&self.admin_claim).and_then(|a| a.as_bool()).unwrap_or(false);
-        Ok(Caller { sub: sub.to_owned(), namespace: Namespace::for_subject(sub), admin })
+        let admin = data
+            .claims
+            .get(&self.admin_claim)
+            .and_then(|a| a.as_bool())
+            .unwrap_or(false);
+        Ok(Caller {
+            sub: sub.to_owned(),
+            namespace: Namespace::for_subject(sub),
+            admin,
+        })
     }
 }
 
@@ -64,9 +80,17 @@ struct DevClaims {
 /// Signs an HS256 token for `sub`, valid for `valid_for`.
 pub fn issue_hs256(secret: &[u8], sub: &str, valid_for: std::time::Duration) -> String {
     let now = chrono::Utc::now().timestamp();
-    let claims = DevClaims { sub: sub.to_owned(), iat: now, exp: now + valid_for.as_secs() as i64 };
-    jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret))
-        .expect("HS256 signing cannot fail")
+    let claims = DevClaims {
+        sub: sub.to_owned(),
+        iat: now,
+        exp: now + valid_for.as_secs() as i64,
+    };
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret),
+    )
+    .expect("HS256 signing cannot fail")
 }
 
 /// Who is calling.
@@ -83,25 +107,39 @@ impl Caller {
     pub fn namespace(&self, path_ns: &str) -> Result<Namespace, ApiError> {
         let hidden = || ApiError::not_found(format!("namespace {path_ns:?} not found"));
         let ns = Namespace::parse(path_ns).map_err(|_| hidden())?;
-        if ns == self.namespace || self.admin { Ok(ns) } else { Err(hidden()) }
+        if ns == self.namespace || self.admin {
+            Ok(ns)
+        } else {
+            Err(hidden())
+        }
     }
 }
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)
-            .ok_or_else(|| ApiError::unauthorized("an Authorization: Bearer <token> header is required"))?;
+            .ok_or_else(|| {
+                ApiError::unauthorized("an Authorization: Bearer <token> header is required")
+            })?;
         let token = header
             .to_str()
             .ok()
-            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
             .map(str::trim)
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| ApiError::unauthorized("the Authorization header must be 'Bearer <token>'"))?;
+            .ok_or_else(|| {
+                ApiError::unauthorized("the Authorization header must be 'Bearer <token>'")
+            })?;
         state.auth.verify(token)
     }
 }

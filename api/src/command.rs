@@ -24,12 +24,26 @@ pub struct RequestContext {
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 impl RequestContext {
-    pub fn new(caller: Caller, headers: &HeaderMap, method: &str, path: &str, body: &[u8]) -> ApiResult<RequestContext> {
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    pub fn new(
+        caller: Caller,
+        headers: &HeaderMap,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> ApiResult<RequestContext> {
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
         let idempotency = match header(IDEMPOTENCY_KEY) {
             None => None,
             Some(k) if k.is_empty() || k.len() > 255 => {
-                return Err(ApiError::invalid("Idempotency-Key", "the Idempotency-Key header must be 1-255 characters"));
+                return Err(ApiError::invalid(
+                    "Idempotency-Key",
+                    "the Idempotency-Key header must be 1-255 characters",
+                ));
             }
             Some(k) => {
                 let mut h = Sha256::new();
@@ -61,8 +75,13 @@ impl RequestContext {
 
     /// The answer an earlier request with the same key got, if any. A key
     /// reused for a different request is refused.
-    pub async fn replay(&self, state: &AppState) -> ApiResult<Option<(StatusCode, serde_json::Value)>> {
-        let Some((key, hash)) = &self.idempotency else { return Ok(None) };
+    pub async fn replay(
+        &self,
+        state: &AppState,
+    ) -> ApiResult<Option<(StatusCode, serde_json::Value)>> {
+        let Some((key, hash)) = &self.idempotency else {
+            return Ok(None);
+        };
         let Some(stored) = idempotency::lookup(&state.pool, &self.caller.sub, key).await? else {
             return Ok(None);
         };
@@ -98,7 +117,8 @@ pub async fn commit(
     answer: impl FnOnce(Appended) -> (StatusCode, serde_json::Value),
 ) -> ApiResult<(StatusCode, serde_json::Value)> {
     let mut tx = state.pool.begin().await?;
-    let appended = eventlog::append(&mut tx, &cmd.stream, cmd.expected_version, &cmd.events).await?;
+    let appended =
+        eventlog::append(&mut tx, &cmd.stream, cmd.expected_version, &cmd.events).await?;
     if let Some(key) = &cmd.reconcile
         && !cmd.events.is_empty()
     {
@@ -106,7 +126,11 @@ pub async fn commit(
     }
     let (status, body) = answer(appended);
     if let Some((key, hash)) = &ctx.idempotency {
-        let stored = StoredAnswer { request_hash: hash.clone(), status: status.as_u16(), body: body.clone() };
+        let stored = StoredAnswer {
+            request_hash: hash.clone(),
+            status: status.as_u16(),
+            body: body.clone(),
+        };
         if let Err(e) = idempotency::save(&mut *tx, &ctx.caller.sub, key, &stored).await {
             if e.is_unique_violation() {
                 drop(tx);
@@ -123,7 +147,11 @@ pub async fn commit(
 }
 
 /// Builds the events of a command from domain events.
-pub fn new_events(ctx: &RequestContext, namespace: &str, events: &[sless_domain::FunctionEvent]) -> Vec<NewEvent> {
+pub fn new_events(
+    ctx: &RequestContext,
+    namespace: &str,
+    events: &[sless_domain::FunctionEvent],
+) -> Vec<NewEvent> {
     events
         .iter()
         .map(|e| NewEvent {

@@ -33,8 +33,19 @@ struct Problem<'a> {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, kind: &'static str, title: &'static str, detail: impl Into<String>) -> ApiError {
-        ApiError { status, kind, title, detail: detail.into(), field: None }
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> ApiError {
+        ApiError {
+            status,
+            kind,
+            title,
+            detail: detail.into(),
+            field: None,
+        }
     }
 
     pub fn with_field(mut self, field: impl Into<String>) -> ApiError {
@@ -43,7 +54,12 @@ impl ApiError {
     }
 
     pub fn unauthorized(detail: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "Missing or invalid token", detail)
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "Missing or invalid token",
+            detail,
+        )
     }
 
     pub fn not_found(detail: impl Into<String>) -> ApiError {
@@ -51,15 +67,31 @@ impl ApiError {
     }
 
     pub fn invalid(field: &str, detail: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", "Invalid request field", detail).with_field(field)
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-field",
+            "Invalid request field",
+            detail,
+        )
+        .with_field(field)
     }
 
     pub fn malformed(detail: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "malformed-request", "Malformed request body", detail)
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "malformed-request",
+            "Malformed request body",
+            detail,
+        )
     }
 
     pub fn internal(detail: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error", detail)
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Internal error",
+            detail,
+        )
     }
 
     pub fn body(&self) -> serde_json::Value {
@@ -80,7 +112,8 @@ impl IntoResponse for ApiError {
             tracing::error!(status = %self.status, detail = %self.detail, "request failed");
         }
         let mut res = (self.status, axum::Json(self.body())).into_response();
-        res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        res.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         res
     }
 }
@@ -89,11 +122,16 @@ impl From<DomainError> for ApiError {
     fn from(e: DomainError) -> ApiError {
         match e {
             DomainError::Invalid { field, detail } => ApiError::invalid(field, detail),
-            DomainError::AlreadyExists(what) => {
-                ApiError::new(StatusCode::CONFLICT, "already-exists", "Already exists", format!("{what} already exists"))
-            }
+            DomainError::AlreadyExists(what) => ApiError::new(
+                StatusCode::CONFLICT,
+                "already-exists",
+                "Already exists",
+                format!("{what} already exists"),
+            ),
             DomainError::NotFound(what) => ApiError::not_found(format!("{what} not found")),
-            DomainError::Conflict(detail) => ApiError::new(StatusCode::CONFLICT, "conflict", "Conflict", detail),
+            DomainError::Conflict(detail) => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", "Conflict", detail)
+            }
         }
     }
 }
@@ -101,11 +139,19 @@ impl From<DomainError> for ApiError {
 impl From<ArchiveError> for ApiError {
     fn from(e: ArchiveError) -> ApiError {
         match e {
-            ArchiveError::TooLarge { .. } => {
-                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "archive-too-large", "Archive too large", e.to_string())
-            }
-            _ => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-archive", "Invalid archive", e.to_string())
-                .with_field("body"),
+            ArchiveError::TooLarge { .. } => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "archive-too-large",
+                "Archive too large",
+                e.to_string(),
+            ),
+            _ => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-archive",
+                "Invalid archive",
+                e.to_string(),
+            )
+            .with_field("body"),
         }
     }
 }

@@ -9,7 +9,10 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use serde::Deserialize;
 use serde_json::json;
 use sless_domain::archive::{self, ValidArchive};
-use sless_domain::{Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName, FunctionSpec, Runtime, UploadedSource, decide};
+use sless_domain::{
+    Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName, FunctionSpec, Runtime,
+    UploadedSource, decide,
+};
 use sless_store::blobs;
 use sless_store::eventlog;
 use sless_store::readmodel::{self, FunctionRow};
@@ -54,7 +57,10 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
                 .filter(|_| msg.starts_with("unknown field") || msg.starts_with("missing field"))
                 .unwrap_or("body")
                 .to_owned();
-            ApiError::invalid(&field, format!("the request body does not match the schema: {msg}"))
+            ApiError::invalid(
+                &field,
+                format!("the request body does not match the schema: {msg}"),
+            )
         }
         _ => ApiError::malformed(format!("the request body is not valid JSON: {e}")),
     })
@@ -65,8 +71,9 @@ pub async fn load(state: &AppState, key: &FunctionKey) -> ApiResult<Function> {
     let events = eventlog::read_stream(&state.pool, &key.stream()).await?;
     let mut f = Function::default();
     for e in &events {
-        let ev = FunctionEvent::from_stored(&e.event_type, &e.data)
-            .map_err(|err| ApiError::internal(format!("event {} cannot be read: {err}", e.position)))?;
+        let ev = FunctionEvent::from_stored(&e.event_type, &e.data).map_err(|err| {
+            ApiError::internal(format!("event {} cannot be read: {err}", e.position))
+        })?;
         f = f.evolve(&ev);
     }
     Ok(f)
@@ -160,7 +167,11 @@ pub async fn create(
     Ok((status, Json(body)))
 }
 
-pub async fn list(State(state): State<AppState>, caller: Caller, Path(ns): Path<String>) -> ApiResult<Json<serde_json::Value>> {
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(ns): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
     let namespace = caller.namespace(&ns)?;
     let rows = readmodel::function_rows(&state.pool, namespace.as_str()).await?;
     let items: Vec<_> = rows.iter().map(view_of_row).collect();
@@ -173,30 +184,50 @@ pub async fn get(
     Path((ns, name)): Path<(String, String)>,
 ) -> ApiResult<Json<serde_json::Value>> {
     let namespace = caller.namespace(&ns)?;
-    let name = parse_name(&name).map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
-    if let Some(row) = readmodel::function_row(&state.pool, namespace.as_str(), name.as_str()).await? {
+    let name = parse_name(&name)
+        .map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
+    if let Some(row) =
+        readmodel::function_row(&state.pool, namespace.as_str(), name.as_str()).await?
+    {
         return Ok(Json(view_of_row(&row)));
     }
     // Not projected yet (just created): answer from the log.
     let key = FunctionKey::new(namespace, name);
     let f = load(&state, &key).await?;
     if !f.exists() {
-        return Err(ApiError::not_found(format!("function {:?} not found in {}", key.name.as_str(), key.namespace)));
+        return Err(ApiError::not_found(format!(
+            "function {:?} not found in {}",
+            key.name.as_str(),
+            key.namespace
+        )));
     }
     Ok(Json(view_of_state(&key, &f)))
 }
 
 fn check_zip_content_type(headers: &HeaderMap) -> ApiResult<()> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    if matches!(mime.as_str(), "application/zip" | "application/x-zip-compressed" | "application/octet-stream") {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if matches!(
+        mime.as_str(),
+        "application/zip" | "application/x-zip-compressed" | "application/octet-stream"
+    ) {
         Ok(())
     } else {
         Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported-media-type",
             "Unsupported media type",
-            format!("upload the zip as the raw body with Content-Type: application/zip (got {ct:?})"),
+            format!(
+                "upload the zip as the raw body with Content-Type: application/zip (got {ct:?})"
+            ),
         )
         .with_field("Content-Type"))
     }
@@ -212,7 +243,8 @@ pub async fn upload(
     body: Bytes,
 ) -> ApiResult<Answer> {
     let namespace = caller.namespace(&ns)?;
-    let name = parse_name(&name).map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
+    let name = parse_name(&name)
+        .map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
     let key = FunctionKey::new(namespace, name);
     let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
     if let Some((status, body)) = ctx.replay(&state).await? {
@@ -220,18 +252,22 @@ pub async fn upload(
     }
     check_zip_content_type(&headers)?;
     let current = load(&state, &key).await?;
-    let spec = current
-        .spec
-        .clone()
-        .ok_or_else(|| ApiError::not_found(format!("function {:?} not found in {}", key.name.as_str(), key.namespace)))?;
+    let spec = current.spec.clone().ok_or_else(|| {
+        ApiError::not_found(format!(
+            "function {:?} not found in {}",
+            key.name.as_str(),
+            key.namespace
+        ))
+    })?;
     let limits = state.limits;
-    let (archive, context, zip_bytes) = tokio::task::spawn_blocking(move || -> ApiResult<(ValidArchive, Vec<u8>, Bytes)> {
-        let archive = archive::validate_zip(&body, &limits)?;
-        let context = archive::build_context(spec.runtime, &archive.files);
-        Ok((archive, context, body))
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("archive check: {e}")))??;
+    let (archive, context, zip_bytes) =
+        tokio::task::spawn_blocking(move || -> ApiResult<(ValidArchive, Vec<u8>, Bytes)> {
+            let archive = archive::validate_zip(&body, &limits)?;
+            let context = archive::build_context(spec.runtime, &archive.files);
+            Ok((archive, context, body))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("archive check: {e}")))??;
     let source = UploadedSource {
         sha256: archive.sha256.clone(),
         size: archive.size,
@@ -240,11 +276,21 @@ pub async fn upload(
         context_sha256: archive::sha256_hex(&context),
         context_key: String::new(),
     };
-    let source = UploadedSource { context_key: blobs::context_key(&source.context_sha256), ..source };
-    let events = decide(&current, FunctionCommand::Upload { source: source.clone() })?;
+    let source = UploadedSource {
+        context_key: blobs::context_key(&source.context_sha256),
+        ..source
+    };
+    let events = decide(
+        &current,
+        FunctionCommand::Upload {
+            source: source.clone(),
+        },
+    )?;
     let Some(FunctionEvent::FunctionUploaded(version)) = events.first().cloned() else {
         // Identical to the current version: nothing new to store or build.
-        let v = current.current().expect("an identical upload has a current version");
+        let v = current
+            .current()
+            .expect("an identical upload has a current version");
         let body = json!({
             "version": v.version, "sha256": v.sha256, "size": v.size, "files": v.files,
             "unchanged": true, "status_url": function_path(&key),
@@ -252,8 +298,14 @@ pub async fn upload(
         return Ok((StatusCode::OK, Json(body)));
     };
     // The blobs go first: the event that references them must never exist without them.
-    state.blobs.put_if_absent(&source.zip_key, zip_bytes.to_vec(), "application/zip").await?;
-    state.blobs.put_if_absent(&source.context_key, context, "application/gzip").await?;
+    state
+        .blobs
+        .put_if_absent(&source.zip_key, zip_bytes.to_vec(), "application/zip")
+        .await?;
+    state
+        .blobs
+        .put_if_absent(&source.context_key, context, "application/gzip")
+        .await?;
     let cmd = Command {
         stream: key.stream(),
         expected_version: current.stream_version,

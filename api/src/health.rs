@@ -24,5 +24,12 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<serde_js
         "database": match &db { Ok(_) => "ok".to_string(), Err(e) => e.to_string() },
         "migrations": match migrations { Some(true) => "current", Some(false) => "behind", None => "unknown" },
     });
-    (if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(body))
+    (
+        if ok {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        },
+        Json(body),
+    )
 }

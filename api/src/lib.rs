@@ -38,7 +38,13 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(pool: PgPool, blobs: BlobStore, auth: Auth) -> AppState {
-        AppState { pool, blobs, auth, limits: ArchiveLimits::default(), http: proxy::client() }
+        AppState {
+            pool,
+            blobs,
+            auth,
+            limits: ArchiveLimits::default(),
+            http: proxy::client(),
+        }
     }
 }
 
@@ -46,7 +52,10 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     let upload_limit = state.limits.max_zip_bytes as usize;
     let v1 = Router::new()
-        .route("/namespaces/{ns}/functions", get(functions::list).post(functions::create))
+        .route(
+            "/namespaces/{ns}/functions",
+            get(functions::list).post(functions::create),
+        )
         .route("/namespaces/{ns}/functions/{name}", get(functions::get))
         .route(
             "/namespaces/{ns}/functions/{name}/upload",

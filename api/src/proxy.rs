@@ -24,7 +24,8 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
-pub type HttpClient = hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
+pub type HttpClient =
+    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
 
 pub fn client() -> HttpClient {
     let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
@@ -35,8 +36,14 @@ pub fn client() -> HttpClient {
         .build(connector)
 }
 
-pub async fn invoke_root(State(state): State<AppState>, Path((ns, name)): Path<(String, String)>, req: Request) -> Response {
-    forward(state, ns, name, String::new(), req).await.into_response()
+pub async fn invoke_root(
+    State(state): State<AppState>,
+    Path((ns, name)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    forward(state, ns, name, String::new(), req)
+        .await
+        .into_response()
 }
 
 pub async fn invoke_path(
@@ -47,22 +54,42 @@ pub async fn invoke_path(
     forward(state, ns, name, rest, req).await.into_response()
 }
 
-async fn forward(state: AppState, ns: String, name: String, rest: String, req: Request) -> ApiResult<Response> {
-    let missing = || ApiError::not_found(format!("function {name:?} not found in namespace {ns:?}"));
+async fn forward(
+    state: AppState,
+    ns: String,
+    name: String,
+    rest: String,
+    req: Request,
+) -> ApiResult<Response> {
+    let missing =
+        || ApiError::not_found(format!("function {name:?} not found in namespace {ns:?}"));
     if rest.starts_with("__sless") {
         return Err(ApiError::not_found("paths under /__sless are reserved"));
     }
-    let row = readmodel::function_row(&state.pool, &ns, &name).await?.ok_or_else(missing)?;
-    let endpoint = row.endpoint.as_deref().filter(|_| row.deployed_version.is_some()).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "function-not-ready",
-            "Function not ready",
-            format!("function {name:?} has nothing running yet (phase {})", row.phase.as_str()),
-        )
-    })?;
+    let row = readmodel::function_row(&state.pool, &ns, &name)
+        .await?
+        .ok_or_else(missing)?;
+    let endpoint = row
+        .endpoint
+        .as_deref()
+        .filter(|_| row.deployed_version.is_some())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "function-not-ready",
+                "Function not ready",
+                format!(
+                    "function {name:?} has nothing running yet (phase {})",
+                    row.phase.as_str()
+                ),
+            )
+        })?;
     let (mut parts, body) = req.into_parts();
-    let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    let query = parts
+        .uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
     let target: Uri = format!("{endpoint}/{rest}{query}")
         .parse()
         .map_err(|e| ApiError::internal(format!("bad function endpoint {endpoint}: {e}")))?;
@@ -79,7 +106,10 @@ async fn forward(state: AppState, ns: String, name: String, rest: String, req: R
                 StatusCode::GATEWAY_TIMEOUT,
                 "function-timeout",
                 "Function timed out",
-                format!("function {name:?} did not answer within its timeout of {}s", row.spec.timeout_sec),
+                format!(
+                    "function {name:?} did not answer within its timeout of {}s",
+                    row.spec.timeout_sec
+                ),
             ));
         }
         Ok(Err(e)) => {

@@ -50,7 +50,9 @@ pub enum ArchiveError {
     TooManyFiles { count: usize, limit: usize },
     #[error("the archive unpacks to more than {limit} bytes")]
     UnpacksTooLarge { limit: u64 },
-    #[error("the archive unpacks to {ratio}x its size; more than {limit}x looks like a decompression bomb")]
+    #[error(
+        "the archive unpacks to {ratio}x its size; more than {limit}x looks like a decompression bomb"
+    )]
     Bomb { ratio: u64, limit: u64 },
     #[error("entry {path:?} is not allowed: {why}")]
     BadEntry { path: String, why: &'static str },
@@ -77,16 +79,25 @@ const S_IFDIR: u32 = 0o040000;
 pub fn validate_zip(bytes: &[u8], limits: &ArchiveLimits) -> Result<ValidArchive, ArchiveError> {
     let size = bytes.len() as u64;
     if size > limits.max_zip_bytes {
-        return Err(ArchiveError::TooLarge { size, limit: limits.max_zip_bytes });
+        return Err(ArchiveError::TooLarge {
+            size,
+            limit: limits.max_zip_bytes,
+        });
     }
-    let mut zip = zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+    let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
+        .map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
     if zip.len() > limits.max_files {
-        return Err(ArchiveError::TooManyFiles { count: zip.len(), limit: limits.max_files });
+        return Err(ArchiveError::TooManyFiles {
+            count: zip.len(),
+            limit: limits.max_files,
+        });
     }
     // Declared sizes first: cheap, and refuses most bombs before inflating anything.
     let mut declared: u64 = 0;
     for i in 0..zip.len() {
-        let entry = zip.by_index_raw(i).map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+        let entry = zip
+            .by_index_raw(i)
+            .map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
         declared = declared.saturating_add(entry.size());
     }
     check_unpacked(declared, size, limits)?;
@@ -94,12 +105,17 @@ pub fn validate_zip(bytes: &[u8], limits: &ArchiveLimits) -> Result<ValidArchive
     let mut files = BTreeMap::new();
     let mut unpacked: u64 = 0;
     for i in 0..zip.len() {
-        let mut entry = zip.by_index(i).map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
+        let mut entry = zip
+            .by_index(i)
+            .map_err(|e| ArchiveError::Corrupt(e.to_string()))?;
         let raw_name = entry
             .name()
             .map_err(|e| ArchiveError::Corrupt(format!("entry {i}: {e}")))?
             .into_owned();
-        let bad = |why| ArchiveError::BadEntry { path: raw_name.clone(), why };
+        let bad = |why| ArchiveError::BadEntry {
+            path: raw_name.clone(),
+            why,
+        };
         let path = check_path(&raw_name).map_err(bad)?;
         let kind = entry.unix_mode().map(|m| m & S_IFMT);
         if kind == Some(S_IFLNK) {
@@ -112,7 +128,9 @@ pub fn validate_zip(bytes: &[u8], limits: &ArchiveLimits) -> Result<ValidArchive
             return Err(bad("only regular files and directories are allowed"));
         }
         if path == "Dockerfile" {
-            return Err(bad("a Dockerfile at the archive root is reserved: sless generates it"));
+            return Err(bad(
+                "a Dockerfile at the archive root is reserved: sless generates it",
+            ));
         }
         // Never trust the declared size: read at most what the limit still allows.
         let room = limits.max_unpacked_bytes - unpacked.min(limits.max_unpacked_bytes);
@@ -124,23 +142,39 @@ pub fn validate_zip(bytes: &[u8], limits: &ArchiveLimits) -> Result<ValidArchive
         unpacked += data.len() as u64;
         check_unpacked(unpacked, size, limits)?;
         if files.insert(path.clone(), data).is_some() {
-            return Err(ArchiveError::BadEntry { path, why: "the path appears twice" });
+            return Err(ArchiveError::BadEntry {
+                path,
+                why: "the path appears twice",
+            });
         }
     }
     if files.is_empty() {
         return Err(ArchiveError::Empty);
     }
-    Ok(ValidArchive { sha256: sha256_hex(bytes), size, files })
+    Ok(ValidArchive {
+        sha256: sha256_hex(bytes),
+        size,
+        files,
+    })
 }
 
-fn check_unpacked(unpacked: u64, zip_size: u64, limits: &ArchiveLimits) -> Result<(), ArchiveError> {
+fn check_unpacked(
+    unpacked: u64,
+    zip_size: u64,
+    limits: &ArchiveLimits,
+) -> Result<(), ArchiveError> {
     if unpacked > limits.max_unpacked_bytes {
-        return Err(ArchiveError::UnpacksTooLarge { limit: limits.max_unpacked_bytes });
+        return Err(ArchiveError::UnpacksTooLarge {
+            limit: limits.max_unpacked_bytes,
+        });
     }
     if unpacked > limits.ratio_floor_bytes {
         let ratio = unpacked / zip_size.max(1);
         if ratio > limits.max_ratio {
-            return Err(ArchiveError::Bomb { ratio, limit: limits.max_ratio });
+            return Err(ArchiveError::Bomb {
+                ratio,
+                limit: limits.max_ratio,
+            });
         }
     }
     Ok(())
@@ -211,7 +245,8 @@ pub fn build_context(runtime: Runtime, files: &BTreeMap<String, Vec<u8>>) -> Vec
         header.set_mode(0o644);
         header.set_mtime(0);
         header.set_entry_type(tar::EntryType::Regular);
-        tar.append_data(&mut header, path, data).expect("writing to memory");
+        tar.append_data(&mut header, path, data)
+            .expect("writing to memory");
     }
     let gz = tar.into_inner().expect("writing to memory");
     let mut out = gz.finish().expect("writing to memory");

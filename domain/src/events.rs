@@ -78,11 +78,16 @@ impl FunctionEvent {
     /// The `data` column: the variant's fields as JSON.
     pub fn data(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).expect("events serialize");
-        v.get_mut("data").map(serde_json::Value::take).unwrap_or(serde_json::Value::Object(Default::default()))
+        v.get_mut("data")
+            .map(serde_json::Value::take)
+            .unwrap_or(serde_json::Value::Object(Default::default()))
     }
 
     /// Rebuilds an event from the log's `type` and `data` columns.
-    pub fn from_stored(type_name: &str, data: &serde_json::Value) -> Result<Self, serde_json::Error> {
+    pub fn from_stored(
+        type_name: &str,
+        data: &serde_json::Value,
+    ) -> Result<Self, serde_json::Error> {
         serde_json::from_value(serde_json::json!({ "type": type_name, "data": data }))
     }
 }
@@ -114,7 +119,10 @@ mod tests {
                 context_key: "c".into(),
             }),
             FunctionEvent::BuildStarted { version: 1 },
-            FunctionEvent::FunctionDeployed { version: 1, endpoint: "http://x".into() },
+            FunctionEvent::FunctionDeployed {
+                version: 1,
+                endpoint: "http://x".into(),
+            },
         ];
         for e in events {
             let back = FunctionEvent::from_stored(e.type_name(), &e.data()).unwrap();

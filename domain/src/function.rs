@@ -3,9 +3,9 @@
 
 use serde::Serialize;
 
+use crate::DomainError;
 use crate::events::{FunctionEvent, SourceVersion};
 use crate::spec::FunctionSpec;
-use crate::DomainError;
 
 /// Where a function is in its life, as users see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -90,8 +90,16 @@ impl Function {
             FunctionEvent::BuildSucceeded { version, artifact } => {
                 self.built = Some((*version, artifact.clone()));
             }
-            FunctionEvent::BuildFailed { version, error, log_tail }
-            | FunctionEvent::DeployFailed { version, error, log_tail } => {
+            FunctionEvent::BuildFailed {
+                version,
+                error,
+                log_tail,
+            }
+            | FunctionEvent::DeployFailed {
+                version,
+                error,
+                log_tail,
+            } => {
                 if self.current_version == Some(*version) {
                     self.phase = Phase::Failed;
                     self.last_error = Some(with_tail(error, log_tail));
@@ -116,7 +124,9 @@ impl Function {
 
     /// Folds a whole stream.
     pub fn fold<'a>(events: impl IntoIterator<Item = &'a FunctionEvent>) -> Function {
-        events.into_iter().fold(Function::default(), Function::evolve)
+        events
+            .into_iter()
+            .fold(Function::default(), Function::evolve)
     }
 }
 
@@ -131,9 +141,13 @@ fn with_tail(error: &str, log_tail: &str) -> String {
 /// What a user or a worker asks of a function.
 #[derive(Debug, Clone)]
 pub enum FunctionCommand {
-    Create { spec: FunctionSpec },
+    Create {
+        spec: FunctionSpec,
+    },
     /// Record an upload whose blobs are already stored. `version` is filled by `decide`.
-    Upload { source: UploadedSource },
+    Upload {
+        source: UploadedSource,
+    },
 }
 
 /// An upload's facts, before it gets its version number.

@@ -12,9 +12,9 @@ pub mod function;
 pub mod names;
 pub mod spec;
 
-pub use names::{FunctionKey, FunctionName, Namespace};
 pub use events::{FunctionEvent, SourceVersion};
 pub use function::{Function, FunctionCommand, Phase, UploadedSource, decide};
+pub use names::{FunctionKey, FunctionName, Namespace};
 pub use spec::{FunctionSpec, Runtime};
 
 /// Why a command was refused or an input rejected.

@@ -12,7 +12,9 @@ use crate::DomainError;
 fn check_dns_label(field: &'static str, s: &str) -> Result<(), DomainError> {
     let invalid = |why: &str| DomainError::Invalid {
         field,
-        detail: format!("{s:?} is not a valid name: {why} (a DNS-1123 label: 1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit)"),
+        detail: format!(
+            "{s:?} is not a valid name: {why} (a DNS-1123 label: 1-63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit)"
+        ),
     };
     if s.is_empty() {
         return Err(invalid("it is empty"));

@@ -160,8 +160,18 @@ mod tests {
             ("entrypoint", Box::new(|s| s.entrypoint = "a.b-c".into())),
             ("memory_mb", Box::new(|s| s.memory_mb = 1)),
             ("timeout_sec", Box::new(|s| s.timeout_sec = 0)),
-            ("env_vars", Box::new(|s| { s.env_vars.insert("1X".into(), "v".into()); })),
-            ("env_vars", Box::new(|s| { s.env_vars.insert("SLESS_PORT".into(), "v".into()); })),
+            (
+                "env_vars",
+                Box::new(|s| {
+                    s.env_vars.insert("1X".into(), "v".into());
+                }),
+            ),
+            (
+                "env_vars",
+                Box::new(|s| {
+                    s.env_vars.insert("SLESS_PORT".into(), "v".into());
+                }),
+            ),
         ];
         for (field, change) in cases {
             let mut s = spec();

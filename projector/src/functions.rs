@@ -17,19 +17,32 @@ pub(crate) async fn apply(tx: &mut PgConnection, event: &RecordedEvent) -> Resul
         event_type: event.event_type.clone(),
         error,
     };
-    let (ns, name) = parse_stream(&event.stream).ok_or_else(|| bad(format!("stream {:?}", event.stream)))?;
-    let decoded = FunctionEvent::from_stored(&event.event_type, &event.data).map_err(|e| bad(e.to_string()))?;
+    let (ns, name) =
+        parse_stream(&event.stream).ok_or_else(|| bad(format!("stream {:?}", event.stream)))?;
+    let decoded = FunctionEvent::from_stored(&event.event_type, &event.data)
+        .map_err(|e| bad(e.to_string()))?;
     let existing = function_row(&mut *tx, ns, name).await?;
     let at = existing.as_ref().map_or(0, |r| r.stream_version as i64);
     if event.version <= at {
         return Ok(()); // applied already
     }
     if event.version != at + 1 {
-        return Err(Error::OutOfOrder { stream: event.stream.clone(), version: event.version, at, position: event.position });
+        return Err(Error::OutOfOrder {
+            stream: event.stream.clone(),
+            version: event.version,
+            at,
+            position: event.position,
+        });
     }
-    let before = existing.as_ref().map(FunctionRow::state).unwrap_or_default();
+    let before = existing
+        .as_ref()
+        .map(FunctionRow::state)
+        .unwrap_or_default();
     let after = before.evolve(&decoded);
-    let spec = after.spec.as_ref().ok_or_else(|| bad("an event before FunctionCreated".into()))?;
+    let spec = after
+        .spec
+        .as_ref()
+        .ok_or_else(|| bad("an event before FunctionCreated".into()))?;
     sqlx::query(
         "insert into functions (namespace, name, runtime, entrypoint, memory_mb, timeout_sec, env_vars,
              current_version, deployed_version, endpoint, phase, last_error, stream_version, created_at, updated_at)

@@ -14,11 +14,10 @@ mod functions;
 
 use std::time::Duration;
 
-use sless_store::eventlog::{self, Checkpoint, RecordedEvent};
 use sless_store::PgPool;
+use sless_store::eventlog::{self, Checkpoint, RecordedEvent};
 use sqlx::postgres::PgListener;
 use tokio::sync::watch;
-
 
 /// The checkpoint name of the read-model projector.
 pub const NAME: &str = "read_models";
@@ -33,12 +32,23 @@ pub enum Error {
     Db(#[from] sqlx::Error),
     /// An event arrived out of its stream's order: a broken invariant, not a
     /// condition to retry.
-    #[error("event {position} is version {version} of {stream}, but the read model is at version {at}")]
-    OutOfOrder { stream: String, version: i64, at: i64, position: i64 },
+    #[error(
+        "event {position} is version {version} of {stream}, but the read model is at version {at}"
+    )]
+    OutOfOrder {
+        stream: String,
+        version: i64,
+        at: i64,
+        position: i64,
+    },
     #[error("events stayed held back by running transactions for {0:?}")]
     HeldBack(Duration),
     #[error("event {position} ({event_type}) cannot be read: {error}")]
-    BadEvent { position: i64, event_type: String, error: String },
+    BadEvent {
+        position: i64,
+        event_type: String,
+        error: String,
+    },
 }
 
 /// What one step did.
@@ -60,15 +70,24 @@ pub async fn step(pool: &PgPool, limit: i64) -> Result<Step> {
     let Some(last) = events.last() else {
         let held_back = eventlog::has_events_beyond(&mut tx, from).await?;
         tx.rollback().await?;
-        return Ok(Step { applied: 0, held_back });
+        return Ok(Step {
+            applied: 0,
+            held_back,
+        });
     };
-    let to = Checkpoint { xid: last.xid, position: last.position };
+    let to = Checkpoint {
+        xid: last.xid,
+        position: last.position,
+    };
     for event in &events {
         apply(&mut tx, event).await?;
     }
     eventlog::save_checkpoint(&mut tx, NAME, to).await?;
     tx.commit().await?;
-    Ok(Step { applied: events.len(), held_back: false })
+    Ok(Step {
+        applied: events.len(),
+        held_back: false,
+    })
 }
 
 async fn apply(tx: &mut sqlx::PgConnection, event: &RecordedEvent) -> Result<()> {
@@ -119,13 +138,20 @@ pub async fn run(pool: PgPool, poll: Duration, mut shutdown: watch::Receiver<boo
             Err(e @ (Error::OutOfOrder { .. } | Error::BadEvent { .. })) => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, "projector step failed; retrying");
-                Step { applied: 0, held_back: true }
+                Step {
+                    applied: 0,
+                    held_back: true,
+                }
             }
         };
         if s.applied > 0 {
             continue;
         }
-        let wait = if s.held_back { Duration::from_millis(5) } else { poll };
+        let wait = if s.held_back {
+            Duration::from_millis(5)
+        } else {
+            poll
+        };
         tokio::select! {
             _ = shutdown.changed() => {}
             n = listener.try_recv() => {

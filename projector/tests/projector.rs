@@ -40,51 +40,73 @@ fn new_event(stream: &str, e: &FunctionEvent) -> NewEvent {
         event_type: e.type_name().into(),
         namespace: ns,
         data: e.data(),
-        metadata: Metadata { actor: "test".into(), ..Default::default() },
+        metadata: Metadata {
+            actor: "test".into(),
+            ..Default::default()
+        },
     }
 }
 
 async fn fold(pool: &PgPool, stream: &str) -> Function {
     let events = eventlog::read_stream(pool, stream).await.unwrap();
-    let decoded: Vec<FunctionEvent> =
-        events.iter().map(|e| FunctionEvent::from_stored(&e.event_type, &e.data).unwrap()).collect();
+    let decoded: Vec<FunctionEvent> = events
+        .iter()
+        .map(|e| FunctionEvent::from_stored(&e.event_type, &e.data).unwrap())
+        .collect();
     Function::fold(&decoded)
 }
 
 /// Every function's read-model row equals a fold over its whole stream, and
 /// every upload has its version row.
 async fn assert_read_models_equal_fold(pool: &PgPool) {
-    let streams: Vec<String> =
-        sqlx::query_scalar("select distinct stream from events where stream like 'function/%' order by stream")
-            .fetch_all(pool)
-            .await
-            .unwrap();
+    let streams: Vec<String> = sqlx::query_scalar(
+        "select distinct stream from events where stream like 'function/%' order by stream",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
     assert!(!streams.is_empty());
     for stream in streams {
         let (_, rest) = stream.split_once('/').unwrap();
         let (ns, name) = rest.split_once('/').unwrap();
         let folded = fold(pool, &stream).await;
-        let row = readmodel::function_row(pool, ns, name).await.unwrap().unwrap_or_else(|| panic!("{stream} has no row"));
-        assert!(row.matches(&folded), "{stream}: read model {row:?}\nfold {folded:?}");
-        let versions: i64 = sqlx::query_scalar("select count(*) from function_versions where namespace = $1 and name = $2")
-            .bind(ns)
-            .bind(name)
-            .fetch_one(pool)
+        let row = readmodel::function_row(pool, ns, name)
             .await
-            .unwrap();
-        assert_eq!(versions as usize, folded.versions.len(), "{stream}: version rows");
+            .unwrap()
+            .unwrap_or_else(|| panic!("{stream} has no row"));
+        assert!(
+            row.matches(&folded),
+            "{stream}: read model {row:?}\nfold {folded:?}"
+        );
+        let versions: i64 = sqlx::query_scalar(
+            "select count(*) from function_versions where namespace = $1 and name = $2",
+        )
+        .bind(ns)
+        .bind(name)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            versions as usize,
+            folded.versions.len(),
+            "{stream}: version rows"
+        );
     }
 }
 
 /// One projector step that did something: repeats while every event is held
 /// back by transactions of other tests (the watermark is cluster-wide).
 async fn step_past_other_tests(pool: &PgPool) -> sless_projector::Result<sless_projector::Step> {
-    sless_testkit::eventually("a projector step that is not held back", std::time::Duration::from_secs(30), || async {
-        match sless_projector::step(pool, 100).await {
-            Ok(s) if s.applied == 0 && s.held_back => None,
-            other => Some(other),
-        }
-    })
+    sless_testkit::eventually(
+        "a projector step that is not held back",
+        std::time::Duration::from_secs(30),
+        || async {
+            match sless_projector::step(pool, 100).await {
+                Ok(s) if s.applied == 0 && s.held_back => None,
+                other => Some(other),
+            }
+        },
+    )
     .await
 }
 
@@ -95,23 +117,51 @@ async fn an_event_committed_after_a_later_position_is_not_skipped() {
 
     // A takes the lower position and stays open.
     let mut a = db.pool.begin().await.unwrap();
-    let pos_a = eventlog::append(&mut a, "function/ns/a", 0, &[new_event("function/ns/a", &created)]).await.unwrap();
+    let pos_a = eventlog::append(
+        &mut a,
+        "function/ns/a",
+        0,
+        &[new_event("function/ns/a", &created)],
+    )
+    .await
+    .unwrap();
     // B takes a higher position and commits first.
     let mut b = db.pool.begin().await.unwrap();
-    let pos_b = eventlog::append(&mut b, "function/ns/b", 0, &[new_event("function/ns/b", &created)]).await.unwrap();
+    let pos_b = eventlog::append(
+        &mut b,
+        "function/ns/b",
+        0,
+        &[new_event("function/ns/b", &created)],
+    )
+    .await
+    .unwrap();
     b.commit().await.unwrap();
     assert!(pos_a.position < pos_b.position);
 
     // The projector runs while A is still open: it must not move past A.
     let step = sless_projector::step(&db.pool, 100).await.unwrap();
-    assert_eq!(step.applied, 0, "nothing may be applied past a transaction still running");
+    assert_eq!(
+        step.applied, 0,
+        "nothing may be applied past a transaction still running"
+    );
     assert!(step.held_back);
 
     a.commit().await.unwrap();
     let applied = sless_projector::catch_up(&db.pool).await.unwrap();
     assert_eq!(applied, 2);
-    assert!(readmodel::function_row(&db.pool, "ns", "a").await.unwrap().is_some(), "A's event was skipped");
-    assert!(readmodel::function_row(&db.pool, "ns", "b").await.unwrap().is_some());
+    assert!(
+        readmodel::function_row(&db.pool, "ns", "a")
+            .await
+            .unwrap()
+            .is_some(),
+        "A's event was skipped"
+    );
+    assert!(
+        readmodel::function_row(&db.pool, "ns", "b")
+            .await
+            .unwrap()
+            .is_some()
+    );
     assert_read_models_equal_fold(&db.pool).await;
 }
 
@@ -120,28 +170,52 @@ async fn a_stream_is_applied_in_version_order_when_its_appends_overlap() {
     let db = TestDb::new().await;
     let stream = "function/ns/f";
     let mut a = db.pool.begin().await.unwrap();
-    eventlog::append(&mut a, stream, 0, &[new_event(stream, &FunctionEvent::FunctionCreated { spec: spec() })])
-        .await
-        .unwrap();
+    eventlog::append(
+        &mut a,
+        stream,
+        0,
+        &[new_event(
+            stream,
+            &FunctionEvent::FunctionCreated { spec: spec() },
+        )],
+    )
+    .await
+    .unwrap();
     // B appends version 2 to the same stream: it waits for A's stream lock.
     let pool = db.pool.clone();
     let b = tokio::spawn(async move {
         let mut b = pool.begin().await.unwrap();
-        eventlog::append(&mut b, stream, 1, &[new_event(stream, &uploaded(1))]).await.unwrap();
+        eventlog::append(&mut b, stream, 1, &[new_event(stream, &uploaded(1))])
+            .await
+            .unwrap();
         b.commit().await.unwrap();
     });
     // Meanwhile a commit on another stream, and a projector step.
     let mut c = db.pool.begin().await.unwrap();
-    eventlog::append(&mut c, "function/ns/g", 0, &[new_event("function/ns/g", &FunctionEvent::FunctionCreated { spec: spec() })])
-        .await
-        .unwrap();
+    eventlog::append(
+        &mut c,
+        "function/ns/g",
+        0,
+        &[new_event(
+            "function/ns/g",
+            &FunctionEvent::FunctionCreated { spec: spec() },
+        )],
+    )
+    .await
+    .unwrap();
     c.commit().await.unwrap();
     sless_projector::step(&db.pool, 100).await.unwrap();
-    assert!(!b.is_finished(), "the second append must wait for the first's lock");
+    assert!(
+        !b.is_finished(),
+        "the second append must wait for the first's lock"
+    );
     a.commit().await.unwrap();
     b.await.unwrap();
     sless_projector::catch_up(&db.pool).await.unwrap();
-    let row = readmodel::function_row(&db.pool, "ns", "f").await.unwrap().unwrap();
+    let row = readmodel::function_row(&db.pool, "ns", "f")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(row.stream_version, 2);
     assert_eq!(row.current_version, Some(1));
     assert_read_models_equal_fold(&db.pool).await;
@@ -153,20 +227,37 @@ async fn the_checkpoint_moves_only_with_the_read_models() {
     let stream = "function/ns/f";
     let mut tx = db.pool.begin().await.unwrap();
     let created = new_event(stream, &FunctionEvent::FunctionCreated { spec: spec() });
-    let poisoned = NewEvent { event_type: "NoSuchEvent".into(), ..created.clone() };
-    eventlog::append(&mut tx, stream, 0, &[created, poisoned]).await.unwrap();
+    let poisoned = NewEvent {
+        event_type: "NoSuchEvent".into(),
+        ..created.clone()
+    };
+    eventlog::append(&mut tx, stream, 0, &[created, poisoned])
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
 
     let err = step_past_other_tests(&db.pool).await.unwrap_err();
-    assert!(matches!(err, sless_projector::Error::BadEvent { .. }), "{err:?}");
+    assert!(
+        matches!(err, sless_projector::Error::BadEvent { .. }),
+        "{err:?}"
+    );
     // The good event before it was not applied either: same transaction.
-    assert!(readmodel::function_row(&db.pool, "ns", "f").await.unwrap().is_none());
-    let cp: Option<i64> = sqlx::query_scalar("select position from projector_checkpoints where name = $1")
-        .bind(sless_projector::NAME)
-        .fetch_optional(&db.pool)
-        .await
-        .unwrap();
-    assert!(cp.is_none_or(|p| p == 0), "checkpoint moved without its read models: {cp:?}");
+    assert!(
+        readmodel::function_row(&db.pool, "ns", "f")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let cp: Option<i64> =
+        sqlx::query_scalar("select position from projector_checkpoints where name = $1")
+            .bind(sless_projector::NAME)
+            .fetch_optional(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        cp.is_none_or(|p| p == 0),
+        "checkpoint moved without its read models: {cp:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,14 +265,21 @@ async fn applying_the_same_events_twice_changes_nothing() {
     let db = TestDb::new().await;
     let stream = "function/ns/f";
     let mut tx = db.pool.begin().await.unwrap();
-    let events = [FunctionEvent::FunctionCreated { spec: spec() }, uploaded(1), uploaded(2)];
+    let events = [
+        FunctionEvent::FunctionCreated { spec: spec() },
+        uploaded(1),
+        uploaded(2),
+    ];
     let new: Vec<_> = events.iter().map(|e| new_event(stream, e)).collect();
     eventlog::append(&mut tx, stream, 0, &new).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(sless_projector::catch_up(&db.pool).await.unwrap(), 3);
     // Rewind the checkpoint, as a crash between apply and commit would look
     // to a second copy: the rows must come out the same.
-    sqlx::query("update projector_checkpoints set xid = 0, position = 0").execute(&db.pool).await.unwrap();
+    sqlx::query("update projector_checkpoints set xid = 0, position = 0")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     assert_eq!(sless_projector::catch_up(&db.pool).await.unwrap(), 3);
     assert_read_models_equal_fold(&db.pool).await;
 }
@@ -202,7 +300,9 @@ async fn read_models_equal_a_fold_of_the_log_after_concurrent_writers_with_rollb
         let (pool, done, applied) = (db.pool.clone(), done.clone(), applied_live.clone());
         tokio::spawn(async move {
             while !done.load(Ordering::Relaxed) {
-                let s = sless_projector::step(&pool, 50).await.expect("projector step");
+                let s = sless_projector::step(&pool, 50)
+                    .await
+                    .expect("projector step");
                 applied.fetch_add(s.applied, Ordering::Relaxed);
                 if s.applied == 0 {
                     tokio::task::yield_now().await;
@@ -220,7 +320,11 @@ async fn read_models_equal_a_fold_of_the_log_after_concurrent_writers_with_rollb
                 let (stream, rollback, batch) = {
                     let mut rng = rand::rng();
                     let s = rng.random_range(0..STREAMS);
-                    (format!("function/stress/f{s}"), rng.random_bool(0.1), rng.random_range(1..=3usize))
+                    (
+                        format!("function/stress/f{s}"),
+                        rng.random_bool(0.1),
+                        rng.random_range(1..=3usize),
+                    )
                 };
                 let state = fold(&pool, &stream).await;
                 let mut events = Vec::new();
@@ -229,7 +333,10 @@ async fn read_models_equal_a_fold_of_the_log_after_concurrent_writers_with_rollb
                     let e = if !next.exists() {
                         FunctionEvent::FunctionCreated { spec: spec() }
                     } else if (w + i) % 3 == 0 {
-                        FunctionEvent::FunctionDeployed { version: next.current_version.unwrap_or(0), endpoint: format!("http://w{w}") }
+                        FunctionEvent::FunctionDeployed {
+                            version: next.current_version.unwrap_or(0),
+                            endpoint: format!("http://w{w}"),
+                        }
                     } else {
                         uploaded(next.versions.len() as u32 + 1)
                     };
@@ -259,10 +366,22 @@ async fn read_models_equal_a_fold_of_the_log_after_concurrent_writers_with_rollb
     projector.await.unwrap();
     let rest = sless_projector::catch_up(&db.pool).await.unwrap();
 
-    let total: i64 = sqlx::query_scalar("select count(*) from events").fetch_one(&db.pool).await.unwrap();
+    let total: i64 = sqlx::query_scalar("select count(*) from events")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
     let applied = applied_live.load(Ordering::Relaxed) + rest;
-    assert_eq!(applied as i64, total, "the projector applied {applied} of {total} committed events");
-    assert!(rolled_back.load(Ordering::Relaxed) > 0, "the test must roll some transactions back");
-    assert!(applied_live.load(Ordering::Relaxed) > 0, "the projector must run while writers write");
+    assert_eq!(
+        applied as i64, total,
+        "the projector applied {applied} of {total} committed events"
+    );
+    assert!(
+        rolled_back.load(Ordering::Relaxed) > 0,
+        "the test must roll some transactions back"
+    );
+    assert!(
+        applied_live.load(Ordering::Relaxed) > 0,
+        "the projector must run while writers write"
+    );
     assert_read_models_equal_fold(&db.pool).await;
 }

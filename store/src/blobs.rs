@@ -30,14 +30,23 @@ pub struct BlobStore {
     bucket: String,
 }
 
-fn blob_err<E: std::error::Error + Send + Sync + 'static>(what: &str, key: &str, e: SdkError<E>) -> Error {
-    Error::Blob(format!("{what} {key}: {}", aws_sdk_s3::error::DisplayErrorContext(e)))
+fn blob_err<E: std::error::Error + Send + Sync + 'static>(
+    what: &str,
+    key: &str,
+    e: SdkError<E>,
+) -> Error {
+    Error::Blob(format!(
+        "{what} {key}: {}",
+        aws_sdk_s3::error::DisplayErrorContext(e)
+    ))
 }
 
 impl BlobStore {
     pub fn new(cfg: &S3Config) -> BlobStore {
         let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+            .tls_provider(tls::Provider::Rustls(
+                tls::rustls_provider::CryptoMode::Ring,
+            ))
             .build_https();
         let creds = Credentials::new(&cfg.access_key, &cfg.secret_key, None, None, "sless-config");
         let mut conf = aws_sdk_s3::Config::builder()
@@ -49,7 +58,10 @@ impl BlobStore {
         if let Some(endpoint) = &cfg.endpoint {
             conf = conf.endpoint_url(endpoint);
         }
-        BlobStore { client: Client::from_conf(conf.build()), bucket: cfg.bucket.clone() }
+        BlobStore {
+            client: Client::from_conf(conf.build()),
+            bucket: cfg.bucket.clone(),
+        }
     }
 
     pub fn bucket(&self) -> &str {
@@ -68,7 +80,14 @@ impl BlobStore {
     }
 
     pub async fn exists(&self, key: &str) -> Result<bool> {
-        match self.client.head_object().bucket(&self.bucket).key(key).send().await {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(_) => Ok(true),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
             Err(e) => Err(blob_err("head", key, e)),
@@ -123,7 +142,11 @@ impl BlobStore {
                 .send()
                 .await
                 .map_err(|e| blob_err("list", prefix, e))?;
-            keys.extend(out.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+            keys.extend(
+                out.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_owned)),
+            );
             match out.next_continuation_token() {
                 Some(t) => token = Some(t.to_owned()),
                 None => return Ok(keys),

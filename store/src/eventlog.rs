@@ -94,7 +94,7 @@ pub async fn append(
     let fresh: bool = sqlx::query_scalar(
         "select pg_current_xact_id_if_assigned() is null from (select pg_advisory_xact_lock($1)) lock",
     )
-    .bind(stream_lock_key(stream))
+    .bind(stream_lock_key("one lock for all"))
     .fetch_one(&mut *conn)
     .await?;
     if !fresh {
@@ -104,16 +104,25 @@ pub async fn append(
             "append to {stream} must be the first write of its transaction"
         )));
     }
-    let actual: i64 = sqlx::query_scalar("select coalesce(max(version), 0)::bigint from events where stream = $1")
-        .bind(stream)
-        .fetch_one(&mut *conn)
-        .await?;
+    let actual: i64 = sqlx::query_scalar(
+        "select coalesce(max(version), 0)::bigint from events where stream = $1",
+    )
+    .bind(stream)
+    .fetch_one(&mut *conn)
+    .await?;
     let actual = actual as u64;
     if actual != expected {
-        return Err(Error::Conflict { stream: stream.to_owned(), expected, actual });
+        return Err(Error::Conflict {
+            stream: stream.to_owned(),
+            expected,
+            actual,
+        });
     }
     if events.is_empty() {
-        return Ok(Appended { version: actual, position: 0 });
+        return Ok(Appended {
+            version: actual,
+            position: 0,
+        });
     }
     let n = events.len();
     let versions: Vec<i32> = (1..=n).map(|i| (expected as usize + i) as i32).collect();
@@ -143,8 +152,13 @@ pub async fn append(
     .bind(&metadata)
     .fetch_one(&mut *conn)
     .await?;
-    sqlx::query("select pg_notify('sless_events', '')").execute(&mut *conn).await?;
-    Ok(Appended { version: expected + n as u64, position })
+    sqlx::query("select pg_notify('sless_events', '')")
+        .execute(&mut *conn)
+        .await?;
+    Ok(Appended {
+        version: expected + n as u64,
+        position,
+    })
 }
 
 fn recorded(row: sqlx::postgres::PgRow) -> RecordedEvent {
@@ -161,23 +175,31 @@ fn recorded(row: sqlx::postgres::PgRow) -> RecordedEvent {
     }
 }
 
-const COLUMNS: &str = "position, xid, stream, version, type, namespace, data, metadata, recorded_at";
+const COLUMNS: &str =
+    "position, xid, stream, version, type, namespace, data, metadata, recorded_at";
 
 /// Every event of one stream, in version order.
-pub async fn read_stream<'e>(exec: impl PgExecutor<'e>, stream: &str) -> Result<Vec<RecordedEvent>> {
-    let rows = sqlx::query(AssertSqlSafe(format!("select {COLUMNS} from events where stream = $1 order by version")))
-        .bind(stream)
-        .fetch_all(exec)
-        .await?;
+pub async fn read_stream<'e>(
+    exec: impl PgExecutor<'e>,
+    stream: &str,
+) -> Result<Vec<RecordedEvent>> {
+    let rows = sqlx::query(AssertSqlSafe(format!(
+        "select {COLUMNS} from events where stream = $1 order by version"
+    )))
+    .bind(stream)
+    .fetch_all(exec)
+    .await?;
     Ok(rows.into_iter().map(recorded).collect())
 }
 
 /// The transaction-id watermark: every transaction with a smaller id has
 /// ended. Take it before a reader's own writes.
 pub async fn watermark(conn: &mut PgConnection) -> Result<i64> {
-    Ok(sqlx::query_scalar("select pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-        .fetch_one(conn)
-        .await?)
+    Ok(
+        sqlx::query_scalar("select pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+            .fetch_one(conn)
+            .await?,
+    )
 }
 
 /// Up to `limit` events after `after` whose transactions ended before
@@ -206,11 +228,13 @@ pub async fn read_committed_batch(
 /// True when some event after `after` is still held back by the watermark
 /// (its transaction, or an older one, is still running).
 pub async fn has_events_beyond(conn: &mut PgConnection, after: Checkpoint) -> Result<bool> {
-    Ok(sqlx::query_scalar("select exists (select 1 from events where (xid, position) > ($1, $2))")
-        .bind(after.xid)
-        .bind(after.position)
-        .fetch_one(conn)
-        .await?)
+    Ok(
+        sqlx::query_scalar("select exists (select 1 from events where (xid, position) > ($1, $2))")
+            .bind(after.xid)
+            .bind(after.position)
+            .fetch_one(conn)
+            .await?,
+    )
 }
 
 /// Reads a reader's checkpoint, locking its row for the rest of the
@@ -220,11 +244,15 @@ pub async fn lock_checkpoint(conn: &mut PgConnection, name: &str) -> Result<Chec
         .bind(name)
         .execute(&mut *conn)
         .await?;
-    let row = sqlx::query("select xid, position from projector_checkpoints where name = $1 for update")
-        .bind(name)
-        .fetch_one(&mut *conn)
-        .await?;
-    Ok(Checkpoint { xid: row.get("xid"), position: row.get("position") })
+    let row =
+        sqlx::query("select xid, position from projector_checkpoints where name = $1 for update")
+            .bind(name)
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(Checkpoint {
+        xid: row.get("xid"),
+        position: row.get("position"),
+    })
 }
 
 /// Moves a reader's checkpoint; call in the transaction that applied the events.

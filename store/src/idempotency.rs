@@ -14,12 +14,18 @@ pub struct StoredAnswer {
     pub body: serde_json::Value,
 }
 
-pub async fn lookup<'e>(exec: impl PgExecutor<'e>, actor: &str, key: &str) -> Result<Option<StoredAnswer>> {
-    let row = sqlx::query("select request_hash, status, response from idempotency_keys where actor = $1 and key = $2")
-        .bind(actor)
-        .bind(key)
-        .fetch_optional(exec)
-        .await?;
+pub async fn lookup<'e>(
+    exec: impl PgExecutor<'e>,
+    actor: &str,
+    key: &str,
+) -> Result<Option<StoredAnswer>> {
+    let row = sqlx::query(
+        "select request_hash, status, response from idempotency_keys where actor = $1 and key = $2",
+    )
+    .bind(actor)
+    .bind(key)
+    .fetch_optional(exec)
+    .await?;
     Ok(row.map(|r| StoredAnswer {
         request_hash: r.get("request_hash"),
         status: r.get::<i16, _>("status") as u16,
@@ -30,7 +36,12 @@ pub async fn lookup<'e>(exec: impl PgExecutor<'e>, actor: &str, key: &str) -> Re
 /// Stores the answer; call in the transaction that appended the events. A
 /// concurrent request with the same key makes this fail with a unique
 /// violation (`Error::is_unique_violation`), and that request's answer stands.
-pub async fn save<'e>(exec: impl PgExecutor<'e>, actor: &str, key: &str, answer: &StoredAnswer) -> Result<()> {
+pub async fn save<'e>(
+    exec: impl PgExecutor<'e>,
+    actor: &str,
+    key: &str,
+    answer: &StoredAnswer,
+) -> Result<()> {
     sqlx::query("insert into idempotency_keys (actor, key, request_hash, status, response) values ($1, $2, $3, $4, $5)")
         .bind(actor)
         .bind(key)

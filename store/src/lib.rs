@@ -25,7 +25,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// An append expected a stream version that is no longer current.
     #[error("stream {stream} is at version {actual}, not {expected}")]
-    Conflict { stream: String, expected: u64, actual: u64 },
+    Conflict {
+        stream: String,
+        expected: u64,
+        actual: u64,
+    },
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
     #[error("migrations: {0}")]
@@ -52,7 +56,10 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
     let opts: PgConnectOptions = url.parse()?;
     let opts = opts
-        .options([("statement_timeout", "60s"), ("idle_in_transaction_session_timeout", "60s")])
+        .options([
+            ("statement_timeout", "60s"),
+            ("idle_in_transaction_session_timeout", "60s"),
+        ])
         .application_name("sless");
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
@@ -70,8 +77,9 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
 
 /// True when every migration this binary knows has been applied.
 pub async fn migrations_current(pool: &PgPool) -> Result<bool> {
-    let applied: Vec<i64> = sqlx::query_scalar("select version from _sqlx_migrations where success")
-        .fetch_all(pool)
-        .await?;
+    let applied: Vec<i64> =
+        sqlx::query_scalar("select version from _sqlx_migrations where success")
+            .fetch_all(pool)
+            .await?;
     Ok(MIGRATOR.iter().all(|m| applied.contains(&m.version)))
 }

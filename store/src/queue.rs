@@ -37,7 +37,13 @@ pub const RECONCILE_FUNCTION: &str = "ReconcileFunction";
 
 /// Enqueues a reconcile of a function (key `{ns}/{name}`) in the caller's transaction.
 pub async fn enqueue_reconcile<'e>(exec: impl PgExecutor<'e>, function_key: &str) -> Result<()> {
-    enqueue(exec, RECONCILE_FUNCTION, function_key, &serde_json::json!({})).await
+    enqueue(
+        exec,
+        RECONCILE_FUNCTION,
+        function_key,
+        &serde_json::json!({}),
+    )
+    .await
 }
 
 /// Enqueues a reconcile of every function the log knows (after an outage,
@@ -53,7 +59,10 @@ pub async fn enqueue_reconcile_all(pool: &PgPool) -> Result<u64> {
     .bind(RECONCILE_FUNCTION)
     .execute(pool)
     .await?;
-    sqlx::query("select pg_notify($1, '')").bind(CHANNEL).execute(pool).await?;
+    sqlx::query("select pg_notify($1, '')")
+        .bind(CHANNEL)
+        .execute(pool)
+        .await?;
     Ok(done.rows_affected())
 }
 
@@ -86,7 +95,12 @@ pub async fn enqueue<'e>(
 }
 
 /// Claims up to `limit` due items whose key has nothing running, for `lease`.
-pub async fn claim(pool: &PgPool, owner: &str, limit: i64, lease: Duration) -> Result<Vec<WorkItem>> {
+pub async fn claim(
+    pool: &PgPool,
+    owner: &str,
+    limit: i64,
+    lease: Duration,
+) -> Result<Vec<WorkItem>> {
     let result = sqlx::query(
         "with due as (
              select id from work_items w
@@ -183,13 +197,18 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff { base: Duration::from_secs(1), max: Duration::from_secs(300) }
+        Backoff {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+        }
     }
 }
 
 impl Backoff {
     pub fn delay(&self, attempt: i32) -> Duration {
-        let exp = self.base.saturating_mul(1u32 << attempt.clamp(1, 20).saturating_sub(1) as u32);
+        let exp = self
+            .base
+            .saturating_mul(1u32 << attempt.clamp(1, 20).saturating_sub(1) as u32);
         let cap = exp.min(self.max);
         let half = cap / 2;
         half + rand::rng().random_range(Duration::ZERO..=half)

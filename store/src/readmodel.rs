@@ -69,7 +69,9 @@ fn row_of(r: sqlx::postgres::PgRow) -> Result<FunctionRow> {
             env_vars: serde_json::from_value(r.get("env_vars")).map_err(|e| bad(e.to_string()))?,
         },
         current_version: r.get::<Option<i32>, _>("current_version").map(|v| v as u32),
-        deployed_version: r.get::<Option<i32>, _>("deployed_version").map(|v| v as u32),
+        deployed_version: r
+            .get::<Option<i32>, _>("deployed_version")
+            .map(|v| v as u32),
         endpoint: r.get("endpoint"),
         phase: Phase::parse(&phase).ok_or_else(|| bad(format!("phase {phase}")))?,
         last_error: r.get("last_error"),
@@ -80,7 +82,11 @@ fn row_of(r: sqlx::postgres::PgRow) -> Result<FunctionRow> {
 }
 
 /// One function's row, if the projector has seen it.
-pub async fn function_row<'e>(exec: impl PgExecutor<'e>, namespace: &str, name: &str) -> Result<Option<FunctionRow>> {
+pub async fn function_row<'e>(
+    exec: impl PgExecutor<'e>,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<FunctionRow>> {
     let row = sqlx::query("select * from functions where namespace = $1 and name = $2")
         .bind(namespace)
         .bind(name)
@@ -90,11 +96,13 @@ pub async fn function_row<'e>(exec: impl PgExecutor<'e>, namespace: &str, name: 
 }
 
 /// Every function of a namespace, by name.
-pub async fn function_rows<'e>(exec: impl PgExecutor<'e>, namespace: &str) -> Result<Vec<FunctionRow>> {
+pub async fn function_rows<'e>(
+    exec: impl PgExecutor<'e>,
+    namespace: &str,
+) -> Result<Vec<FunctionRow>> {
     let rows = sqlx::query("select * from functions where namespace = $1 order by name")
         .bind(namespace)
         .fetch_all(exec)
         .await?;
     rows.into_iter().map(row_of).collect()
 }
-

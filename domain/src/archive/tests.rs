@@ -15,7 +15,10 @@ fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
 
 #[test]
 fn a_plain_zip_is_unpacked() {
-    let z = zip_of(&[("handler.py", b"def handle(e): return 'hi'"), ("lib/util.py", b"x = 1")]);
+    let z = zip_of(&[
+        ("handler.py", b"def handle(e): return 'hi'"),
+        ("lib/util.py", b"x = 1"),
+    ]);
     let a = validate_zip(&z, &ArchiveLimits::default()).unwrap();
     assert_eq!(a.files.len(), 2);
     assert_eq!(a.files["lib/util.py"], b"x = 1");
@@ -26,18 +29,38 @@ fn a_plain_zip_is_unpacked() {
 fn hostile_archives_are_refused() {
     let big = vec![b'a'; 9 * 1024 * 1024];
     let mut symlink = zip::ZipWriter::new(Cursor::new(Vec::new()));
-    symlink.add_symlink("link", "/etc/passwd", SimpleFileOptions::default()).unwrap();
+    symlink
+        .add_symlink("link", "/etc/passwd", SimpleFileOptions::default())
+        .unwrap();
     let symlink = symlink.finish().unwrap().into_inner();
     let cases: Vec<(&str, Vec<u8>, fn(&ArchiveError) -> bool)> = vec![
-        ("corrupt", b"PK\x03\x04 not a zip".to_vec(), |e| matches!(e, ArchiveError::Corrupt(_))),
-        ("dotdot", zip_of(&[("../evil.py", b"x")]), |e| matches!(e, ArchiveError::BadEntry { .. })),
-        ("inner dotdot", zip_of(&[("a/../../evil.py", b"x")]), |e| matches!(e, ArchiveError::BadEntry { .. })),
-        ("absolute", zip_of(&[("/etc/evil", b"x")]), |e| matches!(e, ArchiveError::BadEntry { .. })),
-        ("drive", zip_of(&[("C:/evil", b"x")]), |e| matches!(e, ArchiveError::BadEntry { .. })),
-        ("backslash", zip_of(&[("a\\..\\evil", b"x")]), |e| matches!(e, ArchiveError::BadEntry { .. })),
-        ("symlink", symlink, |e| matches!(e, ArchiveError::BadEntry { .. })),
-        ("dockerfile", zip_of(&[("Dockerfile", b"FROM x")]), |e| matches!(e, ArchiveError::BadEntry { .. })),
-        ("bomb", zip_of(&[("zeros", &big)]), |e| matches!(e, ArchiveError::Bomb { .. })),
+        ("corrupt", b"PK\x03\x04 not a zip".to_vec(), |e| {
+            matches!(e, ArchiveError::Corrupt(_))
+        }),
+        ("dotdot", zip_of(&[("../evil.py", b"x")]), |e| {
+            matches!(e, ArchiveError::BadEntry { .. })
+        }),
+        ("inner dotdot", zip_of(&[("a/../../evil.py", b"x")]), |e| {
+            matches!(e, ArchiveError::BadEntry { .. })
+        }),
+        ("absolute", zip_of(&[("/etc/evil", b"x")]), |e| {
+            matches!(e, ArchiveError::BadEntry { .. })
+        }),
+        ("drive", zip_of(&[("C:/evil", b"x")]), |e| {
+            matches!(e, ArchiveError::BadEntry { .. })
+        }),
+        ("backslash", zip_of(&[("a\\..\\evil", b"x")]), |e| {
+            matches!(e, ArchiveError::BadEntry { .. })
+        }),
+        ("symlink", symlink, |e| {
+            matches!(e, ArchiveError::BadEntry { .. })
+        }),
+        ("dockerfile", zip_of(&[("Dockerfile", b"FROM x")]), |e| {
+            matches!(e, ArchiveError::BadEntry { .. })
+        }),
+        ("bomb", zip_of(&[("zeros", &big)]), |e| {
+            matches!(e, ArchiveError::Bomb { .. })
+        }),
         ("empty", zip_of(&[]), |e| matches!(e, ArchiveError::Empty)),
     ];
     for (name, bytes, expected) in cases {
@@ -49,12 +72,30 @@ fn hostile_archives_are_refused() {
 #[test]
 fn limits_on_size_and_count_hold() {
     let z = zip_of(&[("a", b"1"), ("b", b"2"), ("c", b"3")]);
-    let few = ArchiveLimits { max_files: 2, ..Default::default() };
-    assert!(matches!(validate_zip(&z, &few), Err(ArchiveError::TooManyFiles { count: 3, limit: 2 })));
-    let small = ArchiveLimits { max_zip_bytes: 10, ..Default::default() };
-    assert!(matches!(validate_zip(&z, &small), Err(ArchiveError::TooLarge { .. })));
-    let tiny = ArchiveLimits { max_unpacked_bytes: 2, ..Default::default() };
-    assert!(matches!(validate_zip(&z, &tiny), Err(ArchiveError::UnpacksTooLarge { .. })));
+    let few = ArchiveLimits {
+        max_files: 2,
+        ..Default::default()
+    };
+    assert!(matches!(
+        validate_zip(&z, &few),
+        Err(ArchiveError::TooManyFiles { count: 3, limit: 2 })
+    ));
+    let small = ArchiveLimits {
+        max_zip_bytes: 10,
+        ..Default::default()
+    };
+    assert!(matches!(
+        validate_zip(&z, &small),
+        Err(ArchiveError::TooLarge { .. })
+    ));
+    let tiny = ArchiveLimits {
+        max_unpacked_bytes: 2,
+        ..Default::default()
+    };
+    assert!(matches!(
+        validate_zip(&z, &tiny),
+        Err(ArchiveError::UnpacksTooLarge { .. })
+    ));
 }
 
 #[test]

@@ -59,26 +59,56 @@ fn creating_with_an_invalid_spec_is_refused() {
     let mut bad = spec();
     bad.entrypoint = "nodot".into();
     let err = decide(&given(&[]), FunctionCommand::Create { spec: bad }).unwrap_err();
-    assert!(matches!(err, DomainError::Invalid { field: "entrypoint", .. }));
+    assert!(matches!(
+        err,
+        DomainError::Invalid {
+            field: "entrypoint",
+            ..
+        }
+    ));
 }
 
 #[test]
 fn uploads_get_consecutive_versions() {
-    let state = given(&[FunctionEvent::FunctionCreated { spec: spec() }, uploaded(1, "a")]);
-    let then = decide(&state, FunctionCommand::Upload { source: source("b") }).unwrap();
+    let state = given(&[
+        FunctionEvent::FunctionCreated { spec: spec() },
+        uploaded(1, "a"),
+    ]);
+    let then = decide(
+        &state,
+        FunctionCommand::Upload {
+            source: source("b"),
+        },
+    )
+    .unwrap();
     assert_eq!(then, vec![uploaded(2, "b")]);
 }
 
 #[test]
 fn uploading_to_a_missing_function_is_not_found() {
-    let err = decide(&given(&[]), FunctionCommand::Upload { source: source("a") }).unwrap_err();
+    let err = decide(
+        &given(&[]),
+        FunctionCommand::Upload {
+            source: source("a"),
+        },
+    )
+    .unwrap_err();
     assert!(matches!(err, DomainError::NotFound(_)));
 }
 
 #[test]
 fn identical_reupload_of_the_current_version_appends_nothing() {
-    let state = given(&[FunctionEvent::FunctionCreated { spec: spec() }, uploaded(1, "a")]);
-    let then = decide(&state, FunctionCommand::Upload { source: source("a") }).unwrap();
+    let state = given(&[
+        FunctionEvent::FunctionCreated { spec: spec() },
+        uploaded(1, "a"),
+    ]);
+    let then = decide(
+        &state,
+        FunctionCommand::Upload {
+            source: source("a"),
+        },
+    )
+    .unwrap();
     assert!(then.is_empty());
 }
 
@@ -90,8 +120,14 @@ fn phase_follows_build_and_deploy() {
     assert_eq!(s.phase, Phase::Pending);
     s = s.evolve(&FunctionEvent::BuildStarted { version: 1 });
     assert_eq!(s.phase, Phase::Building);
-    s = s.evolve(&FunctionEvent::BuildSucceeded { version: 1, artifact: "dir".into() });
-    s = s.evolve(&FunctionEvent::FunctionDeployed { version: 1, endpoint: "http://e".into() });
+    s = s.evolve(&FunctionEvent::BuildSucceeded {
+        version: 1,
+        artifact: "dir".into(),
+    });
+    s = s.evolve(&FunctionEvent::FunctionDeployed {
+        version: 1,
+        endpoint: "http://e".into(),
+    });
     assert_eq!(s.phase, Phase::Ready);
     assert_eq!(s.deployed_version, Some(1));
     assert_eq!(s.stream_version, 5);
@@ -102,7 +138,11 @@ fn a_failed_build_shows_its_error_and_log_tail() {
     let s = given(&[
         FunctionEvent::FunctionCreated { spec: spec() },
         uploaded(1, "a"),
-        FunctionEvent::BuildFailed { version: 1, error: "pip install failed".into(), log_tail: "No matching distribution".into() },
+        FunctionEvent::BuildFailed {
+            version: 1,
+            error: "pip install failed".into(),
+            log_tail: "No matching distribution".into(),
+        },
     ]);
     assert_eq!(s.phase, Phase::Failed);
     let err = s.last_error.unwrap();
@@ -115,7 +155,10 @@ fn a_stale_version_deploying_does_not_make_a_newer_upload_ready() {
         FunctionEvent::FunctionCreated { spec: spec() },
         uploaded(1, "a"),
         uploaded(2, "b"),
-        FunctionEvent::FunctionDeployed { version: 1, endpoint: "http://e".into() },
+        FunctionEvent::FunctionDeployed {
+            version: 1,
+            endpoint: "http://e".into(),
+        },
     ]);
     assert_eq!(s.phase, Phase::Pending);
     assert_eq!(s.current_version, Some(2));
@@ -125,8 +168,15 @@ fn a_stale_version_deploying_does_not_make_a_newer_upload_ready() {
 fn abandoned_reconcile_fails_the_function_with_the_error() {
     let s = given(&[
         FunctionEvent::FunctionCreated { spec: spec() },
-        FunctionEvent::ReconcileAbandoned { attempts: 5, error: "s3 unreachable".into() },
+        FunctionEvent::ReconcileAbandoned {
+            attempts: 5,
+            error: "s3 unreachable".into(),
+        },
     ]);
     assert_eq!(s.phase, Phase::Failed);
-    assert!(s.last_error.unwrap().contains("after 5 attempts: s3 unreachable"));
+    assert!(
+        s.last_error
+            .unwrap()
+            .contains("after 5 attempts: s3 unreachable")
+    );
 }
