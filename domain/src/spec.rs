@@ -154,7 +154,8 @@ mod tests {
     #[test]
     fn spec_validation_names_the_field() {
         assert!(spec().validate().is_ok());
-        let cases: Vec<(&str, Box<dyn Fn(&mut FunctionSpec)>)> = vec![
+        type Change = Box<dyn Fn(&mut FunctionSpec)>;
+        let cases: Vec<(&str, Change)> = vec![
             ("entrypoint", Box::new(|s| s.entrypoint = "handler".into())),
             ("entrypoint", Box::new(|s| s.entrypoint = "a..b".into())),
             ("entrypoint", Box::new(|s| s.entrypoint = "a.b-c".into())),

@@ -13,12 +13,11 @@ pub type Result<T> = std::result::Result<T, EmbeddedError>;
 pub enum EmbeddedError {
     /// `initdb`/`postgres` could not be found.
     #[error(
-        "PostgreSQL server binaries not found: looked in {searched} and PATH; \
+        "PostgreSQL server binaries not found: looked in {searched}; \
          install postgresql (Debian: apt-get install postgresql)"
     )]
     BinariesNotFound {
-        /// Human-readable description of the places that were searched
-        /// (besides `PATH`).
+        /// Human-readable description of the places that were searched.
         searched: String,
     },
 

@@ -15,6 +15,8 @@
 //! on other sless crates. Callers pass it plain paths, ports and credentials
 //! and get back URLs and endpoints.
 
+#![warn(missing_docs)]
+
 mod error;
 mod postgres;
 mod process;

@@ -55,6 +55,10 @@ impl PostgresOptions {
 
 /// A running private PostgreSQL cluster, listening on 127.0.0.1 only.
 ///
+/// The server binaries (`initdb`, `postgres`) are taken from the directory in
+/// `$SLESS_PG_BIN` if set, else from the highest-versioned
+/// `/usr/lib/postgresql/*/bin`, else from `PATH`.
+///
 /// The postmaster is tied to this process: it gets SIGINT (fast shutdown) when
 /// [`stop`](Self::stop) is called, when this value is dropped, and — through
 /// the parent-death signal — when the process dies, even by SIGKILL.

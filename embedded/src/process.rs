@@ -18,7 +18,7 @@ use crate::error::{EmbeddedError, IoContext, Result};
 const DEBIAN_PG_ROOT: &str = "/usr/lib/postgresql";
 
 /// Environment variable naming the directory with `initdb` and `postgres`.
-pub(crate) const PG_BIN_ENV: &str = "SLESS_PG_BIN";
+const PG_BIN_ENV: &str = "SLESS_PG_BIN";
 
 /// How often the keeper thread checks whether the child has exited.
 const KEEPER_POLL: Duration = Duration::from_millis(20);
@@ -36,7 +36,12 @@ impl PgBinaries {
     /// Finds `initdb` and `postgres`: in `$SLESS_PG_BIN` if set, else in the
     /// highest-versioned `/usr/lib/postgresql/*/bin`, else on `PATH`.
     pub fn locate() -> Result<Self> {
-        if let Some(dir) = std::env::var_os(PG_BIN_ENV).filter(|d| !d.is_empty()) {
+        Self::locate_with(std::env::var_os(PG_BIN_ENV))
+    }
+
+    /// [`locate`](Self::locate) with the value of `$SLESS_PG_BIN` passed in.
+    fn locate_with(override_dir: Option<std::ffi::OsString>) -> Result<Self> {
+        if let Some(dir) = override_dir.filter(|d| !d.is_empty()) {
             return Self::in_dir(Path::new(&dir)).ok_or_else(|| EmbeddedError::BinariesNotFound {
                 searched: format!(
                     "{PG_BIN_ENV}={} (PATH not searched)",
@@ -197,16 +202,11 @@ impl RunAs {
         let parent = std::process::id() as libc::pid_t;
         let hook = move || -> io::Result<()> {
             // Only async-signal-safe calls in here: this runs between fork and exec.
-            // SAFETY: plain syscalls on values owned by the closure.
+            if let Some((uid, gid)) = ids {
+                become_user(uid, gid)?;
+            }
+            // SAFETY: prctl/getppid are plain syscalls without pointer arguments.
             unsafe {
-                if let Some((uid, gid)) = ids {
-                    if libc::setgroups(0, std::ptr::null()) != 0
-                        || libc::setgid(gid) != 0
-                        || libc::setuid(uid) != 0
-                    {
-                        return Err(io::Error::last_os_error());
-                    }
-                }
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT as libc::c_ulong) != 0 {
                     return Err(io::Error::last_os_error());
                 }
@@ -221,6 +221,24 @@ impl RunAs {
         unsafe {
             cmd.pre_exec(hook);
         }
+    }
+}
+
+/// Switches the calling (freshly forked) process to `uid`/`gid` without any
+/// supplementary groups. The order matters: once the uid is dropped, groups
+/// can no longer be changed.
+fn become_user(uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: setgroups with a zero count never reads the (null) list;
+    // setgid/setuid take plain integers.
+    let failed = unsafe {
+        libc::setgroups(0, std::ptr::null()) != 0
+            || libc::setgid(gid) != 0
+            || libc::setuid(uid) != 0
+    };
+    if failed {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
     }
 }
 
@@ -407,5 +425,54 @@ impl Keeper {
         self.signal(libc::SIGKILL);
         self.wait_timeout(Duration::from_secs(5));
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn override_dir_without_binaries_is_a_clear_error() {
+        let dir = std::env::temp_dir();
+        let err = PgBinaries::locate_with(Some(dir.clone().into_os_string())).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("PostgreSQL server binaries not found: looked in SLESS_PG_BIN="),
+            "{msg}"
+        );
+        assert!(msg.contains(&dir.display().to_string()), "{msg}");
+        assert!(
+            msg.ends_with("install postgresql (Debian: apt-get install postgresql)"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn default_search_message_names_the_places() {
+        let err = EmbeddedError::BinariesNotFound {
+            searched: format!("{DEBIAN_PG_ROOT}/*/bin and PATH"),
+        };
+        assert_eq!(
+            err.to_string(),
+            "PostgreSQL server binaries not found: looked in /usr/lib/postgresql/*/bin and PATH; \
+             install postgresql (Debian: apt-get install postgresql)"
+        );
+    }
+
+    #[test]
+    fn keeper_reports_exit_and_delivers_signals() {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        RunAs::for_cluster(Path::new("/nonexistent"))
+            .unwrap()
+            .configure(&mut cmd);
+        let keeper = Keeper::spawn(cmd, "test-keeper").unwrap();
+        assert!(keeper.exit_status().is_none());
+        assert!(
+            keeper.shutdown_blocking(Duration::from_secs(10)),
+            "sleep dies on SIGINT"
+        );
+        assert!(keeper.exit_status().unwrap().contains("signal"));
     }
 }

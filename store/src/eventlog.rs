@@ -94,7 +94,7 @@ pub async fn append(
     let fresh: bool = sqlx::query_scalar(
         "select pg_current_xact_id_if_assigned() is null from (select pg_advisory_xact_lock($1)) lock",
     )
-    .bind(stream_lock_key("one lock for all"))
+    .bind(stream_lock_key(stream))
     .fetch_one(&mut *conn)
     .await?;
     if !fresh {

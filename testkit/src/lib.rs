@@ -24,14 +24,23 @@ static SERVER: OnceLock<Server> = OnceLock::new();
 fn server() -> &'static Server {
     SERVER.get_or_init(|| {
         if let Ok(url) = std::env::var("DATABASE_URL") {
-            let base = url.rsplit_once('/').map(|(b, _)| b.to_owned()).unwrap_or(url);
-            return Server { base_url: base, _cluster: None };
+            let base = url
+                .rsplit_once('/')
+                .map(|(b, _)| b.to_owned())
+                .unwrap_or(url);
+            return Server {
+                base_url: base,
+                _cluster: None,
+            };
         }
         // Started on a thread of its own with its own runtime, so the cluster
         // outlives the runtime of whichever test asked first.
         std::thread::spawn(|| {
             let dir = scratch_dir("pg");
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             let cluster = rt
                 .block_on(PrivatePostgres::start(PostgresOptions {
                     data_dir: dir,
@@ -41,7 +50,10 @@ fn server() -> &'static Server {
                 .expect("starting a private PostgreSQL for tests");
             let url = cluster.url("postgres");
             let base = url.rsplit_once('/').unwrap().0.to_owned();
-            Server { base_url: base, _cluster: Some(cluster) }
+            Server {
+                base_url: base,
+                _cluster: Some(cluster),
+            }
         })
         .join()
         .expect("cluster thread")
@@ -52,12 +64,17 @@ fn server() -> &'static Server {
 /// temp dir. Directories left by earlier test processes that are gone are
 /// removed.
 pub fn scratch_dir(what: &str) -> PathBuf {
-    let root = std::env::var_os("SLESS_TEST_TMP").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let root = std::env::var_os("SLESS_TEST_TMP")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
     let me = std::process::id();
     if let Ok(entries) = std::fs::read_dir(&root) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let pid = name.strip_prefix("sless-test-").and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok());
+            let pid = name
+                .strip_prefix("sless-test-")
+                .and_then(|r| r.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok());
             if let Some(pid) = pid
                 && pid != me
                 && !PathBuf::from(format!("/proc/{pid}")).exists()
@@ -66,7 +83,10 @@ pub fn scratch_dir(what: &str) -> PathBuf {
             }
         }
     }
-    let dir = root.join(format!("sless-test-{me}-{what}-{}", uuid::Uuid::new_v4().simple()));
+    let dir = root.join(format!(
+        "sless-test-{me}-{what}-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
     std::fs::create_dir_all(&dir).expect("creating a scratch dir");
     dir
 }
@@ -91,8 +111,12 @@ impl TestDb {
             .expect("creating a test database");
         admin.close().await.ok();
         let url = format!("{}/{name}", server.base_url);
-        let pool = sless_store::connect(&url, 40).await.expect("connecting to the test database");
-        sless_store::migrate(&pool).await.expect("migrating the test database");
+        let pool = sless_store::connect(&url, 40)
+            .await
+            .expect("connecting to the test database");
+        sless_store::migrate(&pool)
+            .await
+            .expect("migrating the test database");
         TestDb { pool, url, name }
     }
 }
@@ -109,7 +133,9 @@ impl TestS3 {
         let dir = scratch_dir("s3");
         let access = sless_embedded::random_secret();
         let secret = sless_embedded::random_secret();
-        let server = S3Server::start(&dir, 0, "sless", &access, &secret).await.expect("starting S3");
+        let server = S3Server::start(&dir, 0, "sless", &access, &secret)
+            .await
+            .expect("starting S3");
         let config = S3Config {
             endpoint: Some(server.endpoint()),
             region: "us-east-1".into(),
@@ -118,7 +144,11 @@ impl TestS3 {
             secret_key: secret,
             force_path_style: true,
         };
-        TestS3 { server, config, dir }
+        TestS3 {
+            server,
+            config,
+            dir,
+        }
     }
 
     pub fn blobs(&self) -> BlobStore {

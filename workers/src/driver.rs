@@ -66,12 +66,18 @@ pub enum DriverError {
 pub trait Driver: Send + Sync + 'static {
     /// Builds the context into an artifact, reusing an earlier build of the
     /// same `context_sha256`.
-    fn build(&self, req: BuildRequest) -> impl Future<Output = Result<Artifact, DriverError>> + Send;
+    fn build(
+        &self,
+        req: BuildRequest,
+    ) -> impl Future<Output = Result<Artifact, DriverError>> + Send;
 
     /// Runs the artifact and waits until it is healthy. If another version of
     /// the function runs, it is replaced only once the new one is healthy.
     /// Deploying what already runs healthy returns the running deployment.
-    fn deploy(&self, req: DeployRequest) -> impl Future<Output = Result<Deployment, DriverError>> + Send;
+    fn deploy(
+        &self,
+        req: DeployRequest,
+    ) -> impl Future<Output = Result<Deployment, DriverError>> + Send;
 
     /// Stops and removes whatever runs for the function (no error if nothing does).
     fn remove(&self, key: &FunctionKey) -> impl Future<Output = Result<(), DriverError>> + Send;

@@ -5,10 +5,10 @@
 //! outage safe.
 
 use sless_domain::{Function, FunctionEvent, FunctionKey};
+use sless_store::PgPool;
 use sless_store::blobs::BlobStore;
 use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::queue::{self, WorkItem};
-use sless_store::PgPool;
 
 use crate::driver::{BuildRequest, DeployRequest, Driver, DriverError};
 use crate::{HandlerError, HandlerResult};
@@ -24,16 +24,23 @@ pub struct Reconciler<D> {
 
 impl<D> Clone for Reconciler<D> {
     fn clone(&self) -> Self {
-        Reconciler { pool: self.pool.clone(), blobs: self.blobs.clone(), driver: self.driver.clone() }
+        Reconciler {
+            pool: self.pool.clone(),
+            blobs: self.blobs.clone(),
+            driver: self.driver.clone(),
+        }
     }
 }
 
 async fn load(pool: &PgPool, key: &FunctionKey) -> HandlerResult<Function> {
-    let events = eventlog::read_stream(pool, &key.stream()).await.map_err(HandlerError::retry)?;
+    let events = eventlog::read_stream(pool, &key.stream())
+        .await
+        .map_err(HandlerError::retry)?;
     let mut state = Function::default();
     for e in &events {
-        let ev = FunctionEvent::from_stored(&e.event_type, &e.data)
-            .map_err(|err| HandlerError::Fatal(format!("event {} cannot be read: {err}", e.position)))?;
+        let ev = FunctionEvent::from_stored(&e.event_type, &e.data).map_err(|err| {
+            HandlerError::Fatal(format!("event {} cannot be read: {err}", e.position))
+        })?;
         state = state.evolve(&ev);
     }
     Ok(state)
@@ -49,20 +56,33 @@ enum Recorded {
 impl<D: Driver> Reconciler<D> {
     /// Appends `event` to the function's stream if it is still at the version
     /// we read and this worker still holds the item's lease.
-    async fn record(&self, item: &WorkItem, key: &FunctionKey, state: &Function, event: FunctionEvent) -> HandlerResult<Recorded> {
+    async fn record(
+        &self,
+        item: &WorkItem,
+        key: &FunctionKey,
+        state: &Function,
+        event: FunctionEvent,
+    ) -> HandlerResult<Recorded> {
         let mut tx = self.pool.begin().await.map_err(HandlerError::retry)?;
         let new = NewEvent {
             event_type: event.type_name().to_owned(),
             namespace: key.namespace.to_string(),
             data: event.data(),
-            metadata: Metadata { actor: "system:worker".into(), correlation_id: Some(format!("work-{}", item.id)), ..Default::default() },
+            metadata: Metadata {
+                actor: "system:worker".into(),
+                correlation_id: Some(format!("work-{}", item.id)),
+                ..Default::default()
+            },
         };
         match eventlog::append(&mut tx, &key.stream(), state.stream_version, &[new]).await {
             Ok(_) => {}
             Err(sless_store::Error::Conflict { .. }) => return Ok(Recorded::Stale),
             Err(e) => return Err(HandlerError::retry(e)),
         }
-        if !queue::holds_lease(&mut tx, item).await.map_err(HandlerError::retry)? {
+        if !queue::holds_lease(&mut tx, item)
+            .await
+            .map_err(HandlerError::retry)?
+        {
             return Err(HandlerError::LeaseLost);
         }
         tx.commit().await.map_err(HandlerError::retry)?;
@@ -72,7 +92,8 @@ impl<D: Driver> Reconciler<D> {
     /// Converges one function. Retried on conflict a few times, then left to
     /// the next item (an append that raced us enqueued one).
     pub async fn reconcile(&self, item: &WorkItem) -> HandlerResult<()> {
-        let key = FunctionKey::from_queue_key(&item.key).map_err(|e| HandlerError::Fatal(e.to_string()))?;
+        let key = FunctionKey::from_queue_key(&item.key)
+            .map_err(|e| HandlerError::Fatal(e.to_string()))?;
         for _ in 0..8 {
             let state = load(&self.pool, &key).await?;
             match self.step(item, &key, &state).await? {
@@ -84,7 +105,12 @@ impl<D: Driver> Reconciler<D> {
     }
 
     /// Does the next thing the function needs; `None` when it has converged.
-    async fn step(&self, item: &WorkItem, key: &FunctionKey, state: &Function) -> HandlerResult<Option<Recorded>> {
+    async fn step(
+        &self,
+        item: &WorkItem,
+        key: &FunctionKey,
+        state: &Function,
+    ) -> HandlerResult<Option<Recorded>> {
         let (Some(spec), Some(current)) = (state.spec.as_ref(), state.current()) else {
             // Nothing uploaded (or nothing at all): nothing should run.
             if !state.exists() {
@@ -106,10 +132,16 @@ impl<D: Driver> Reconciler<D> {
         }
         let built = state.built.as_ref().filter(|(v, _)| *v == current.version);
         if built.is_none() && state.phase != sless_domain::Phase::Building {
-            let started = FunctionEvent::BuildStarted { version: current.version };
+            let started = FunctionEvent::BuildStarted {
+                version: current.version,
+            };
             return self.record(item, key, state, started).await.map(Some);
         }
-        let context = self.blobs.get(&current.context_key).await.map_err(HandlerError::retry)?;
+        let context = self
+            .blobs
+            .get(&current.context_key)
+            .await
+            .map_err(HandlerError::retry)?;
         let build = self
             .driver
             .build(BuildRequest {
@@ -124,13 +156,20 @@ impl<D: Driver> Reconciler<D> {
         let artifact = match build {
             Ok(a) => a,
             Err(DriverError::Build { message, log_tail }) => {
-                let failed = FunctionEvent::BuildFailed { version: current.version, error: message, log_tail };
+                let failed = FunctionEvent::BuildFailed {
+                    version: current.version,
+                    error: message,
+                    log_tail,
+                };
                 return self.record(item, key, state, failed).await.map(Some);
             }
             Err(e) => return Err(infra(e)),
         };
         if built.is_none_or(|(_, a)| *a != artifact.reference) {
-            let ok = FunctionEvent::BuildSucceeded { version: current.version, artifact: artifact.reference };
+            let ok = FunctionEvent::BuildSucceeded {
+                version: current.version,
+                artifact: artifact.reference,
+            };
             return self.record(item, key, state, ok).await.map(Some);
         }
         // Newer work supersedes: never deploy a version that is no longer current.
@@ -152,10 +191,15 @@ impl<D: Driver> Reconciler<D> {
             })
             .await;
         let event = match deployed {
-            Ok(d) => FunctionEvent::FunctionDeployed { version: d.version, endpoint: d.endpoint },
-            Err(DriverError::Deploy { message, log_tail }) => {
-                FunctionEvent::DeployFailed { version: current.version, error: message, log_tail }
-            }
+            Ok(d) => FunctionEvent::FunctionDeployed {
+                version: d.version,
+                endpoint: d.endpoint,
+            },
+            Err(DriverError::Deploy { message, log_tail }) => FunctionEvent::DeployFailed {
+                version: current.version,
+                error: message,
+                log_tail,
+            },
             Err(e) => return Err(infra(e)),
         };
         self.record(item, key, state, event).await.map(Some)

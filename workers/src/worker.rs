@@ -8,16 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sless_domain::{FunctionEvent, FunctionKey};
+use sless_store::PgPool;
 use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::queue::{self, Backoff, WorkItem};
-use sless_store::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
+use crate::HandlerError;
 use crate::driver::Driver;
 use crate::reconcile::{self, Reconciler};
-use crate::HandlerError;
 
 /// How a worker behaves. Every field comes from configuration.
 #[derive(Debug, Clone)]
@@ -38,7 +39,11 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         WorkerConfig {
-            id: format!("worker-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()),
+            id: format!(
+                "worker-{}-{}",
+                std::process::id(),
+                uuid::Uuid::new_v4().simple()
+            ),
             concurrency: 4,
             lease: Duration::from_secs(30),
             poll: Duration::from_secs(1),
@@ -56,7 +61,11 @@ pub struct Worker<D> {
 
 impl<D> Clone for Worker<D> {
     fn clone(&self) -> Self {
-        Worker { pool: self.pool.clone(), reconciler: self.reconciler.clone(), config: self.config.clone() }
+        Worker {
+            pool: self.pool.clone(),
+            reconciler: self.reconciler.clone(),
+            config: self.config.clone(),
+        }
     }
 }
 
@@ -64,7 +73,8 @@ impl<D: Driver> Worker<D> {
     /// Claims up to `limit` items and runs them to the end; returns how many
     /// it claimed. Tests drive the worker with this, step by step.
     pub async fn run_once(&self, limit: usize) -> sless_store::Result<usize> {
-        let items = queue::claim(&self.pool, &self.config.id, limit as i64, self.config.lease).await?;
+        let items =
+            queue::claim(&self.pool, &self.config.id, limit as i64, self.config.lease).await?;
         let n = items.len();
         let mut set = JoinSet::new();
         for item in items {
@@ -89,14 +99,18 @@ impl<D: Driver> Worker<D> {
             if last_sweep.elapsed() >= self.config.sweep {
                 match queue::release_expired(&self.pool).await {
                     Ok(0) => {}
-                    Ok(n) => tracing::warn!(released = n, "released work items whose lease expired"),
+                    Ok(n) => {
+                        tracing::warn!(released = n, "released work items whose lease expired")
+                    }
                     Err(e) => tracing::warn!(error = %e, "lease sweep failed"),
                 }
                 last_sweep = tokio::time::Instant::now();
             }
             let free = slots.available_permits();
             let claimed = if free > 0 {
-                match queue::claim(&self.pool, &self.config.id, free as i64, self.config.lease).await {
+                match queue::claim(&self.pool, &self.config.id, free as i64, self.config.lease)
+                    .await
+                {
                     Ok(items) => items,
                     Err(e) => {
                         tracing::warn!(error = %e, "claiming work failed");
@@ -139,16 +153,23 @@ impl<D: Driver> Worker<D> {
     /// Runs one item under its lease, then settles it.
     async fn process(&self, item: WorkItem) {
         let span = tracing::info_span!("work", id = item.id, kind = %item.kind, key = %item.key, attempt = item.attempt);
-        let _enter = span.enter();
+        self.settle(item).instrument(span).await
+    }
+
+    async fn settle(&self, item: WorkItem) {
         let outcome = if item.attempt > item.max_attempts {
-            Err(HandlerError::Fatal("the lease expired on every attempt".into()))
+            Err(HandlerError::Fatal(
+                "the lease expired on every attempt".into(),
+            ))
         } else {
             self.run_with_heartbeat(&item).await
         };
         let settled = match outcome {
             Ok(()) => queue::complete(&self.pool, &item).await.map(|done| {
                 if !done {
-                    tracing::warn!("lease lost before completion; the item was left to its new owner");
+                    tracing::warn!(
+                        "lease lost before completion; the item was left to its new owner"
+                    );
                 }
             }),
             Err(HandlerError::LeaseLost) => {
@@ -158,7 +179,9 @@ impl<D: Driver> Worker<D> {
             Err(HandlerError::Retry(error)) if item.attempt < item.max_attempts => {
                 let delay = self.config.backoff.delay(item.attempt);
                 tracing::warn!(%error, ?delay, "work failed; will retry");
-                queue::retry(&self.pool, &item, &error, delay).await.map(|_| ())
+                queue::retry(&self.pool, &item, &error, delay)
+                    .await
+                    .map(|_| ())
             }
             Err(HandlerError::Retry(error) | HandlerError::Fatal(error)) => {
                 tracing::error!(%error, "work failed for good; dead-lettered");
@@ -204,12 +227,19 @@ impl<D: Driver> Worker<D> {
             && let Ok(key) = FunctionKey::from_queue_key(&item.key)
         {
             let at = eventlog::read_stream(&mut *tx, &key.stream()).await?.len() as u64;
-            let event = FunctionEvent::ReconcileAbandoned { attempts: item.attempt, error: error.to_owned() };
+            let event = FunctionEvent::ReconcileAbandoned {
+                attempts: item.attempt,
+                error: error.to_owned(),
+            };
             let new = NewEvent {
                 event_type: event.type_name().into(),
                 namespace: key.namespace.to_string(),
                 data: event.data(),
-                metadata: Metadata { actor: "system:worker".into(), correlation_id: Some(format!("work-{}", item.id)), ..Default::default() },
+                metadata: Metadata {
+                    actor: "system:worker".into(),
+                    correlation_id: Some(format!("work-{}", item.id)),
+                    ..Default::default()
+                },
             };
             if at > 0 {
                 eventlog::append(&mut tx, &key.stream(), at, &[new]).await?;

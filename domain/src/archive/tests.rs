@@ -33,7 +33,8 @@ fn hostile_archives_are_refused() {
         .add_symlink("link", "/etc/passwd", SimpleFileOptions::default())
         .unwrap();
     let symlink = symlink.finish().unwrap().into_inner();
-    let cases: Vec<(&str, Vec<u8>, fn(&ArchiveError) -> bool)> = vec![
+    type Case = (&'static str, Vec<u8>, fn(&ArchiveError) -> bool);
+    let cases: Vec<Case> = vec![
         ("corrupt", b"PK\x03\x04 not a zip".to_vec(), |e| {
             matches!(e, ArchiveError::Corrupt(_))
         }),
