@@ -28,14 +28,21 @@ impl Auth {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.leeway = 60;
         validation.validate_nbf = true;
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        // jsonwebtoken checks iss/aud only when the token has them: a
+        // configured issuer or audience must also be a required claim.
+        let mut required = vec!["exp", "sub"];
         if let Some(iss) = issuer {
             validation.set_issuer(&[iss]);
+            required.push("iss");
         }
         match audience {
-            Some(aud) => validation.set_audience(&[aud]),
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                required.push("aud");
+            }
             None => validation.validate_aud = false,
         }
+        validation.set_required_spec_claims(&required);
         Auth {
             decoding: DecodingKey::from_secret(secret),
             validation,

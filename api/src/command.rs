@@ -99,6 +99,22 @@ impl RequestContext {
     }
 }
 
+/// A refused request may have lost a race with a concurrent retry of itself
+/// (same key, same request): once that one has committed, its answer is this
+/// request's answer too. Otherwise the refusal stands.
+pub async fn settle(
+    state: &AppState,
+    ctx: &RequestContext,
+    refusal: ApiError,
+) -> ApiResult<(StatusCode, serde_json::Value)> {
+    if refusal.status == StatusCode::CONFLICT
+        && let Some(answer) = ctx.replay(state).await?
+    {
+        return Ok(answer);
+    }
+    Err(refusal)
+}
+
 /// One command's writes.
 pub struct Command {
     pub stream: String,
@@ -118,7 +134,13 @@ pub async fn commit(
 ) -> ApiResult<(StatusCode, serde_json::Value)> {
     let mut tx = state.pool.begin().await?;
     let appended =
-        eventlog::append(&mut tx, &cmd.stream, cmd.expected_version, &cmd.events).await?;
+        match eventlog::append(&mut tx, &cmd.stream, cmd.expected_version, &cmd.events).await {
+            Ok(appended) => appended,
+            Err(e) => {
+                drop(tx);
+                return settle(state, ctx, e.into()).await;
+            }
+        };
     if let Some(key) = &cmd.reconcile
         && !cmd.events.is_empty()
     {

@@ -170,6 +170,21 @@ impl From<sless_store::Error> for ApiError {
     }
 }
 
+impl From<axum::extract::rejection::BytesRejection> for ApiError {
+    fn from(r: axum::extract::rejection::BytesRejection) -> ApiError {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "Request body too large",
+                r.body_text(),
+            )
+        } else {
+            ApiError::malformed(r.body_text())
+        }
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> ApiError {
         ApiError::internal(format!("database: {e}"))

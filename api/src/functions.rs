@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use serde::Deserialize;
@@ -131,9 +132,10 @@ pub async fn create(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Answer> {
     let namespace = caller.namespace(&ns)?;
+    let body = body?;
     let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
     if let Some((status, body)) = ctx.replay(&state).await? {
         return Ok((status, Json(body)));
@@ -150,7 +152,14 @@ pub async fn create(
     };
     let key = FunctionKey::new(namespace, name);
     let current = load(&state, &key).await?;
-    let events = decide(&current, FunctionCommand::Create { spec })?;
+    let events = match decide(&current, FunctionCommand::Create { spec }) {
+        Ok(events) => events,
+        Err(e) => {
+            return command::settle(&state, &ctx, e.into())
+                .await
+                .map(|(s, b)| (s, Json(b)));
+        }
+    };
     let after = events.iter().fold(current.clone(), Function::evolve);
     let cmd = Command {
         stream: key.stream(),
@@ -240,12 +249,24 @@ pub async fn upload(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Answer> {
     let namespace = caller.namespace(&ns)?;
     let name = parse_name(&name)
         .map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
     let key = FunctionKey::new(namespace, name);
+    let body = body.map_err(|r| match ApiError::from(r) {
+        e if e.status == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            e.status,
+            "archive-too-large",
+            "Archive too large",
+            format!(
+                "the upload is larger than the limit of {} bytes",
+                state.limits.max_zip_bytes
+            ),
+        ),
+        e => e,
+    })?;
     let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
     if let Some((status, body)) = ctx.replay(&state).await? {
         return Ok((status, Json(body)));
@@ -287,7 +308,11 @@ pub async fn upload(
         },
     )?;
     let Some(FunctionEvent::FunctionUploaded(version)) = events.first().cloned() else {
-        // Identical to the current version: nothing new to store or build.
+        // Identical to the current version: nothing new to store or build,
+        // unless a concurrent retry of this very request made that version.
+        if let Some((status, body)) = ctx.replay(&state).await? {
+            return Ok((status, Json(body)));
+        }
         let v = current
             .current()
             .expect("an identical upload has a current version");

@@ -1,0 +1,190 @@
+//! Uploads: blobs first, then the event and the work item in one commit;
+//! versions count up, identical bytes change nothing.
+
+use axum::http::StatusCode;
+use zip::write::SimpleFileOptions;
+
+use super::support::*;
+
+const SUB: &str = "erin@example.com";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_stores_both_blobs_appends_one_event_and_enqueues_one_reconcile() {
+    let env = Env::new().await;
+    let ns = ns(SUB);
+    assert_eq!(env.create(SUB, "hello").await.status, StatusCode::CREATED);
+    let zip = handler_zip("v1");
+    let sha = sha256_hex(&zip);
+
+    let first = env.upload(SUB, "hello", &zip).await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
+    assert_eq!(first.body["version"], 1);
+    assert_eq!(first.body["sha256"], sha.as_str());
+    assert_eq!(first.body["size"], zip.len());
+    assert_eq!(first.body["files"], 2);
+    assert_eq!(
+        first.body["status_url"],
+        function_uri(&ns, "hello"),
+        "a URL to poll"
+    );
+    assert!(
+        first.body["position"].as_i64().is_some_and(|p| p > 0),
+        "{}",
+        first.body
+    );
+
+    // The event references both blobs and is the one the answer names.
+    let uploaded: Vec<_> = env
+        .stream(SUB, "hello")
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "FunctionUploaded")
+        .collect();
+    assert_eq!(uploaded.len(), 1);
+    let event = &uploaded[0];
+    assert_eq!(first.body["position"], event.position);
+    assert_eq!(event.version, 2, "the stream's second event");
+    assert_eq!(event.metadata["actor"], SUB);
+    let data = &event.data;
+    assert_eq!(data["version"], 1);
+    assert_eq!(data["sha256"], sha.as_str());
+    let zip_key = format!("blobs/zips/{sha}.zip");
+    assert_eq!(data["zip_key"], zip_key.as_str());
+    let ctx_sha = data["context_sha256"]
+        .as_str()
+        .expect("context sha")
+        .to_owned();
+    let ctx_key = format!("blobs/contexts/{ctx_sha}.tar.gz");
+    assert_eq!(data["context_key"], ctx_key.as_str());
+
+    // Both blobs exist, and nothing else; the zip is byte-identical and the
+    // context is stored under its own sha256.
+    let blobs = env.s3.blobs();
+    let mut keys = blobs.list("").await.unwrap();
+    keys.sort();
+    let mut want = vec![ctx_key.clone(), zip_key.clone()];
+    want.sort();
+    assert_eq!(keys, want);
+    assert_eq!(
+        blobs.get(&zip_key).await.unwrap(),
+        zip,
+        "the zip blob is what was uploaded"
+    );
+    let context = blobs.get(&ctx_key).await.unwrap();
+    assert_eq!(
+        sha256_hex(&context),
+        ctx_sha,
+        "the context is content-addressed"
+    );
+    assert_eq!(&context[..2], &[0x1f, 0x8b], "the context is gzip");
+
+    // Exactly one pending reconcile for the function.
+    let key = format!("{ns}/hello");
+    assert_eq!(
+        env.work_items().await,
+        vec![(
+            "ReconcileFunction".to_owned(),
+            key.clone(),
+            "pending".to_owned()
+        )]
+    );
+
+    // A different upload: version 2, and the pending item is refreshed, not doubled.
+    let zip2 = handler_zip("v2");
+    let second = env.upload(SUB, "hello", &zip2).await;
+    assert_eq!(second.status, StatusCode::ACCEPTED, "{}", second.body);
+    assert_eq!(second.body["version"], 2);
+    assert_eq!(second.body["sha256"], sha256_hex(&zip2).as_str());
+    assert_eq!(
+        env.work_items().await,
+        vec![(
+            "ReconcileFunction".to_owned(),
+            key.clone(),
+            "pending".to_owned()
+        )]
+    );
+    assert_eq!(
+        env.events_of_type(SUB, "hello", "FunctionUploaded")
+            .await
+            .len(),
+        2
+    );
+    assert_eq!(env.s3.blobs().list("").await.unwrap().len(), 4);
+
+    // The same bytes again: 200, unchanged, the same version, no event, no blob.
+    let before = env.counts().await;
+    let same = env.upload(SUB, "hello", &zip2).await;
+    assert_eq!(same.status, StatusCode::OK, "{}", same.body);
+    assert_eq!(same.body["unchanged"], true);
+    assert_eq!(same.body["version"], 2);
+    assert_eq!(same.body["sha256"], sha256_hex(&zip2).as_str());
+    assert_eq!(env.counts().await, before);
+
+    // The read model follows the log.
+    env.catch_up().await;
+    let view = env
+        .send(get(&function_uri(&ns, "hello"), Some(&token(SUB))))
+        .await;
+    assert_eq!(view.body["version"], 2, "{}", view.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_over_the_json_limit_but_under_the_zip_limit_is_accepted() {
+    // The API's default body limit is 1 MiB; uploads have their own, 50 MiB.
+    let env = Env::new().await;
+    assert_eq!(env.create(SUB, "big").await.status, StatusCode::CREATED);
+    let data: Vec<u8> = (0..3 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let zip = zip_with(|w| {
+        use std::io::Write;
+        let stored =
+            SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        w.start_file("handler.py", stored).unwrap();
+        w.write_all(b"def handle(req):\n    return 'big'\n")
+            .unwrap();
+        w.start_file("data.bin", stored).unwrap();
+        w.write_all(&data).unwrap();
+    });
+    assert!(zip.len() > 3 * 1024 * 1024);
+    let answer = env.upload(SUB, "big", &zip).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED, "{}", answer.body);
+    assert_eq!(answer.body["size"], zip.len());
+    assert_eq!(
+        env.s3
+            .blobs()
+            .get(&format!("blobs/zips/{}.zip", sha256_hex(&zip)))
+            .await
+            .unwrap(),
+        zip
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_zip_for_two_functions_is_stored_once() {
+    let env = Env::new().await;
+    for name in ["one", "two"] {
+        assert_eq!(env.create(SUB, name).await.status, StatusCode::CREATED);
+    }
+    let zip = handler_zip("shared");
+    for name in ["one", "two"] {
+        let a = env.upload(SUB, name, &zip).await;
+        assert_eq!(a.status, StatusCode::ACCEPTED, "{name}: {}", a.body);
+        assert_eq!(a.body["version"], 1);
+    }
+    assert_eq!(
+        env.s3.blobs().list("").await.unwrap().len(),
+        2,
+        "content-addressed: one zip, one context"
+    );
+    let keys: Vec<_> = env
+        .work_items()
+        .await
+        .into_iter()
+        .map(|(_, k, _)| k)
+        .collect();
+    assert_eq!(
+        keys,
+        vec![format!("{}/one", ns(SUB)), format!("{}/two", ns(SUB))]
+    );
+}
