@@ -186,6 +186,20 @@ async fn bad_create_requests_are_refused_and_write_nothing() {
             Some("memory_mb"),
         ),
         case(
+            "a negative memory_mb",
+            create_body(json!({ "memory_mb": -5 })),
+            INVALID,
+            "invalid-field",
+            Some("memory_mb"),
+        ),
+        case(
+            "an env var value that is not a string",
+            create_body(json!({ "env_vars": { "A": 1 } })),
+            INVALID,
+            "invalid-field",
+            Some("env_vars.A"),
+        ),
+        case(
             "timeout 0",
             create_body(json!({ "timeout_sec": 0 })),
             INVALID,
