@@ -171,16 +171,11 @@ pub async fn commit(
 /// Builds the events of a command from domain events.
 pub fn new_events(
     ctx: &RequestContext,
-    namespace: &str,
+    key: &sless_domain::FunctionKey,
     events: &[sless_domain::FunctionEvent],
 ) -> Vec<NewEvent> {
     events
         .iter()
-        .map(|e| NewEvent {
-            event_type: e.type_name().to_owned(),
-            namespace: namespace.to_owned(),
-            data: e.data(),
-            metadata: ctx.metadata(),
-        })
+        .map(|e| NewEvent::function(key, e, ctx.metadata()))
         .collect()
 }

@@ -80,15 +80,7 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
 
 /// Reads a function's state from its stream (the source of truth for commands).
 pub async fn load(state: &AppState, key: &FunctionKey) -> ApiResult<Function> {
-    let events = eventlog::read_stream(&state.pool, &key.stream()).await?;
-    let mut f = Function::default();
-    for e in &events {
-        let ev = FunctionEvent::from_stored(&e.event_type, &e.data).map_err(|err| {
-            ApiError::internal(format!("event {} cannot be read: {err}", e.position))
-        })?;
-        f = f.evolve(&ev);
-    }
-    Ok(f)
+    Ok(eventlog::load_function(&state.pool, key).await?)
 }
 
 fn function_path(key: &FunctionKey) -> String {
@@ -175,7 +167,7 @@ pub async fn create(
     let cmd = Command {
         stream: key.stream(),
         expected_version: current.stream_version,
-        events: command::new_events(&ctx, key.namespace.as_str(), &events),
+        events: command::new_events(&ctx, &key, &events),
         reconcile: None,
     };
     let (status, body) = command::commit(&state, &ctx, cmd, |appended| {
@@ -345,7 +337,7 @@ pub async fn upload(
     let cmd = Command {
         stream: key.stream(),
         expected_version: current.stream_version,
-        events: command::new_events(&ctx, key.namespace.as_str(), &events),
+        events: command::new_events(&ctx, &key, &events),
         reconcile: Some(key.queue_key()),
     };
     let (status, body) = command::commit(&state, &ctx, cmd, |appended| {

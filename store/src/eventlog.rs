@@ -15,6 +15,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use sless_domain::{Function, FunctionEvent, FunctionKey};
 use sqlx::{AssertSqlSafe, PgConnection, PgExecutor, Row};
 
 use crate::{Error, Result};
@@ -43,6 +44,29 @@ pub struct NewEvent {
     pub namespace: String,
     pub data: serde_json::Value,
     pub metadata: Metadata,
+}
+
+impl NewEvent {
+    /// A function's event, ready to append to its stream.
+    pub fn function(key: &FunctionKey, event: &FunctionEvent, metadata: Metadata) -> NewEvent {
+        NewEvent {
+            event_type: event.type_name().to_owned(),
+            namespace: key.namespace.to_string(),
+            data: event.data(),
+            metadata,
+        }
+    }
+}
+
+impl Metadata {
+    /// Metadata of an event sless itself records while working on a work item.
+    pub fn system(role: &str, work_item: i64) -> Metadata {
+        Metadata {
+            actor: format!("system:{role}"),
+            correlation_id: Some(format!("work-{work_item}")),
+            ..Default::default()
+        }
+    }
 }
 
 /// An event as the log holds it.
@@ -190,6 +214,23 @@ pub async fn read_stream<'e>(
     .fetch_all(exec)
     .await?;
     Ok(rows.into_iter().map(recorded).collect())
+}
+
+/// A function's state: a fold over its whole stream (the source of truth
+/// for deciding commands). A function that never existed folds to the default.
+pub async fn load_function<'e>(exec: impl PgExecutor<'e>, key: &FunctionKey) -> Result<Function> {
+    let events = read_stream(exec, &key.stream()).await?;
+    let mut state = Function::default();
+    for e in &events {
+        let event = FunctionEvent::from_stored(&e.event_type, &e.data).map_err(|err| {
+            Error::Internal(format!(
+                "event {} ({}) cannot be read: {err}",
+                e.position, e.event_type
+            ))
+        })?;
+        state = state.evolve(&event);
+    }
+    Ok(state)
 }
 
 /// The transaction-id watermark: every transaction with a smaller id has

@@ -33,17 +33,9 @@ impl<D> Clone for Reconciler<D> {
 }
 
 async fn load(pool: &PgPool, key: &FunctionKey) -> HandlerResult<Function> {
-    let events = eventlog::read_stream(pool, &key.stream())
+    eventlog::load_function(pool, key)
         .await
-        .map_err(HandlerError::retry)?;
-    let mut state = Function::default();
-    for e in &events {
-        let ev = FunctionEvent::from_stored(&e.event_type, &e.data).map_err(|err| {
-            HandlerError::Fatal(format!("event {} cannot be read: {err}", e.position))
-        })?;
-        state = state.evolve(&ev);
-    }
-    Ok(state)
+        .map_err(HandlerError::retry)
 }
 
 /// Outcome of recording an event.
@@ -64,16 +56,7 @@ impl<D: Driver> Reconciler<D> {
         event: FunctionEvent,
     ) -> HandlerResult<Recorded> {
         let mut tx = self.pool.begin().await.map_err(HandlerError::retry)?;
-        let new = NewEvent {
-            event_type: event.type_name().to_owned(),
-            namespace: key.namespace.to_string(),
-            data: event.data(),
-            metadata: Metadata {
-                actor: "system:worker".into(),
-                correlation_id: Some(format!("work-{}", item.id)),
-                ..Default::default()
-            },
-        };
+        let new = NewEvent::function(key, &event, Metadata::system("worker", item.id));
         match eventlog::append(&mut tx, &key.stream(), state.stream_version, &[new]).await {
             Ok(_) => {}
             Err(sless_store::Error::Conflict { .. }) => return Ok(Recorded::Stale),

@@ -231,16 +231,7 @@ impl<D: Driver> Worker<D> {
                 attempts: item.attempt,
                 error: error.to_owned(),
             };
-            let new = NewEvent {
-                event_type: event.type_name().into(),
-                namespace: key.namespace.to_string(),
-                data: event.data(),
-                metadata: Metadata {
-                    actor: "system:worker".into(),
-                    correlation_id: Some(format!("work-{}", item.id)),
-                    ..Default::default()
-                },
-            };
+            let new = NewEvent::function(&key, &event, Metadata::system("worker", item.id));
             if at > 0 {
                 eventlog::append(&mut tx, &key.stream(), at, &[new]).await?;
             }
