@@ -116,9 +116,11 @@ async fn a_worker_killed_mid_item_loses_its_lease_and_another_worker_finishes_th
     assert_eq!(f["deployed_version"], 1);
     assert_eq!(event_count(&db, "FunctionDeployed").await, 1);
     // The item is completed right after the last event is appended.
-    sless_testkit::eventually("the item to be completed", Duration::from_secs(30), || async {
-        (sless_store::queue::counts(&db.pool).await.unwrap() == (0, 0)).then_some(())
-    })
+    sless_testkit::eventually(
+        "the item to be completed",
+        Duration::from_secs(30),
+        || async { (sless_store::queue::counts(&db.pool).await.unwrap() == (0, 0)).then_some(()) },
+    )
     .await;
     let answer = c
         .http
