@@ -95,6 +95,7 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result
             driver: driver.clone(),
         },
         config: config::worker()?,
+        on_start: None,
     };
     let worker = tokio::spawn(worker.run(stop.clone()));
     // Processes did not survive the last stop: converge everything again.
@@ -191,6 +192,7 @@ pub async fn worker(data_dir: PathBuf) -> anyhow::Result<()> {
             driver: driver.clone(),
         },
         config: cfg,
+        on_start: None,
     };
     let (tx, rx) = watch::channel(false);
     let task = tokio::spawn(worker.run(rx));

@@ -35,6 +35,9 @@ pub struct WorkItem {
 /// function X and make what runs match what the log says".
 pub const RECONCILE_FUNCTION: &str = "ReconcileFunction";
 
+/// A work item that does nothing: for measuring the queue itself.
+pub const NOOP: &str = "Noop";
+
 /// Enqueues a reconcile of a function (key `{ns}/{name}`) in the caller's transaction.
 pub async fn enqueue_reconcile<'e>(exec: impl PgExecutor<'e>, function_key: &str) -> Result<()> {
     enqueue(

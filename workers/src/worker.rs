@@ -53,10 +53,15 @@ impl Default for WorkerConfig {
     }
 }
 
+/// Called as each item starts, on the worker's task (keep it cheap): for
+/// metrics and benchmarks.
+pub type StartObserver = Arc<dyn Fn(&WorkItem) + Send + Sync>;
+
 pub struct Worker<D> {
     pub pool: PgPool,
     pub reconciler: Reconciler<D>,
     pub config: WorkerConfig,
+    pub on_start: Option<StartObserver>,
 }
 
 impl<D> Clone for Worker<D> {
@@ -65,6 +70,7 @@ impl<D> Clone for Worker<D> {
             pool: self.pool.clone(),
             reconciler: self.reconciler.clone(),
             config: self.config.clone(),
+            on_start: self.on_start.clone(),
         }
     }
 }
@@ -213,8 +219,12 @@ impl<D: Driver> Worker<D> {
     }
 
     async fn handle(&self, item: &WorkItem) -> Result<(), HandlerError> {
+        if let Some(observe) = &self.on_start {
+            observe(item);
+        }
         match item.kind.as_str() {
             reconcile::KIND => self.reconciler.reconcile(item).await,
+            queue::NOOP => Ok(()),
             other => Err(HandlerError::Fatal(format!("unknown work kind {other:?}"))),
         }
     }

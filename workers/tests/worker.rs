@@ -48,6 +48,7 @@ impl Harness {
                 driver: driver.clone(),
             },
             config,
+            on_start: None,
         };
         Harness {
             db,

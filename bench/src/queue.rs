@@ -1,0 +1,168 @@
+//! Queue benchmarks: drain throughput and pickup latency, through the real
+//! worker loop (claim in batches, lease, heartbeat, fenced completion).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sless_store::PgPool;
+use sless_store::blobs::{BlobStore, S3Config};
+use sless_store::queue::{self, WorkItem};
+use sless_workers::local::{LocalDriver, LocalDriverConfig};
+use sless_workers::{Reconciler, Worker, WorkerConfig};
+use tokio::sync::watch;
+
+use crate::{Server, percentile};
+
+#[derive(clap::Args)]
+pub struct DrainArgs {
+    /// Items pre-enqueued, each with a key of its own.
+    #[arg(long, default_value_t = 100_000)]
+    items: i64,
+    /// Items handled at once by each worker.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Worker loops, each with its own connection pool.
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+}
+
+#[derive(clap::Args)]
+pub struct PickupArgs {
+    #[arg(long, default_value_t = 500)]
+    items: usize,
+    /// Pause between enqueues.
+    #[arg(long, default_value_t = 10)]
+    interval_ms: u64,
+}
+
+/// A worker for no-op items. Its driver and blob store are never touched.
+fn worker(pool: PgPool, id: String, concurrency: usize) -> anyhow::Result<Worker<LocalDriver>> {
+    let dir = std::env::temp_dir().join(format!(
+        "sless-bench-driver-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let driver = Arc::new(LocalDriver::new(LocalDriverConfig::new(dir))?);
+    let blobs = BlobStore::new(&S3Config {
+        endpoint: Some("http://127.0.0.1:9".into()),
+        region: "us-east-1".into(),
+        bucket: "unused".into(),
+        access_key: "unused".into(),
+        secret_key: "unused".into(),
+        force_path_style: true,
+    });
+    Ok(Worker {
+        pool: pool.clone(),
+        reconciler: Reconciler {
+            pool,
+            blobs,
+            driver,
+        },
+        config: WorkerConfig {
+            id,
+            concurrency,
+            poll: Duration::from_millis(100),
+            ..WorkerConfig::default()
+        },
+        on_start: None,
+    })
+}
+
+pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_json::Value> {
+    let (pool, url) = server.database(8).await?;
+    sqlx::query(
+        "insert into work_items (kind, key) select $1, 'noop/' || g from generate_series(1, $2) g",
+    )
+    .bind(queue::NOOP)
+    .bind(args.items)
+    .execute(&pool)
+    .await?;
+    eprintln!(
+        "enqueued {} no-op items; draining with {} worker(s) x {} handlers",
+        args.items, args.workers, args.concurrency
+    );
+    let (stop_tx, stop) = watch::channel(false);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..args.workers {
+        let wpool = sless_store::connect(&url, (args.concurrency as u32 + 4).min(90)).await?;
+        let worker = worker(wpool, format!("bench-{w}"), args.concurrency)?;
+        tasks.push(tokio::spawn(worker.run(stop.clone())));
+    }
+    loop {
+        let (pending, running) = queue::counts(&pool).await?;
+        if pending + running == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        t.await??;
+    }
+    let jobs_per_s = args.items as f64 / elapsed;
+    eprintln!(
+        "drained {} items in {elapsed:.2} s: {jobs_per_s:.0} jobs/s",
+        args.items
+    );
+    Ok(json!({
+        "bench": "queue-drain", "items": args.items, "workers": args.workers,
+        "concurrency": args.concurrency, "seconds": elapsed, "jobs_per_s": jobs_per_s,
+    }))
+}
+
+pub async fn pickup(server: &Server, args: PickupArgs) -> anyhow::Result<serde_json::Value> {
+    let (pool, url) = server.database(4).await?;
+    let started: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; args.items]));
+    let mut w = worker(
+        sless_store::connect(&url, 8).await?,
+        "bench-pickup".into(),
+        4,
+    )?;
+    let seen = started.clone();
+    w.on_start = Some(Arc::new(move |item: &WorkItem| {
+        if let Some(i) = item.payload.get("seq").and_then(|s| s.as_u64()) {
+            seen.lock().unwrap()[i as usize] = Some(Instant::now());
+        }
+    }));
+    let (stop_tx, stop) = watch::channel(false);
+    let task = tokio::spawn(w.run(stop));
+    tokio::time::sleep(Duration::from_millis(300)).await; // let the worker go idle and LISTEN
+    let mut committed = Vec::with_capacity(args.items);
+    for i in 0..args.items {
+        queue::enqueue(
+            &pool,
+            queue::NOOP,
+            &format!("pickup/{i}"),
+            &json!({ "seq": i }),
+        )
+        .await?;
+        committed.push(Instant::now());
+        tokio::time::sleep(Duration::from_millis(args.interval_ms)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while started.lock().unwrap().iter().any(Option::is_none) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop_tx.send(true);
+    task.await??;
+    let starts = started.lock().unwrap().clone();
+    let mut ms: Vec<f64> = committed
+        .iter()
+        .zip(&starts)
+        .filter_map(|(c, s)| s.map(|s| s.saturating_duration_since(*c).as_secs_f64() * 1000.0))
+        .collect();
+    let missing = args.items - ms.len();
+    ms.sort_by(f64::total_cmp);
+    let (p50, p99) = (percentile(&ms, 50.0), percentile(&ms, 99.0));
+    eprintln!(
+        "pickup over {} items: p50 {p50:.2} ms, p99 {p99:.2} ms, max {:.2} ms",
+        ms.len(),
+        percentile(&ms, 100.0)
+    );
+    Ok(json!({
+        "bench": "pickup", "items": args.items, "interval_ms": args.interval_ms,
+        "p50_ms": p50, "p99_ms": p99, "max_ms": percentile(&ms, 100.0), "missing": missing,
+    }))
+}
