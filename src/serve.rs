@@ -81,6 +81,17 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result
     blobs.check().await.context("checking the S3 bucket")?;
     let driver = local_driver(&data_dir)?;
 
+    if pg.is_some() {
+        // Our own private database: no other worker can hold these items, so
+        // work cut short by an unclean stop need not wait out its lease.
+        let released = sless_store::queue::release_all_running(&pool).await?;
+        if released > 0 {
+            tracing::info!(
+                released,
+                "released work items left running by the last stop"
+            );
+        }
+    }
     let (stop_tx, stop) = watch::channel(false);
     let projector = tokio::spawn(sless_projector::run(
         pool.clone(),

@@ -303,10 +303,22 @@ pub async fn dead_letter(conn: &mut PgConnection, item: &WorkItem, error: &str) 
 /// pending, the expired item is dropped in its favour. Returns how many
 /// items were released.
 pub async fn release_expired(pool: &PgPool) -> Result<u64> {
+    release(pool, false).await
+}
+
+/// Returns every running item to the queue, whatever its lease, like
+/// `release_expired` does for expired ones. Only for a process that knows it
+/// is the sole worker on its database (the embedded default, starting after
+/// an unclean stop): anywhere else it would take work from a live worker.
+pub async fn release_all_running(pool: &PgPool) -> Result<u64> {
+    release(pool, true).await
+}
+
+async fn release(pool: &PgPool, all: bool) -> Result<u64> {
     let result = sqlx::query(
         "with expired as (
              select id, key from work_items
-             where state = 'running' and lease_until < now()
+             where state = 'running' and (lease_until < now() or $1)
              for update skip locked
          ),
          superseded as (
@@ -318,13 +330,16 @@ pub async fn release_expired(pool: &PgPool) -> Result<u64> {
          released as (
              update work_items w
              set state = 'pending', run_at = now(), lease_owner = null, lease_until = null,
-                 last_error = 'the lease of attempt ' || w.attempts || ' expired (worker died or hung)'
+                 last_error = case when $1
+                     then 'attempt ' || w.attempts || ' was cut short by a stop; released at start'
+                     else 'the lease of attempt ' || w.attempts || ' expired (worker died or hung)' end
              from expired e
              where w.id = e.id and w.id not in (select id from superseded)
              returning w.id
          )
          select (select count(*) from superseded) + (select count(*) from released)",
     )
+    .bind(all)
     .fetch_one(pool)
     .await;
     match result.map_err(Error::from) {

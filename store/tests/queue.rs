@@ -632,3 +632,42 @@ async fn enqueue_reconcile_all_enqueues_one_item_per_function_in_the_log() {
     queue::enqueue_reconcile_all(&db.pool).await.unwrap();
     assert_eq!(keys(rows(&db.pool).await), expected);
 }
+
+#[tokio::test]
+async fn release_all_running_returns_items_whose_lease_has_not_expired() {
+    let db = TestDb::new().await;
+    enqueue(&db.pool, "ns/f", json!({})).await;
+    enqueue(&db.pool, "ns/g", json!({})).await;
+    let claimed = queue::claim(&db.pool, "worker-a", 10, LONG).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    enqueue(&db.pool, "ns/g", json!({ "v": 2 })).await;
+    // The leases are long: the sweep leaves them alone.
+    assert_eq!(queue::release_expired(&db.pool).await.unwrap(), 0);
+
+    assert_eq!(queue::release_all_running(&db.pool).await.unwrap(), 2);
+    let r = rows(&db.pool).await;
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert!(
+        r.iter()
+            .all(|r| r.state == "pending" && r.lease_owner.is_none()),
+        "{r:?}"
+    );
+    let f = r.iter().find(|r| r.key == "ns/f").unwrap();
+    assert!(
+        f.last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("released at start"),
+        "{f:?}"
+    );
+    let g = r.iter().find(|r| r.key == "ns/g").unwrap();
+    assert_eq!(
+        g.payload,
+        json!({ "v": 2 }),
+        "the newer pending item is kept"
+    );
+    // The worker that held them is fenced off.
+    for item in &claimed {
+        assert!(!queue::complete(&db.pool, item).await.unwrap());
+    }
+}
