@@ -4,6 +4,7 @@
 //! line is one JSON object. Benchmarks never fail on a machine's speed.
 
 mod append;
+mod projector;
 mod queue;
 
 use std::path::PathBuf;
@@ -28,6 +29,8 @@ enum Command {
     Pickup(queue::PickupArgs),
     /// Event appends per second: distinct streams, one hot stream, or batches.
     Append(append::AppendArgs),
+    /// Projector catch-up over a log it has not seen; events/s applied.
+    Projector(projector::CatchUpArgs),
 }
 
 /// The server benchmarks run on, and a fresh database on it.
@@ -116,6 +119,7 @@ fn main() -> anyhow::Result<()> {
             Command::QueueDrain(args) => queue::drain(&server, args).await?,
             Command::Pickup(args) => queue::pickup(&server, args).await?,
             Command::Append(args) => append::run(&server, args).await?,
+            Command::Projector(args) => projector::catch_up(&server, args).await?,
         };
         println!("{figures}");
         Ok(())

@@ -15,7 +15,7 @@ mod functions;
 use std::time::Duration;
 
 use sless_store::PgPool;
-use sless_store::eventlog::{self, Checkpoint, RecordedEvent};
+use sless_store::eventlog::{self, Checkpoint};
 use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 
@@ -79,22 +79,13 @@ pub async fn step(pool: &PgPool, limit: i64) -> Result<Step> {
         xid: last.xid,
         position: last.position,
     };
-    for event in &events {
-        apply(&mut tx, event).await?;
-    }
+    functions::apply_batch(&mut tx, &events).await?;
     eventlog::save_checkpoint(&mut tx, NAME, to).await?;
     tx.commit().await?;
     Ok(Step {
         applied: events.len(),
         held_back: false,
     })
-}
-
-async fn apply(tx: &mut sqlx::PgConnection, event: &RecordedEvent) -> Result<()> {
-    if event.stream.starts_with("function/") {
-        functions::apply(tx, event).await?;
-    }
-    Ok(())
 }
 
 /// Applies events until none is left past the checkpoint, waiting for

@@ -95,6 +95,26 @@ pub async fn function_row<'e>(
     row.map(row_of).transpose()
 }
 
+/// The rows of the given (namespace, name) pairs that exist, locked for
+/// update until the caller's transaction ends.
+pub async fn function_rows_for_update<'e>(
+    exec: impl PgExecutor<'e>,
+    namespaces: &[String],
+    names: &[String],
+) -> Result<Vec<FunctionRow>> {
+    let rows = sqlx::query(
+        "select f.* from functions f
+         join unnest($1::text[], $2::text[]) as k(namespace, name)
+           on f.namespace = k.namespace and f.name = k.name
+         for update of f",
+    )
+    .bind(namespaces)
+    .bind(names)
+    .fetch_all(exec)
+    .await?;
+    rows.into_iter().map(row_of).collect()
+}
+
 /// Every function of a namespace, by name.
 pub async fn function_rows<'e>(
     exec: impl PgExecutor<'e>,
