@@ -89,16 +89,7 @@ async fn sless_dev_runs_an_uploaded_python_function_and_keeps_it_across_a_restar
         namespace: sless_domain::Namespace::for_subject("someone-else").to_string(),
         ..c.clone()
     };
-    let own: serde_json::Value = c
-        .http
-        .get(other.v1("/functions"))
-        .bearer_auth(&other.token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let own: serde_json::Value = other.list_as(&other.token).await.json().await.unwrap();
     assert_eq!(own["items"], json!([]));
     let theirs = c
         .http
@@ -113,16 +104,7 @@ async fn sless_dev_runs_an_uploaded_python_function_and_keeps_it_across_a_restar
 
     // A second start on the same data directory keeps the function and runs it again.
     let (proc, c) = start_dev(&dir, "log2").await;
-    let list: serde_json::Value = c
-        .http
-        .get(c.v1("/functions"))
-        .bearer_auth(&c.token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: serde_json::Value = c.list_as(&c.token).await.json().await.unwrap();
     assert_eq!(list["items"][0]["name"], "hello");
     let url = format!("{}/fn/{}/hello?name=again", c.url, c.namespace);
     let answer: serde_json::Value = sless_testkit::eventually(

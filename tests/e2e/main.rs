@@ -144,6 +144,16 @@ impl Client {
             .unwrap()
     }
 
+    /// The functions of this client's namespace, as `token` sees them.
+    pub async fn list_as(&self, token: &str) -> reqwest::Response {
+        self.http
+            .get(self.v1("/functions"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
     pub async fn function(&self, name: &str) -> serde_json::Value {
         let res = self
             .http

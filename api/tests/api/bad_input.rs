@@ -38,6 +38,42 @@ fn case(
     }
 }
 
+/// Sends each case as a POST to `uri` and checks its problem document, its
+/// offending field, and that nothing was written; returns the counts from before.
+async fn assert_refused_writing_nothing(
+    env: &Env,
+    uri: &str,
+    tok: &str,
+    content_type: Option<&str>,
+    cases: Vec<Case>,
+) -> Counts {
+    let before = env.counts().await;
+    for c in cases {
+        let mut req = request(Method::POST, uri, Some(tok));
+        if let Some(ct) = content_type {
+            req = req.header(header::CONTENT_TYPE, ct);
+        }
+        for (name, value) in &c.headers {
+            req = req.header(*name, value);
+        }
+        let answer = env
+            .send(req.body(axum::body::Body::from(c.body)).unwrap())
+            .await;
+        answer.assert_problem(c.what, c.status, c.kind);
+        if let Some(field) = c.field {
+            assert_eq!(
+                answer.field(),
+                Some(field),
+                "{}: the offending field; {}",
+                c.what,
+                answer.body
+            );
+        }
+        assert_eq!(env.counts().await, before, "{}: nothing written", c.what);
+    }
+    before
+}
+
 /// A create body: the minimal valid spec with `change` merged over it.
 fn create_body(change: serde_json::Value) -> Vec<u8> {
     let mut body = spec("good-name");
@@ -238,28 +274,8 @@ async fn bad_create_requests_are_refused_and_write_nothing() {
             )
         },
     ];
-    let before = env.counts().await;
-    for c in cases {
-        let mut req = request(Method::POST, &uri, Some(&tok))
-            .header(header::CONTENT_TYPE, "application/json");
-        for (name, value) in &c.headers {
-            req = req.header(*name, value);
-        }
-        let answer = env
-            .send(req.body(axum::body::Body::from(c.body)).unwrap())
-            .await;
-        answer.assert_problem(c.what, c.status, c.kind);
-        if let Some(field) = c.field {
-            assert_eq!(
-                answer.field(),
-                Some(field),
-                "{}: the offending field; {}",
-                c.what,
-                answer.body
-            );
-        }
-        assert_eq!(env.counts().await, before, "{}: nothing written", c.what);
-    }
+    let before =
+        assert_refused_writing_nothing(&env, &uri, &tok, Some("application/json"), cases).await;
     // The control: the base body the cases are made from is accepted.
     let good = env
         .send(post_json(&uri, Some(&tok), &spec("good-name").to_string()))
@@ -476,28 +492,8 @@ async fn bad_uploads_are_refused_and_write_nothing() {
             )
         },
     ];
-    let before = env.counts().await;
     let uri = upload_uri(&ns, "hello");
-    for c in cases {
-        let mut req = request(Method::POST, &uri, Some(&tok));
-        for (name, value) in &c.headers {
-            req = req.header(*name, value);
-        }
-        let answer = env
-            .send(req.body(axum::body::Body::from(c.body)).unwrap())
-            .await;
-        answer.assert_problem(c.what, c.status, c.kind);
-        if let Some(field) = c.field {
-            assert_eq!(
-                answer.field(),
-                Some(field),
-                "{}: the offending field; {}",
-                c.what,
-                answer.body
-            );
-        }
-        assert_eq!(env.counts().await, before, "{}: nothing written", c.what);
-    }
+    let before = assert_refused_writing_nothing(&env, &uri, &tok, None, cases).await;
 
     // A valid zip to a function that does not exist.
     let answer = env
