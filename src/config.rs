@@ -69,7 +69,8 @@ pub fn jwt_secret() -> Option<String> {
 }
 
 /// Worker settings from `SLESS_WORKER_ID`, `SLESS_WORKER_CONCURRENCY`,
-/// `SLESS_LEASE_SECS`, `SLESS_SWEEP_SECS`, `SLESS_POLL_MS`, `SLESS_RETRY_BASE_MS`.
+/// `SLESS_WORKER_PREFETCH`, `SLESS_LEASE_SECS`, `SLESS_SWEEP_SECS`, `SLESS_POLL_MS`,
+/// `SLESS_RETRY_BASE_MS`, `SLESS_SHUTDOWN_GRACE_SECS`.
 pub fn worker() -> anyhow::Result<WorkerConfig> {
     let d = WorkerConfig::default();
     let lease = number("SLESS_LEASE_SECS", d.lease.as_secs_f64())?;
@@ -79,6 +80,7 @@ pub fn worker() -> anyhow::Result<WorkerConfig> {
     Ok(WorkerConfig {
         id: var("SLESS_WORKER_ID").unwrap_or(d.id),
         concurrency: number("SLESS_WORKER_CONCURRENCY", d.concurrency)?.max(1),
+        prefetch: number("SLESS_WORKER_PREFETCH", d.prefetch)?,
         lease: Duration::from_secs_f64(lease),
         sweep: Duration::from_secs_f64(number("SLESS_SWEEP_SECS", d.sweep.as_secs_f64())?.max(0.1)),
         poll: Duration::from_millis(number("SLESS_POLL_MS", d.poll.as_millis() as u64)?.max(10)),
@@ -89,6 +91,10 @@ pub fn worker() -> anyhow::Result<WorkerConfig> {
             )?),
             max: d.backoff.max,
         },
+        shutdown_grace: Duration::from_secs_f64(
+            number("SLESS_SHUTDOWN_GRACE_SECS", d.shutdown_grace.as_secs_f64())?.max(0.0),
+        ),
+        ack_batch: d.ack_batch,
     })
 }
 

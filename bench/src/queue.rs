@@ -22,6 +22,9 @@ pub struct DrainArgs {
     /// Items handled at once by each worker.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Items each worker claims ahead of free handlers (its local queue).
+    #[arg(long, default_value_t = 256)]
+    prefetch: usize,
     /// Worker loops, each with its own connection pool.
     #[arg(long, default_value_t = 1)]
     workers: usize,
@@ -37,7 +40,12 @@ pub struct PickupArgs {
 }
 
 /// A worker for no-op items. Its driver and blob store are never touched.
-fn worker(pool: PgPool, id: String, concurrency: usize) -> anyhow::Result<Worker<LocalDriver>> {
+fn worker(
+    pool: PgPool,
+    id: String,
+    concurrency: usize,
+    prefetch: usize,
+) -> anyhow::Result<Worker<LocalDriver>> {
     let dir = std::env::temp_dir().join(format!(
         "sless-bench-driver-{}",
         uuid::Uuid::new_v4().simple()
@@ -61,6 +69,7 @@ fn worker(pool: PgPool, id: String, concurrency: usize) -> anyhow::Result<Worker
         config: WorkerConfig {
             id,
             concurrency,
+            prefetch,
             poll: Duration::from_millis(100),
             ..WorkerConfig::default()
         },
@@ -77,24 +86,46 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
     .bind(args.items)
     .execute(&pool)
     .await?;
+    // The same preparation as the peers' drains: fresh statistics, and no
+    // checkpoint debt carried into the timed window.
+    sqlx::query("vacuum (analyze) work_items")
+        .execute(&pool)
+        .await?;
+    sqlx::query("checkpoint").execute(&pool).await?;
     eprintln!(
-        "enqueued {} no-op items; draining with {} worker(s) x {} handlers",
-        args.items, args.workers, args.concurrency
+        "enqueued {} no-op items; draining with {} worker(s) x {} handlers, prefetch {}",
+        args.items, args.workers, args.concurrency, args.prefetch
     );
     let (stop_tx, stop) = watch::channel(false);
     let started = Instant::now();
     let mut tasks = Vec::new();
+    let started_items = Arc::new(std::sync::atomic::AtomicI64::new(0));
     for w in 0..args.workers {
         let wpool = sless_store::connect(&url, (args.concurrency as u32 + 4).min(90)).await?;
-        let worker = worker(wpool, format!("bench-{w}"), args.concurrency)?;
+        let mut worker = worker(wpool, format!("bench-{w}"), args.concurrency, args.prefetch)?;
+        let seen = started_items.clone();
+        worker.on_start = Some(Arc::new(move |_: &WorkItem| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }));
         tasks.push(tokio::spawn(worker.run(stop.clone())));
     }
+    // Every item has started: from here, watch the table until no item is
+    // left in it, i.e. every acknowledgement is committed. (Polling the
+    // table all along would load the database the workers are measured on.)
+    while started_items.load(std::sync::atomic::Ordering::Relaxed) < args.items {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     loop {
-        let (pending, running) = queue::counts(&pool).await?;
-        if pending + running == 0 {
+        let left: bool = sqlx::query_scalar(
+            "select exists (select 1 from work_items where state = 'pending')
+                 or exists (select 1 from work_items where state = 'running')",
+        )
+        .fetch_one(&pool)
+        .await?;
+        if !left {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
     let _ = stop_tx.send(true);
@@ -108,7 +139,8 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
     );
     Ok(json!({
         "bench": "queue-drain", "items": args.items, "workers": args.workers,
-        "concurrency": args.concurrency, "seconds": elapsed, "jobs_per_s": jobs_per_s,
+        "concurrency": args.concurrency, "prefetch": args.prefetch,
+        "seconds": elapsed, "jobs_per_s": jobs_per_s,
     }))
 }
 
@@ -119,6 +151,7 @@ pub async fn pickup(server: &Server, args: PickupArgs) -> anyhow::Result<serde_j
         sless_store::connect(&url, 8).await?,
         "bench-pickup".into(),
         4,
+        0,
     )?;
     let seen = started.clone();
     w.on_start = Some(Arc::new(move |item: &WorkItem| {

@@ -108,7 +108,11 @@ pub async fn claim(
         "with due as (
              select id from work_items w
              where state = 'pending' and run_at <= now()
-               and not exists (select 1 from work_items r where r.key = w.key and r.state = 'running')
+               -- offset 0 keeps this a probe of the running index per candidate;
+               -- as an anti-join the planner scans that whole index, dead
+               -- entries of finished items included, on every claim.
+               and not exists (select 1 from work_items r
+                               where r.key = w.key and r.state = 'running' offset 0)
              order by run_at, id
              limit $2
              for update skip locked
@@ -188,6 +192,123 @@ pub async fn complete<'e>(exec: impl PgExecutor<'e>, item: &WorkItem) -> Result<
     .execute(exec)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Finishes many items of one worker in one statement (a worker flushes
+/// its completions in batches). Each is fenced like `complete`: an item
+/// whose lease passed to another worker, or to a later attempt, is left
+/// alone. Returns the ids that were finished.
+pub async fn complete_many<'e>(
+    exec: impl PgExecutor<'e>,
+    owner: &str,
+    items: &[(i64, i32)],
+) -> Result<Vec<i64>> {
+    let (ids, attempts): (Vec<i64>, Vec<i32>) = items.iter().copied().unzip();
+    let done = sqlx::query_scalar(
+        "delete from work_items w
+         using unnest($1::bigint[], $2::int[]) as a(id, attempt)
+         where w.id = a.id and w.attempts = a.attempt and w.lease_owner = $3 and w.state = 'running'
+         returning w.id",
+    )
+    .bind(&ids)
+    .bind(&attempts)
+    .bind(owner)
+    .fetch_all(exec)
+    .await?;
+    Ok(done)
+}
+
+/// Extends the lease of every item `owner` holds, in one statement; returns
+/// the `(id, attempt)` of each. An item the worker believes it holds and
+/// that is missing here has been taken from it (its lease expired and the
+/// sweep released it): the worker must stop working on it.
+pub async fn heartbeat_owner(
+    pool: &PgPool,
+    owner: &str,
+    lease: Duration,
+) -> Result<Vec<(i64, i32)>> {
+    let rows = sqlx::query(
+        "update work_items set lease_until = now() + make_interval(secs => $2)
+         where lease_owner = $1 and state = 'running'
+         returning id, attempts",
+    )
+    .bind(owner)
+    .bind(lease.as_secs_f64())
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// An item a stopping worker hands back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handback {
+    pub id: i64,
+    pub attempt: i32,
+    /// False when its handler never started: the attempt is given back too.
+    pub started: bool,
+}
+
+/// Returns items a stopping worker holds to the queue, due now, so another
+/// worker takes them at once instead of waiting out their leases. Items
+/// whose key already has newer work pending are dropped in its favour.
+/// Fenced like `complete`. Returns how many were handed back or dropped.
+pub async fn hand_back(pool: &PgPool, owner: &str, items: &[Handback]) -> Result<u64> {
+    if items.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<i64> = items.iter().map(|h| h.id).collect();
+    let attempts: Vec<i32> = items.iter().map(|h| h.attempt).collect();
+    let started: Vec<bool> = items.iter().map(|h| h.started).collect();
+    // An enqueue that slips in between the check for newer pending work and
+    // the update makes the update fail on the one-pending-per-key index;
+    // the next try sees that work and drops the item in its favour.
+    let mut tries = 0;
+    let row = loop {
+        tries += 1;
+        let result = sqlx::query(
+            "with mine as (
+             select w.id, w.key, h.started from work_items w
+             join unnest($1::bigint[], $2::int[], $3::bool[]) as h(id, attempt, started)
+               on w.id = h.id and w.attempts = h.attempt
+             where w.lease_owner = $4 and w.state = 'running'
+             for update of w
+         ),
+         superseded as (
+             delete from work_items w using mine m
+             where w.id = m.id
+               and exists (select 1 from work_items p where p.key = m.key and p.state = 'pending')
+             returning w.id
+         ),
+         handed as (
+             update work_items w
+             set state = 'pending', run_at = now(), lease_owner = null, lease_until = null,
+                 attempts = case when m.started then w.attempts else w.attempts - 1 end,
+                 last_error = case when m.started
+                     then 'attempt ' || w.attempts || ' was stopped by a worker shutting down'
+                     else w.last_error end
+             from mine m
+             where w.id = m.id and w.id not in (select id from superseded)
+             returning w.id
+         )
+         select (select count(*) from superseded) + (select count(*) from handed)",
+        )
+        .bind(&ids)
+        .bind(&attempts)
+        .bind(&started)
+        .bind(owner)
+        .fetch_one(pool)
+        .await;
+        match result.map_err(Error::from) {
+            Ok(row) => break row,
+            Err(e) if e.is_unique_violation() && tries < 3 => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    sqlx::query("select pg_notify($1, '')")
+        .bind(CHANNEL)
+        .execute(pool)
+        .await?;
+    Ok(row.get::<i64, _>(0) as u64)
 }
 
 /// How long to wait before retry `attempt` (1-based): exponential with full

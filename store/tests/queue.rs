@@ -671,3 +671,71 @@ async fn release_all_running_returns_items_whose_lease_has_not_expired() {
         assert!(!queue::complete(&db.pool, item).await.unwrap());
     }
 }
+
+#[tokio::test]
+async fn batched_completion_and_heartbeat_touch_only_the_items_a_worker_still_holds() {
+    let db = TestDb::new().await;
+    for k in ["ns/a", "ns/b", "ns/c"] {
+        enqueue(&db.pool, k, json!({})).await;
+    }
+    let items = queue::claim(&db.pool, "w1", 10, LONG).await.unwrap();
+    assert_eq!(items.len(), 3);
+    // "ns/b" passes to another worker, as after an expired lease.
+    let b = items.iter().find(|i| i.key == "ns/b").unwrap().clone();
+    sqlx::query("update work_items set lease_owner = 'w2', attempts = attempts + 1 where id = $1")
+        .bind(b.id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let held = queue::heartbeat_owner(&db.pool, "w1", LONG).await.unwrap();
+    let held: BTreeSet<i64> = held.into_iter().map(|(id, _)| id).collect();
+    assert_eq!(
+        held,
+        ids(&items).into_iter().filter(|id| *id != b.id).collect()
+    );
+
+    let all: Vec<(i64, i32)> = items.iter().map(|i| (i.id, i.attempt)).collect();
+    let done = queue::complete_many(&db.pool, "w1", &all).await.unwrap();
+    assert_eq!(done.len(), 2);
+    assert!(!done.contains(&b.id));
+    let left = rows(&db.pool).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(
+        (left[0].id, left[0].lease_owner.as_deref()),
+        (b.id, Some("w2"))
+    );
+}
+
+#[tokio::test]
+async fn handed_back_items_are_due_now_unless_newer_work_supersedes_them() {
+    let db = TestDb::new().await;
+    for k in ["ns/started", "ns/unstarted", "ns/superseded"] {
+        enqueue(&db.pool, k, json!({ "v": 1 })).await;
+    }
+    let items = queue::claim(&db.pool, "w1", 10, LONG).await.unwrap();
+    enqueue(&db.pool, "ns/superseded", json!({ "v": 2 })).await;
+    let back: Vec<queue::Handback> = items
+        .iter()
+        .map(|i| queue::Handback {
+            id: i.id,
+            attempt: i.attempt,
+            started: i.key != "ns/unstarted",
+        })
+        .collect();
+    // Another worker's handback of these items changes nothing.
+    assert_eq!(queue::hand_back(&db.pool, "w2", &back).await.unwrap(), 0);
+    assert_eq!(queue::hand_back(&db.pool, "w1", &back).await.unwrap(), 3);
+    let rows = rows(&db.pool).await;
+    let by_key = |k: &str| rows.iter().find(|r| r.key == k).unwrap().clone();
+    assert_eq!(rows.len(), 3);
+    let started = by_key("ns/started");
+    assert_eq!((started.state.as_str(), started.attempts), ("pending", 1));
+    assert!(started.due_now && started.lease_owner.is_none());
+    assert!(started.last_error.unwrap().contains("shutting down"));
+    let unstarted = by_key("ns/unstarted");
+    assert_eq!(
+        (unstarted.state.as_str(), unstarted.attempts),
+        ("pending", 0)
+    );
+    assert_eq!(by_key("ns/superseded").payload, json!({ "v": 2 }));
+}
