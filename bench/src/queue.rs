@@ -25,9 +25,16 @@ pub struct DrainArgs {
     /// Items each worker claims ahead of free handlers (its local queue).
     #[arg(long, default_value_t = 256)]
     prefetch: usize,
-    /// Worker loops, each with its own connection pool.
+    /// Worker loops per process, each with its own connection pool.
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// Worker processes: 1 runs the workers in this process; more start
+    /// that many copies of this binary as workers.
+    #[arg(long, default_value_t = 1)]
+    processes: usize,
+    /// (internal) Run as a worker process against this database until killed.
+    #[arg(long, hide = true)]
+    join: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -77,7 +84,44 @@ fn worker(
     })
 }
 
+/// Runs `args.workers` worker loops on `url` until `stop` turns true; counts
+/// started items in `started`.
+async fn run_workers(
+    url: &str,
+    args: &DrainArgs,
+    name: &str,
+    started: Arc<std::sync::atomic::AtomicI64>,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<sless_store::Result<()>>>> {
+    let mut tasks = Vec::new();
+    for w in 0..args.workers {
+        let wpool = sless_store::connect(url, (args.concurrency as u32 + 4).min(90)).await?;
+        let mut worker = worker(
+            wpool,
+            format!("{name}-{w}"),
+            args.concurrency,
+            args.prefetch,
+        )?;
+        let seen = started.clone();
+        worker.on_start = Some(Arc::new(move |_: &WorkItem| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }));
+        tasks.push(tokio::spawn(worker.run(stop.clone())));
+    }
+    Ok(tasks)
+}
+
 pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_json::Value> {
+    if let Some(url) = &args.join {
+        // A worker process of a multi-process drain: works until killed.
+        let (_stop_tx, stop) = watch::channel(false);
+        let name = format!("bench-p{}", std::process::id());
+        let seen = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        for t in run_workers(url, &args, &name, seen, stop).await? {
+            t.await??;
+        }
+        return Ok(json!({ "bench": "queue-drain-worker" }));
+    }
     let (pool, url) = server.database(8).await?;
     sqlx::query(
         "insert into work_items (kind, key) select $1, 'noop/' || g from generate_series(1, $2) g",
@@ -93,28 +137,38 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
         .await?;
     sqlx::query("checkpoint").execute(&pool).await?;
     eprintln!(
-        "enqueued {} no-op items; draining with {} worker(s) x {} handlers, prefetch {}",
-        args.items, args.workers, args.concurrency, args.prefetch
+        "enqueued {} no-op items; draining with {} process(es) x {} worker(s) x {} handlers, prefetch {}",
+        args.items, args.processes, args.workers, args.concurrency, args.prefetch
     );
     let (stop_tx, stop) = watch::channel(false);
     let started = Instant::now();
-    let mut tasks = Vec::new();
     let started_items = Arc::new(std::sync::atomic::AtomicI64::new(0));
-    for w in 0..args.workers {
-        let wpool = sless_store::connect(&url, (args.concurrency as u32 + 4).min(90)).await?;
-        let mut worker = worker(wpool, format!("bench-{w}"), args.concurrency, args.prefetch)?;
-        let seen = started_items.clone();
-        worker.on_start = Some(Arc::new(move |_: &WorkItem| {
-            seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }));
-        tasks.push(tokio::spawn(worker.run(stop.clone())));
+    let mut tasks = Vec::new();
+    let mut children = Vec::new();
+    if args.processes > 1 {
+        for _ in 0..args.processes {
+            let child = tokio::process::Command::new(std::env::current_exe()?)
+                .args(["queue-drain", "--join", &url])
+                .args(["--concurrency", &args.concurrency.to_string()])
+                .args(["--prefetch", &args.prefetch.to_string()])
+                .args(["--workers", &args.workers.to_string()])
+                .stdout(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()?;
+            children.push(child);
+        }
+    } else {
+        tasks = run_workers(&url, &args, "bench", started_items.clone(), stop).await?;
+        // Every item has started: from here, watch the table until no item
+        // is left in it, i.e. every acknowledgement is committed. (Polling
+        // the table all along would load the database being measured.)
+        while started_items.load(std::sync::atomic::Ordering::Relaxed) < args.items {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
-    // Every item has started: from here, watch the table until no item is
-    // left in it, i.e. every acknowledgement is committed. (Polling the
-    // table all along would load the database the workers are measured on.)
-    while started_items.load(std::sync::atomic::Ordering::Relaxed) < args.items {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    // Worker processes cannot tell this one when they started the last item,
+    // so it polls the table all along, less often.
+    let poll = Duration::from_millis(if children.is_empty() { 2 } else { 10 });
     loop {
         let left: bool = sqlx::query_scalar(
             "select exists (select 1 from work_items where state = 'pending')
@@ -125,12 +179,15 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
         if !left {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(poll).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
     let _ = stop_tx.send(true);
     for t in tasks {
         t.await??;
+    }
+    for mut c in children {
+        c.kill().await?;
     }
     let jobs_per_s = args.items as f64 / elapsed;
     eprintln!(
@@ -139,6 +196,7 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
     );
     Ok(json!({
         "bench": "queue-drain", "items": args.items, "workers": args.workers,
+        "processes": args.processes,
         "concurrency": args.concurrency, "prefetch": args.prefetch,
         "seconds": elapsed, "jobs_per_s": jobs_per_s,
     }))
