@@ -1,5 +1,10 @@
 //! The one place errors become HTTP answers: `application/problem+json`
 //! documents (RFC 9457) with a stable `type` per kind of error.
+//!
+//! A dependency that cannot be reached or does not answer in time (the
+//! database, the blob store) is a 503 with `Retry-After`, never a 500: the
+//! request was not refused, and the same request may succeed later. With an
+//! `Idempotency-Key`, retrying it is always safe.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -19,7 +24,21 @@ pub struct ApiError {
     pub detail: String,
     /// The offending field of the request, when there is one.
     pub field: Option<String>,
+    /// Seconds after which a retry may succeed (`Retry-After`), for 503s.
+    pub retry_after: Option<u32>,
 }
+
+/// The problem kind of a database that could not be reached in time.
+pub const DATABASE_UNAVAILABLE: &str = "database-unavailable";
+
+/// Marks a response that says the database was unavailable (a response
+/// extension), for the breaker in front of the routes.
+#[derive(Debug, Clone, Copy)]
+pub struct DatabaseUnavailable;
+
+/// `Retry-After` of a 503 for an unreachable dependency: about what it takes
+/// a pool to notice a database is back.
+pub const RETRY_AFTER_SECS: u32 = 2;
 
 #[derive(Serialize)]
 struct Problem<'a> {
@@ -45,6 +64,7 @@ impl ApiError {
             title,
             detail: detail.into(),
             field: None,
+            retry_after: None,
         }
     }
 
@@ -94,6 +114,29 @@ impl ApiError {
         )
     }
 
+    /// 503: a dependency could not be reached or did not answer in time.
+    pub fn unavailable(
+        kind: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> ApiError {
+        ApiError {
+            retry_after: Some(RETRY_AFTER_SECS),
+            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, kind, title, detail)
+        }
+    }
+
+    /// 503: the database could not be reached or did not answer in time.
+    pub fn database_unavailable(e: &sqlx::Error) -> ApiError {
+        ApiError::unavailable(
+            DATABASE_UNAVAILABLE,
+            "Database unavailable",
+            format!(
+                "the database could not be reached or did not answer in time ({e}); retry later"
+            ),
+        )
+    }
+
     pub fn body(&self) -> serde_json::Value {
         serde_json::to_value(Problem {
             kind: format!("https://sless.dev/problems/{}", self.kind),
@@ -108,12 +151,21 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::warn!(kind = self.kind, detail = %self.detail, "request failed: unavailable");
+        } else if self.status.is_server_error() {
             tracing::error!(status = %self.status, detail = %self.detail, "request failed");
         }
         let mut res = (self.status, axum::Json(self.body())).into_response();
         res.headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if self.kind == DATABASE_UNAVAILABLE {
+            res.extensions_mut().insert(DatabaseUnavailable);
+        }
+        if let Some(secs) = self.retry_after {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         res
     }
 }
@@ -165,6 +217,12 @@ impl From<sless_store::Error> for ApiError {
                 "Concurrent change",
                 format!("{e}; another request changed it first: read it again and retry"),
             ),
+            sless_store::Error::Db(e) => ApiError::from(e),
+            sless_store::Error::Blob(detail) => ApiError::unavailable(
+                "blob-store-unavailable",
+                "Blob store unavailable",
+                format!("the blob store failed ({detail}); retry later"),
+            ),
             other => ApiError::internal(other.to_string()),
         }
     }
@@ -187,8 +245,46 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> ApiError {
-        ApiError::internal(format!("database: {e}"))
+        if sless_store::is_unavailable(&e) {
+            ApiError::database_unavailable(&e)
+        } else {
+            ApiError::internal(format!("database: {e}"))
+        }
     }
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_database_is_a_503_with_retry_after_marked_for_the_breaker() {
+        for e in [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+        ] {
+            let res = ApiError::from(sless_store::Error::Db(e)).into_response();
+            assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(res.headers()[header::RETRY_AFTER], "2");
+            assert_eq!(res.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+            assert!(res.extensions().get::<DatabaseUnavailable>().is_some());
+        }
+    }
+
+    #[test]
+    fn a_failing_blob_store_is_a_503_but_not_the_databases_fault() {
+        let res = ApiError::from(sless_store::Error::Blob("put x: timeout".into())).into_response();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(res.headers().contains_key(header::RETRY_AFTER));
+        assert!(res.extensions().get::<DatabaseUnavailable>().is_none());
+    }
+
+    #[test]
+    fn other_database_errors_stay_500s() {
+        let e = ApiError::from(sqlx::Error::RowNotFound);
+        assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(e.retry_after, None);
+    }
+}

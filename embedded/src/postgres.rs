@@ -66,6 +66,10 @@ pub struct PrivatePostgres {
     port: u16,
     password: String,
     keeper: Option<Keeper>,
+    /// Where the cluster lives, and the extra settings it was started with,
+    /// for [`start_again`](Self::start_again).
+    data_dir: PathBuf,
+    settings: Vec<(String, String)>,
 }
 
 impl fmt::Debug for PrivatePostgres {
@@ -119,6 +123,8 @@ impl PrivatePostgres {
                 port,
                 password: prepared.password.clone(),
                 keeper: Some(keeper),
+                data_dir: prepared.data_dir.clone(),
+                settings: settings.clone(),
             };
             let Some(keeper) = server.keeper.as_ref() else {
                 unreachable!("keeper was just set")
@@ -178,6 +184,58 @@ impl PrivatePostgres {
                 seconds: STOP_TIMEOUT.as_secs(),
             })
         }
+    }
+}
+
+impl PrivatePostgres {
+    /// Crashes the server the way `pg_ctl stop -m immediate` does: SIGQUIT to
+    /// the postmaster, which ends every session at once, with no shutdown
+    /// checkpoint, so the next start runs crash recovery from the WAL. Waits
+    /// up to 30 s for it to exit (then SIGKILL). For fault tests; see
+    /// [`start_again`](Self::start_again).
+    pub async fn crash(&mut self) -> Result<()> {
+        let Some(keeper) = self.keeper.take() else {
+            return Ok(());
+        };
+        let exited = blocking(move || {
+            keeper.signal(libc::SIGQUIT);
+            if keeper.wait_timeout(STOP_TIMEOUT).is_some() {
+                return Ok(true);
+            }
+            keeper.signal(libc::SIGKILL);
+            keeper.wait_timeout(Duration::from_secs(5));
+            Ok(false)
+        })
+        .await?;
+        tracing::warn!(port = self.port, "private PostgreSQL crashed on purpose");
+        if exited {
+            Ok(())
+        } else {
+            Err(EmbeddedError::ShutdownTimedOut {
+                seconds: STOP_TIMEOUT.as_secs(),
+            })
+        }
+    }
+
+    /// Starts the server again after [`crash`](Self::crash) (or after it
+    /// died), on the same port, data directory and settings, and waits until
+    /// it accepts connections. Does nothing while it is running.
+    pub async fn start_again(&mut self) -> Result<()> {
+        if self
+            .keeper
+            .as_ref()
+            .is_some_and(|k| k.exit_status().is_none())
+        {
+            return Ok(());
+        }
+        let mut again = PrivatePostgres::start(PostgresOptions {
+            data_dir: self.data_dir.clone(),
+            port: Some(self.port),
+            settings: self.settings.clone(),
+        })
+        .await?;
+        self.keeper = again.keeper.take();
+        Ok(())
     }
 }
 
@@ -469,5 +527,54 @@ fn log_tail(log: &Path, offset: u64) -> String {
         "(the log is empty)".to_owned()
     } else {
         tail
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use sqlx::Connection;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_crashed_cluster_starts_again_on_its_port_with_its_committed_data() {
+        let dir = tempfile::Builder::new()
+            .prefix("sless-embedded-crash-")
+            .tempdir()
+            .unwrap();
+        // Traversable by the unprivileged user the server runs as under root.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut pg = PrivatePostgres::start(PostgresOptions::new(dir.path().join("data")))
+            .await
+            .unwrap();
+        let url = pg.url("postgres");
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::query("create table kept (v int)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("insert into kept values (42)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+
+        pg.crash().await.unwrap();
+        assert!(
+            sqlx::query("select 1").execute(&mut conn).await.is_err(),
+            "the open session died with the server"
+        );
+        assert!(sqlx::PgConnection::connect(&url).await.is_err());
+
+        pg.start_again().await.unwrap();
+        assert_eq!(pg.url("postgres"), url, "same port, same password");
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        let v: i32 = sqlx::query_scalar("select v from kept")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(v, 42, "committed before the crash, recovered from the WAL");
+        pg.stop().await.unwrap();
     }
 }

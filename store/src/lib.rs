@@ -45,28 +45,103 @@ impl Error {
     pub fn is_unique_violation(&self) -> bool {
         matches!(self, Error::Db(sqlx::Error::Database(e)) if e.is_unique_violation())
     }
+
+    /// True when the database could not be reached or answer in time (see
+    /// `is_unavailable`): the request may succeed if tried again later.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Db(e) if is_unavailable(e))
+    }
 }
 
 /// The schema, from `migrations/` (the only place it is defined).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
-/// Connects a pool with the session settings every sless role uses: a
-/// statement timeout, and a limit on idle-in-transaction time so a stuck
-/// writer cannot hold the projectors' watermark back for long.
+/// How long a caller waits for a pooled connection, including opening a new
+/// one (so it also bounds the connect itself); past it, the database counts
+/// as unavailable (`is_unavailable`). Long enough for a burst of callers on a
+/// cold pool to open their connections together (each costs a SCRAM
+/// handshake: a few ms of CPU in a release build, about 130 ms in a debug
+/// one); a worker's or the projector's call waits this long at most. The API
+/// answers sooner: its request deadline (`sless_api::Deadlines`) cuts a
+/// request that waits on the pool, and its breaker sheds requests while the
+/// database is unavailable.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long `connect` keeps trying at start-up, when the database may still
+/// be coming up (a container starting beside it, a restart).
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Session settings every sless connection runs with.
+///
+/// - `statement_timeout`: no statement of ours runs longer; one stuck behind a
+///   lock or a lost client is cancelled by the server.
+/// - `idle_in_transaction_session_timeout`: a transaction whose client went
+///   quiet (crashed, partitioned, hung) is ended by the server, releasing its
+///   locks and the projectors' watermark. Our transactions never wait on
+///   anything but the database between statements.
+/// - `tcp_keepalives_*`: the server probes an idle client after 30 s and gives
+///   up after 3 unanswered probes 10 s apart, so the session of a client that
+///   vanished from the network (not merely went idle) ends within about a
+///   minute. sqlx has no client-side keepalive; client-side waits are bounded
+///   by `ACQUIRE_TIMEOUT` and the API's request deadline instead.
+pub const SESSION_SETTINGS: [(&str, &str); 5] = [
+    ("statement_timeout", "30s"),
+    ("idle_in_transaction_session_timeout", "10s"),
+    ("tcp_keepalives_idle", "30"),
+    ("tcp_keepalives_interval", "10"),
+    ("tcp_keepalives_count", "3"),
+];
+
+/// Connects a pool with the settings every sless role uses
+/// (`SESSION_SETTINGS`, `ACQUIRE_TIMEOUT`). Waits up to `STARTUP_TIMEOUT`
+/// for a database that is not reachable yet; fails at once on anything else
+/// (a wrong password, a missing database).
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
     let opts: PgConnectOptions = url.parse()?;
-    let opts = opts
-        .options([
-            ("statement_timeout", "60s"),
-            ("idle_in_transaction_session_timeout", "60s"),
-        ])
-        .application_name("sless");
+    let opts = opts.options(SESSION_SETTINGS).application_name("sless");
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(30))
-        .connect_with(opts)
-        .await?;
-    Ok(pool)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_lazy_with(opts);
+    let started = tokio::time::Instant::now();
+    loop {
+        match pool.acquire().await {
+            Ok(_) => return Ok(pool),
+            Err(e) if is_unavailable(&e) && started.elapsed() < STARTUP_TIMEOUT => {
+                tracing::warn!(error = %e, "the database is not reachable yet; retrying");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// True when a database error says the database could not be reached or
+/// could not answer in time (rather than refusing the request): no
+/// connection within the acquire timeout, a broken or closed connection, a
+/// server shutting down, starting up or out of connections, a statement or
+/// an idle transaction cut off by its timeout. Worth retrying later.
+pub fn is_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // 08: connection exception; 53: insufficient resources (too many
+            // connections); 57P01-57P03: shutdown, crash, starting up;
+            // 57014: statement timeout; 25P03: idle-in-transaction timeout;
+            // 55P03: lock not available.
+            code.starts_with("08")
+                || code.starts_with("53")
+                || matches!(
+                    &*code,
+                    "57P01" | "57P02" | "57P03" | "57014" | "25P03" | "55P03"
+                )
+        }),
+        _ => false,
+    }
 }
 
 /// Applies pending migrations.
