@@ -284,7 +284,7 @@ pub async fn upload(
         ))
     })?;
     let limits = state.limits;
-    let (archive, context, zip_bytes) =
+    let (archive, mut context, zip_bytes) =
         tokio::task::spawn_blocking(move || -> ApiResult<(ValidArchive, Vec<u8>, Bytes)> {
             let archive = archive::validate_zip(&body, &limits)?;
             let context = archive::build_context(spec.runtime, &archive.files);
@@ -304,53 +304,84 @@ pub async fn upload(
         context_key: blobs::context_key(&source.context_sha256),
         ..source
     };
-    let events = decide(
-        &current,
-        FunctionCommand::Upload {
-            source: source.clone(),
-        },
-    )?;
-    let Some(FunctionEvent::FunctionUploaded(version)) = events.first().cloned() else {
-        // Identical to the current version: nothing new to store or build,
-        // unless a concurrent retry of this very request made that version.
-        if let Some((status, body)) = ctx.replay(&state).await? {
-            return Ok((status, Json(body)));
+    // The request names no version it expects. When only a worker's events (a
+    // build starting, say) landed between our read and our append, decide
+    // again on the newer state instead of answering 409; another upload in
+    // between is a real conflict and stays one.
+    let mut current = current;
+    let mut stored = false;
+    let mut tries = 0;
+    loop {
+        let events = decide(
+            &current,
+            FunctionCommand::Upload {
+                source: source.clone(),
+            },
+        )?;
+        let Some(FunctionEvent::FunctionUploaded(version)) = events.first().cloned() else {
+            // Identical to the current version: nothing new to store or build,
+            // unless a concurrent retry of this very request made that version.
+            if let Some((status, body)) = ctx.replay(&state).await? {
+                return Ok((status, Json(body)));
+            }
+            let v = current
+                .current()
+                .expect("an identical upload has a current version");
+            let body = json!({
+                "version": v.version, "sha256": v.sha256, "size": v.size, "files": v.files,
+                "unchanged": true, "status_url": function_path(&key),
+            });
+            return Ok((StatusCode::OK, Json(body)));
+        };
+        // The blobs go first: the event that references them must never exist without them.
+        if !stored {
+            state
+                .blobs
+                .put_if_absent(&source.zip_key, zip_bytes.to_vec(), "application/zip")
+                .await?;
+            state
+                .blobs
+                .put_if_absent(
+                    &source.context_key,
+                    std::mem::take(&mut context),
+                    "application/gzip",
+                )
+                .await?;
+            stored = true;
         }
-        let v = current
-            .current()
-            .expect("an identical upload has a current version");
-        let body = json!({
-            "version": v.version, "sha256": v.sha256, "size": v.size, "files": v.files,
-            "unchanged": true, "status_url": function_path(&key),
-        });
-        return Ok((StatusCode::OK, Json(body)));
-    };
-    // The blobs go first: the event that references them must never exist without them.
-    state
-        .blobs
-        .put_if_absent(&source.zip_key, zip_bytes.to_vec(), "application/zip")
-        .await?;
-    state
-        .blobs
-        .put_if_absent(&source.context_key, context, "application/gzip")
-        .await?;
-    let cmd = Command {
-        stream: key.stream(),
-        expected_version: current.stream_version,
-        events: command::new_events(&ctx, &key, &events),
-        reconcile: Some(key.queue_key()),
-    };
-    let (status, body) = command::commit(&state, &ctx, cmd, |appended| {
-        let body = json!({
-            "version": version.version,
-            "sha256": version.sha256,
-            "size": version.size,
-            "files": version.files,
-            "position": appended.position,
-            "status_url": function_path(&key),
-        });
-        (StatusCode::ACCEPTED, body)
-    })
-    .await?;
-    Ok((status, Json(body)))
+        let cmd = Command {
+            stream: key.stream(),
+            expected_version: current.stream_version,
+            events: command::new_events(&ctx, &key, &events),
+            reconcile: Some(key.queue_key()),
+        };
+        let committed = command::commit(&state, &ctx, cmd, |appended| {
+            let body = json!({
+                "version": version.version,
+                "sha256": version.sha256,
+                "size": version.size,
+                "files": version.files,
+                "position": appended.position,
+                "status_url": function_path(&key),
+            });
+            (StatusCode::ACCEPTED, body)
+        })
+        .await;
+
+        match committed {
+            Err(e) if e.status == StatusCode::CONFLICT && tries < 4 => {
+                let newer = load(&state, &key).await?;
+                let source_of = |f: &Function| f.current().map(|v| v.version);
+                if source_of(&newer) != source_of(&current) || newer.spec != current.spec {
+                    return Err(e);
+                }
+                tries += 1;
+                current = newer;
+            }
+            answer => {
+                let (status, body) = answer?;
+                return Ok((status, Json(body)));
+            }
+        }
+    }
 }

@@ -313,6 +313,10 @@ class RuntimeServer(http.server.ThreadingHTTPServer):
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # The head and the body go out in two writes; with Nagle on, the body
+    # waits for the client's delayed ACK of the head (about 40 ms) on every
+    # keep-alive response.
+    disable_nagle_algorithm = True
     server_version = "sless-python3.11"
     # Idle keep-alive connections (and stalled uploads) are closed after this
     # many seconds; the time the function runs does not count.

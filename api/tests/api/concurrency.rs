@@ -121,3 +121,77 @@ async fn racing_uploads_get_distinct_versions_or_a_409_version_conflict() {
     }
     eprintln!("racing uploads: {conflicts} of 6 rounds ended in a 409");
 }
+
+/// An upload whose read of the stream is overtaken by a worker's event (a
+/// build starting) is decided again on the newer state: the user did nothing
+/// that conflicts, so they get a new version, not a 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_overtaken_by_a_workers_event_is_decided_again_not_refused() {
+    use sless_domain::{FunctionEvent, FunctionKey, FunctionName, Namespace};
+    use sless_store::eventlog::{self, Metadata, NewEvent};
+
+    let env = Arc::new(Env::new().await);
+    assert_eq!(env.create(SUB, "busy").await.status, StatusCode::CREATED);
+    let v1 = env.upload(SUB, "busy", &handler_zip("one")).await;
+    assert_eq!(v1.status, StatusCode::ACCEPTED);
+    let key = FunctionKey::new(
+        Namespace::parse(&ns(SUB)).unwrap(),
+        FunctionName::parse("busy").unwrap(),
+    );
+
+    // A worker starts building version 1 and holds its append open (its
+    // transaction holds the stream's lock) while the user uploads version 2.
+    let mut worker_tx = env.db.pool.begin().await.unwrap();
+    let started = FunctionEvent::BuildStarted { version: 1 };
+    let event = NewEvent::function(&key, &started, Metadata::system("worker", 1));
+    eventlog::append(&mut worker_tx, &key.stream(), 2, &[event])
+        .await
+        .unwrap();
+    let upload = {
+        let env = env.clone();
+        tokio::spawn(async move {
+            let req = post_zip(
+                &upload_uri(&ns(SUB), "busy"),
+                Some(&token(SUB)),
+                handler_zip("two"),
+                ZIP,
+            );
+            env.send(req).await
+        })
+    };
+    // The upload has read the stream (at version 2) and waits for the lock.
+    sless_testkit::eventually(
+        "the upload to wait for the stream's lock",
+        std::time::Duration::from_secs(10),
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "select count(*) from pg_locks where locktype = 'advisory' and not granted",
+            )
+            .fetch_one(&env.db.pool)
+            .await
+            .unwrap();
+            (waiting > 0).then_some(())
+        },
+    )
+    .await;
+    worker_tx.commit().await.unwrap();
+
+    let answer = upload.await.unwrap();
+    assert_eq!(answer.status, StatusCode::ACCEPTED, "{:?}", answer.body);
+    assert_eq!(answer.body["version"], 2);
+    let types: Vec<String> = env
+        .stream(SUB, "busy")
+        .await
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "FunctionCreated",
+            "FunctionUploaded",
+            "BuildStarted",
+            "FunctionUploaded"
+        ]
+    );
+}

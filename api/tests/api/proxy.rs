@@ -48,3 +48,114 @@ async fn the_proxy_answers_404_for_missing_and_503_for_not_deployed_functions() 
         answer.assert_problem(&path, StatusCode::NOT_FOUND, "not-found");
     }
 }
+
+/// A server on loopback that answers every request with `reply`; stops
+/// (closing its port) when the returned sender is dropped.
+async fn upstream(reply: &'static str) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop_tx, stop) = tokio::sync::oneshot::channel::<()>();
+    let app = axum::Router::new().fallback(move || async move { reply });
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.await;
+            })
+            .await
+            .unwrap();
+    });
+    (url, stop_tx)
+}
+
+async fn point_at(env: &Env, name: &str, endpoint: &str) {
+    sqlx::query("update functions set endpoint = $1, deployed_version = 1 where name = $2")
+        .bind(endpoint)
+        .bind(name)
+        .execute(&env.db.pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_remembered_endpoint_is_gone_follows_the_read_model_to_the_new_one() {
+    let env = Env::new().await;
+    let ns = ns(SUB);
+    assert_eq!(env.create(SUB, "moving").await.status, StatusCode::CREATED);
+    env.catch_up().await;
+    let (old_url, old) = upstream("old").await;
+    point_at(&env, "moving", &old_url).await;
+    let path = format!("/fn/{ns}/moving/x");
+    let answer = env.send(get(&path, None)).await;
+    assert_eq!(
+        (answer.status, answer.body),
+        (StatusCode::OK, serde_json::json!("old"))
+    );
+
+    // A new version replaces the process: the read model moves on and the
+    // old port closes, while the proxy still remembers the old endpoint.
+    let (new_url, _new) = upstream("new").await;
+    point_at(&env, "moving", &new_url).await;
+    drop(old);
+    sless_testkit::eventually(
+        "the old server to close",
+        std::time::Duration::from_secs(5),
+        || {
+            let addr = old_url.trim_start_matches("http://").to_owned();
+            async move {
+                tokio::net::TcpStream::connect(addr)
+                    .await
+                    .is_err()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let answer = env.send(get(&path, None)).await;
+    assert_eq!(
+        (answer.status, answer.body),
+        (StatusCode::OK, serde_json::json!("new"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_a_body_is_not_replayed_but_the_next_one_finds_the_new_endpoint() {
+    let env = Env::new().await;
+    let ns = ns(SUB);
+    assert_eq!(env.create(SUB, "moving").await.status, StatusCode::CREATED);
+    env.catch_up().await;
+    let (old_url, old) = upstream("old").await;
+    point_at(&env, "moving", &old_url).await;
+    let path = format!("/fn/{ns}/moving");
+    assert_eq!(env.send(get(&path, None)).await.status, StatusCode::OK);
+
+    let (new_url, _new) = upstream("new").await;
+    point_at(&env, "moving", &new_url).await;
+    drop(old);
+    sless_testkit::eventually(
+        "the old server to close",
+        std::time::Duration::from_secs(5),
+        || {
+            let addr = old_url.trim_start_matches("http://").to_owned();
+            async move {
+                tokio::net::TcpStream::connect(addr)
+                    .await
+                    .is_err()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let post = request(Method::POST, &path, None)
+        .body(Body::from("payload"))
+        .unwrap();
+    env.send(post).await.assert_problem(
+        "a body sent to a closed port",
+        StatusCode::BAD_GATEWAY,
+        "function-unreachable",
+    );
+    let answer = env.send(get(&path, None)).await;
+    assert_eq!(
+        (answer.status, answer.body),
+        (StatusCode::OK, serde_json::json!("new"))
+    );
+}
