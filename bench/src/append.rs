@@ -1,4 +1,6 @@
-//! Event-log append throughput.
+//! Event-log append throughput, beside pgbench's one-row INSERT per
+//! transaction with the same number of clients on the same server (the
+//! ceiling for one write per transaction).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,8 +10,9 @@ use serde_json::json;
 use sless_store::eventlog::{self, Metadata, NewEvent};
 
 use crate::Server;
+use crate::pgbench::Ceiling;
 
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum Mode {
     /// One event per transaction, each to a new stream.
     Distinct,
@@ -19,14 +22,35 @@ pub enum Mode {
     Batch,
 }
 
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Distinct => "distinct",
+            Mode::Hot => "hot",
+            Mode::Batch => "batch",
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct AppendArgs {
-    #[arg(long, value_enum, default_value = "distinct")]
-    mode: Mode,
-    #[arg(long, default_value_t = 4)]
-    concurrency: usize,
+    /// What to append, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "distinct,hot,batch"
+    )]
+    mode: Vec<Mode>,
+    /// Client counts, comma-separated; each runs every mode and pgbench.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    concurrency: Vec<usize>,
+    /// Seconds per run (each mode and each pgbench run).
     #[arg(long, default_value_t = 10)]
     duration: u64,
+    /// Leave out the pgbench ceiling.
+    #[arg(long)]
+    no_pgbench: bool,
 }
 
 fn event(i: u64) -> NewEvent {
@@ -41,20 +65,32 @@ fn event(i: u64) -> NewEvent {
     }
 }
 
-pub async fn run(server: &Server, args: AppendArgs) -> anyhow::Result<serde_json::Value> {
-    let (pool, _) = server.database(args.concurrency as u32 + 2).await?;
+/// One run: `clients` appenders for `seconds`; its figures.
+async fn appends(
+    server: &Server,
+    mode: Mode,
+    clients: usize,
+    seconds: u64,
+) -> anyhow::Result<serde_json::Value> {
+    let (pool, _) = server.database(clients as u32 + 2).await?;
     let events = Arc::new(AtomicU64::new(0));
+    let transactions = Arc::new(AtomicU64::new(0));
     let conflicts = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs(args.duration);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for c in 0..args.concurrency {
-        let (pool, events, conflicts) = (pool.clone(), events.clone(), conflicts.clone());
+    for c in 0..clients {
+        let (pool, events, transactions, conflicts) = (
+            pool.clone(),
+            events.clone(),
+            transactions.clone(),
+            conflicts.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut i: u64 = 0;
             while Instant::now() < deadline {
                 i += 1;
-                let (stream, expected, batch) = match args.mode {
+                let (stream, expected, batch) = match mode {
                     Mode::Distinct => (format!("bench/{c}/{i}"), 0, 1),
                     Mode::Batch => (format!("bench/{c}/{i}"), 0, 100),
                     Mode::Hot => {
@@ -70,6 +106,7 @@ pub async fn run(server: &Server, args: AppendArgs) -> anyhow::Result<serde_json
                     Ok(_) => {
                         tx.commit().await?;
                         events.fetch_add(batch, Ordering::Relaxed);
+                        transactions.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(sless_store::Error::Conflict { .. }) => {
                         conflicts.fetch_add(1, Ordering::Relaxed);
@@ -86,17 +123,92 @@ pub async fn run(server: &Server, args: AppendArgs) -> anyhow::Result<serde_json
     let elapsed = started.elapsed().as_secs_f64();
     let n = events.load(Ordering::Relaxed);
     let per_s = n as f64 / elapsed;
-    let mode = match args.mode {
-        Mode::Distinct => "distinct",
-        Mode::Hot => "hot",
-        Mode::Batch => "batch",
-    };
+    let tx_per_s = transactions.load(Ordering::Relaxed) as f64 / elapsed;
     eprintln!(
-        "append {mode} x{}: {n} events in {elapsed:.1} s = {per_s:.0} events/s",
-        args.concurrency
+        "append {} x{clients}: {n} events in {elapsed:.1} s = {per_s:.0} events/s",
+        mode.name()
     );
+    pool.close().await;
     Ok(json!({
-        "bench": "append", "mode": mode, "concurrency": args.concurrency, "seconds": elapsed,
-        "events": n, "events_per_s": per_s, "conflicts": conflicts.load(Ordering::Relaxed),
+        "mode": mode.name(), "concurrency": clients, "seconds": elapsed, "events": n,
+        "events_per_s": per_s, "transactions_per_s": tx_per_s,
+        "conflicts": conflicts.load(Ordering::Relaxed),
+    }))
+}
+
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (b > 0.0).then(|| a / b)
+}
+
+pub async fn run(server: &Server, args: AppendArgs) -> anyhow::Result<serde_json::Value> {
+    let ceiling = if args.no_pgbench {
+        None
+    } else {
+        Some(Ceiling::prepare(server).await?)
+    };
+    let mut runs = Vec::new();
+    let mut ceilings = Vec::new();
+    for &clients in &args.concurrency {
+        // The ceiling first, then every mode, so each mode sits next to it.
+        let tps = match &ceiling {
+            Some(c) => {
+                let r = c.run(clients, args.duration).await?;
+                let tps = r["tps"].as_f64();
+                ceilings.push(r);
+                tps
+            }
+            None => None,
+        };
+        for &mode in &args.mode {
+            let mut r = appends(server, mode, clients, args.duration).await?;
+            let per_s = r["events_per_s"].as_f64().unwrap_or(0.0);
+            if let Some(tps) = tps {
+                r["pgbench_tps"] = json!(tps);
+                r["vs_pgbench"] = json!(ratio(per_s, tps));
+            }
+            runs.push(r);
+        }
+    }
+    // Batched against single-event appends to distinct streams, per client count.
+    let single = |clients: usize| {
+        runs.iter()
+            .find(|r| r["mode"] == "distinct" && r["concurrency"] == clients)
+            .and_then(|r| r["events_per_s"].as_f64())
+    };
+    let batch_vs_single: Vec<_> = runs
+        .iter()
+        .filter(|r| r["mode"] == "batch")
+        .filter_map(|r| {
+            let clients = r["concurrency"].as_u64()? as usize;
+            let x = ratio(r["events_per_s"].as_f64()?, single(clients)?)?;
+            Some(json!({ "concurrency": clients, "ratio": x }))
+        })
+        .collect();
+    eprintln!("\n| clients | mode | events/s | pgbench tps | append/pgbench |");
+    eprintln!("|---:|---|---:|---:|---:|");
+    for r in &runs {
+        eprintln!(
+            "| {} | {} | {:.0} | {} | {} |",
+            r["concurrency"],
+            r["mode"].as_str().unwrap_or(""),
+            r["events_per_s"].as_f64().unwrap_or(0.0),
+            r["pgbench_tps"]
+                .as_f64()
+                .map_or("-".into(), |v| format!("{v:.0}")),
+            r["vs_pgbench"]
+                .as_f64()
+                .map_or("-".into(), |v| format!("{v:.2}")),
+        );
+    }
+    for b in &batch_vs_single {
+        eprintln!(
+            "batched vs single-event x{}: {:.1}x",
+            b["concurrency"],
+            b["ratio"].as_f64().unwrap_or(0.0)
+        );
+    }
+    Ok(json!({
+        "bench": "append", "seconds_per_run": args.duration, "runs": runs,
+        "pgbench": ceilings, "batch_vs_single": batch_vs_single,
     }))
 }

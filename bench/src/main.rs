@@ -1,18 +1,32 @@
-//! `sless-bench`: measures sless's queue and event log on a real
-//! PostgreSQL (`DATABASE_URL`, else a private cluster with default settings,
-//! `synchronous_commit=on`). Each subcommand prints its figures; its last
-//! line is one JSON object. Benchmarks never fail on a machine's speed.
+//! `sless-bench`: measures sless on a real PostgreSQL (`DATABASE_URL`, else a
+//! private cluster with default settings, `synchronous_commit=on`): the
+//! queue and the event log in process, and the API, invoke proxy and
+//! upload→Ready through the real `sless dev` binary. Each subcommand prints
+//! its figures; its last line is one JSON object. Benchmarks never fail on a
+//! machine's speed.
 
+mod api;
 mod append;
+mod lag;
+mod nginx;
+mod pgbench;
 mod projector;
+mod proxy;
 mod queue;
+mod sless_dev;
+mod upload;
+mod wrk;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use sless_embedded::{PostgresOptions, PrivatePostgres};
 use sless_store::PgPool;
 use sqlx::Connection;
+use tokio::sync::OnceCell;
 
 #[derive(Parser)]
 #[command(name = "sless-bench")]
@@ -27,74 +41,132 @@ enum Command {
     QueueDrain(queue::DrainArgs),
     /// Enqueue-commit to handler-start latency of an idle worker; p50/p99.
     Pickup(queue::PickupArgs),
-    /// Event appends per second: distinct streams, one hot stream, or batches.
+    /// Event appends per second (distinct streams, one hot stream, batches)
+    /// with 1, 4 and 16 clients, each beside pgbench's one-row INSERT.
     Append(append::AppendArgs),
-    /// Projector catch-up over a log it has not seen; events/s applied.
-    Projector(projector::CatchUpArgs),
+    /// Projector catch-up over a log it has not seen, replay from zero, and
+    /// live lag under a steady append rate.
+    Projector(projector::ProjectorArgs),
+    /// Invoke proxy: wrk against a python function directly, through
+    /// `/fn/...` and through nginx; memory of `sless dev`.
+    Proxy(proxy::ProxyArgs),
+    /// Control-plane API: list and get with 1,000 functions in a namespace.
+    Api(api::ApiArgs),
+    /// Upload→Ready of a python function without dependencies; p50/p99.
+    UploadReady(upload::UploadArgs),
 }
 
-/// The server benchmarks run on, and a fresh database on it.
+/// The server benchmarks run on, and the fresh databases made on it. The
+/// private cluster starts on first use, so a subcommand that needs no
+/// database of its own (a worker process joining a drain) starts none.
 pub struct Server {
-    base_url: String,
-    _cluster: Option<PrivatePostgres>,
-    _dir: Option<PathBuf>,
+    /// `DATABASE_URL` without its database name.
+    external: Option<String>,
+    private: OnceCell<(PrivatePostgres, String)>,
+    dir: PathBuf,
+    created: Mutex<Vec<String>>,
 }
 
 impl Server {
-    async fn start() -> anyhow::Result<Server> {
-        if let Ok(url) = std::env::var("DATABASE_URL") {
-            let base = url
-                .rsplit_once('/')
-                .map(|(b, _)| b.to_owned())
-                .unwrap_or(url);
-            return Ok(Server {
-                base_url: base,
-                _cluster: None,
-                _dir: None,
+    fn new() -> Server {
+        let external = std::env::var("DATABASE_URL")
+            .ok()
+            .map(|url| match url.rsplit_once('/') {
+                Some((base, _)) => base.to_owned(),
+                None => url,
             });
+        Server {
+            external,
+            private: OnceCell::new(),
+            dir: std::env::temp_dir()
+                .join(format!("sless-bench-{}", uuid::Uuid::new_v4().simple())),
+            created: Mutex::new(Vec::new()),
         }
-        let dir =
-            std::env::temp_dir().join(format!("sless-bench-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir)?;
-        let cluster = PrivatePostgres::start(PostgresOptions {
-            data_dir: dir.clone(),
-            port: None,
-            settings: vec![],
-        })
-        .await?;
-        let url = cluster.url("postgres");
-        let base = url.rsplit_once('/').unwrap().0.to_owned();
-        eprintln!(
-            "private PostgreSQL on port {} (default settings)",
-            cluster.port()
-        );
-        Ok(Server {
-            base_url: base,
-            _cluster: Some(cluster),
-            _dir: Some(dir),
-        })
     }
 
-    /// A fresh, migrated database.
-    pub async fn database(&self, max_connections: u32) -> anyhow::Result<(PgPool, String)> {
+    /// The server's URL without a database name; starts the private
+    /// cluster the first time when there is no `DATABASE_URL`.
+    async fn base_url(&self) -> anyhow::Result<&str> {
+        if let Some(base) = &self.external {
+            return Ok(base);
+        }
+        let (_, base) = self
+            .private
+            .get_or_try_init(|| async {
+                std::fs::create_dir_all(&self.dir)?;
+                let cluster = PrivatePostgres::start(PostgresOptions {
+                    data_dir: self.dir.clone(),
+                    port: None,
+                    settings: vec![],
+                })
+                .await?;
+                let url = cluster.url("postgres");
+                let base = url.rsplit_once('/').unwrap().0.to_owned();
+                eprintln!(
+                    "private PostgreSQL on port {} (default settings)",
+                    cluster.port()
+                );
+                anyhow::Ok((cluster, base))
+            })
+            .await?;
+        Ok(base)
+    }
+
+    /// The URL of database `name` on this server.
+    pub async fn url(&self, name: &str) -> anyhow::Result<String> {
+        Ok(format!("{}/{name}", self.base_url().await?))
+    }
+
+    /// A fresh, empty database (no schema); its name and URL.
+    pub async fn empty_database(&self) -> anyhow::Result<(String, String)> {
         let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = sqlx::PgConnection::connect(&format!("{}/postgres", self.base_url)).await?;
+        let mut admin = sqlx::PgConnection::connect(&self.url("postgres").await?).await?;
         sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
             .execute(&mut admin)
             .await?;
         admin.close().await?;
-        let url = format!("{}/{name}", self.base_url);
+        self.created.lock().unwrap().push(name.clone());
+        let url = self.url(&name).await?;
+        Ok((name, url))
+    }
+
+    /// A fresh, migrated database.
+    pub async fn database(&self, max_connections: u32) -> anyhow::Result<(PgPool, String)> {
+        let (_, url) = self.empty_database().await?;
         let pool = sless_store::connect(&url, max_connections).await?;
         sless_store::migrate(&pool).await?;
         Ok((pool, url))
+    }
+
+    /// Drops the databases this run made on a server it did not start (a
+    /// private cluster goes away whole), unless `SLESS_BENCH_KEEP_DB` is set.
+    async fn drop_databases(&self) -> anyhow::Result<()> {
+        if self.external.is_none() || std::env::var_os("SLESS_BENCH_KEEP_DB").is_some() {
+            return Ok(());
+        }
+        let names = std::mem::take(&mut *self.created.lock().unwrap());
+        if names.is_empty() {
+            return Ok(());
+        }
+        let mut admin = sqlx::PgConnection::connect(&self.url("postgres").await?).await?;
+        for name in names {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "drop database if exists {name} with (force)"
+            )))
+            .execute(&mut admin)
+            .await?;
+        }
+        admin.close().await?;
+        Ok(())
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Some(dir) = &self._dir {
-            self._cluster.take();
-            let _ = std::fs::remove_dir_all(dir);
+        if let Some(cluster) = self.private.take() {
+            // Stop the cluster before removing its directory.
+            drop(cluster);
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }
@@ -108,20 +180,49 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
+/// Checks `check` every `every` until it gives a value, or fails after `deadline`.
+pub async fn wait_for<T, F, Fut>(
+    what: &str,
+    deadline: Duration,
+    every: Duration,
+    mut check: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if start.elapsed() > deadline {
+            anyhow::bail!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let server = Server::start().await?;
+        let server = Server::new();
         let figures = match cli.command {
-            Command::QueueDrain(args) => queue::drain(&server, args).await?,
-            Command::Pickup(args) => queue::pickup(&server, args).await?,
-            Command::Append(args) => append::run(&server, args).await?,
-            Command::Projector(args) => projector::catch_up(&server, args).await?,
+            Command::QueueDrain(args) => queue::drain(&server, args).await,
+            Command::Pickup(args) => queue::pickup(&server, args).await,
+            Command::Append(args) => append::run(&server, args).await,
+            Command::Projector(args) => projector::run(&server, args).await,
+            Command::Proxy(args) => proxy::run(&server, args).await,
+            Command::Api(args) => api::run(&server, args).await,
+            Command::UploadReady(args) => upload::run(&server, args).await,
         };
-        println!("{figures}");
+        if let Err(e) = server.drop_databases().await {
+            eprintln!("could not drop the benchmark databases: {e:#}");
+        }
+        println!("{}", figures?);
         Ok(())
     })
 }

@@ -1,0 +1,112 @@
+//! The invoke proxy: wrk against one python function directly on its
+//! loopback endpoint, through `/fn/{ns}/{name}` on `sless dev`, and through
+//! a private nginx with a keepalive pool (the anchor); and the memory of the
+//! `sless dev` process, idle and after the load.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::nginx::Nginx;
+use crate::sless_dev::{DevArgs, SlessDev, python_zip};
+use crate::{Server, wrk};
+
+#[derive(clap::Args)]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    dev: DevArgs,
+    #[command(flatten)]
+    load: wrk::Load,
+}
+
+const FUNCTION: &str = "hello";
+
+pub async fn run(server: &Server, args: ProxyArgs) -> anyhow::Result<serde_json::Value> {
+    let dev = SlessDev::start(server, &args.dev).await?;
+    let figures = measure(&dev, &args).await;
+    if figures.is_err() {
+        eprintln!(
+            "sless dev log:\n{}",
+            crate::sless_dev::tail(&dev.log_path())
+        );
+    }
+    dev.stop().await?;
+    figures
+}
+
+/// GETs `url` once and insists on a 200.
+async fn check(http: &reqwest::Client, url: &str) -> anyhow::Result<()> {
+    let res = http.get(url).send().await?;
+    let status = res.status();
+    anyhow::ensure!(
+        status.as_u16() == 200,
+        "{url}: {status} {}",
+        res.text().await?
+    );
+    Ok(())
+}
+
+async fn measure(dev: &SlessDev, args: &ProxyArgs) -> anyhow::Result<serde_json::Value> {
+    // Idle: started, nothing asked of it yet. The pause is the condition measured.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = dev.memory()?;
+    dev.create(FUNCTION).await?;
+    let version = dev.upload(FUNCTION, python_zip("proxy")?).await?;
+    dev.wait_ready(
+        FUNCTION,
+        version,
+        Duration::from_secs(120),
+        Duration::from_millis(20),
+    )
+    .await?;
+    let ready = dev.memory()?;
+    let endpoint = dev.endpoint(FUNCTION).await?;
+    let upstream = endpoint
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow::anyhow!("endpoint {endpoint} is not http://"))?
+        .trim_end_matches('/')
+        .to_owned();
+    let nginx = Nginx::start(&upstream).await?;
+    let direct_url = format!("http://{upstream}/");
+    let sless_url = format!("{}/fn/{}/{FUNCTION}/", dev.url, dev.namespace);
+    let nginx_url = format!("{}/", nginx.url);
+    let result = async {
+        for url in [&direct_url, &sless_url, &nginx_url] {
+            check(&dev.http, url).await?;
+        }
+        let load = &args.load;
+        let direct = wrk::measure("direct", &direct_url, load, &[], "").await?;
+        let via_sless = wrk::measure("via sless /fn", &sless_url, load, &[], "").await?;
+        let after_load = dev.memory()?;
+        let via_nginx = wrk::measure("via nginx", &nginx_url, load, &[], "").await?;
+        anyhow::Ok((direct, via_sless, via_nginx, after_load))
+    }
+    .await;
+    nginx.stop().await?;
+    let (direct, via_sless, via_nginx, after_load) = result?;
+
+    let vs_direct = via_sless.req_per_s / direct.req_per_s;
+    let vs_nginx = via_sless.req_per_s / via_nginx.req_per_s;
+    let added_p50 = via_sless.p50_ms - direct.p50_ms;
+    let added_p99 = via_sless.p99_ms - direct.p99_ms;
+    eprintln!(
+        "via sless / direct: {vs_direct:.2}x req/s, added p50 {added_p50:.3} ms, added p99 {added_p99:.3} ms; \
+         via sless / via nginx: {vs_nginx:.2}x req/s (nginx / direct {:.2}x, added p99 {:.3} ms)",
+        via_nginx.req_per_s / direct.req_per_s,
+        via_nginx.p99_ms - direct.p99_ms,
+    );
+    eprintln!(
+        "sless dev memory: idle {} KiB (peak {}), function ready {} KiB, after the proxy load {} KiB (peak {})",
+        idle.rss_kib, idle.peak_kib, ready.rss_kib, after_load.rss_kib, after_load.peak_kib
+    );
+    Ok(json!({
+        "bench": "proxy", "connections": args.load.connections, "threads": args.load.threads,
+        "duration_s": args.load.duration, "direct": direct, "via_sless": via_sless,
+        "via_nginx": via_nginx, "sless_vs_direct": vs_direct, "sless_vs_nginx": vs_nginx,
+        "nginx_vs_direct": via_nginx.req_per_s / direct.req_per_s,
+        "added_p50_ms": added_p50, "added_p99_ms": added_p99,
+        "nginx_added_p50_ms": via_nginx.p50_ms - direct.p50_ms,
+        "nginx_added_p99_ms": via_nginx.p99_ms - direct.p99_ms,
+        "memory_kib": { "idle": idle, "function_ready": ready, "after_proxy_load": after_load },
+    }))
+}

@@ -1,0 +1,280 @@
+//! The real `sless dev` binary as a child process, on a fresh database of the
+//! benchmark server (through `DATABASE_URL`) with its embedded S3 and the
+//! local driver, and a client of its API.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::json;
+use sless_store::PgPool;
+
+use crate::{Server, wait_for};
+
+/// Where `sless dev` is, and how long to wait for it.
+#[derive(clap::Args, Clone)]
+pub struct DevArgs {
+    /// The sless binary to start as `sless dev`.
+    #[arg(long, default_value = "target/release/sless")]
+    pub sless: PathBuf,
+}
+
+/// A running `sless dev`.
+pub struct SlessDev {
+    child: tokio::process::Child,
+    dir: tempfile::TempDir,
+    pub url: String,
+    pub token: String,
+    pub namespace: String,
+    pub http: reqwest::Client,
+    /// The database it runs on, for what the API does not show (endpoints).
+    pub pool: PgPool,
+}
+
+/// Resident memory of a process, in KiB.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Memory {
+    /// Peak resident set size so far (VmHWM).
+    pub peak_kib: u64,
+    /// Resident set size now (VmRSS).
+    pub rss_kib: u64,
+}
+
+impl SlessDev {
+    pub async fn start(server: &Server, args: &DevArgs) -> anyhow::Result<SlessDev> {
+        let binary = args.sless.canonicalize().with_context(|| {
+            format!(
+                "{} not found (build it: cargo build --release -p sless)",
+                args.sless.display()
+            )
+        })?;
+        let (pool, db_url) = server.database(4).await?;
+        let dir = tempfile::Builder::new()
+            .prefix("sless-bench-dev-")
+            .tempdir()?;
+        let log = std::fs::File::create(dir.path().join("sless.log"))?;
+        let child = tokio::process::Command::new(&binary)
+            .arg("dev")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--listen", "127.0.0.1:0"])
+            .env("DATABASE_URL", &db_url)
+            .env_remove("S3_ENDPOINT")
+            .env_remove("S3_BUCKET")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut dev = SlessDev {
+            child,
+            dir,
+            url: String::new(),
+            token: String::new(),
+            namespace: String::new(),
+            http: reqwest::Client::new(),
+            pool,
+        };
+        let info_path = dev.dir.path().join("data/dev.json");
+        let info: serde_json::Value = {
+            let child = &mut dev.child;
+            let log = dev.dir.path().join("sless.log");
+            wait_for(
+                "sless dev to write dev.json",
+                Duration::from_secs(120),
+                Duration::from_millis(20),
+                || {
+                    let exited = child.try_wait();
+                    let text = std::fs::read(&info_path).ok();
+                    let log = log.clone();
+                    async move {
+                        if let Some(status) = exited? {
+                            anyhow::bail!("sless dev exited ({status}): {}", tail(&log));
+                        }
+                        Ok(text.and_then(|t| serde_json::from_slice(&t).ok()))
+                    }
+                },
+            )
+            .await?
+        };
+        let field = |k: &str| {
+            info[k]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| anyhow::anyhow!("dev.json has no {k}: {info}"))
+        };
+        dev.url = field("url")?;
+        dev.token = field("token")?;
+        dev.namespace = field("namespace")?;
+        eprintln!("sless dev (pid {}) at {}", dev.pid(), dev.url);
+        Ok(dev)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("sless.log")
+    }
+
+    /// The resident memory of the `sless dev` process (not its children).
+    pub fn memory(&self) -> anyhow::Result<Memory> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| anyhow::anyhow!("no {key} in /proc status"))
+        };
+        Ok(Memory {
+            peak_kib: kib("VmHWM:")?,
+            rss_kib: kib("VmRSS:")?,
+        })
+    }
+
+    pub fn v1(&self, path: &str) -> String {
+        format!("{}/v1/namespaces/{}{path}", self.url, self.namespace)
+    }
+
+    /// Creates a python3.11 function with entrypoint `handler.handle`. A 503
+    /// (the API shedding load while its database is slow to answer) is
+    /// retried with the same Idempotency-Key, a few times.
+    pub async fn create(&self, name: &str) -> anyhow::Result<()> {
+        let key = uuid::Uuid::new_v4().to_string();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let res = self
+                .http
+                .post(self.v1("/functions"))
+                .bearer_auth(&self.token)
+                .header("idempotency-key", &key)
+                .json(&json!({ "name": name, "runtime": "python3.11", "entrypoint": "handler.handle" }))
+                .send()
+                .await?;
+            let status = res.status();
+            match status.as_u16() {
+                201 => return Ok(()),
+                503 if attempt < 10 => {
+                    eprintln!("create {name}: 503, retrying");
+                    tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                }
+                _ => anyhow::bail!("create {name}: {status} {}", res.text().await?),
+            }
+        }
+    }
+
+    /// Uploads a zip; the version the API gave it.
+    pub async fn upload(&self, name: &str, zip: Vec<u8>) -> anyhow::Result<u64> {
+        let res = self
+            .http
+            .post(self.v1(&format!("/functions/{name}/upload")))
+            .bearer_auth(&self.token)
+            .header("content-type", "application/zip")
+            .body(zip)
+            .send()
+            .await?;
+        let status = res.status();
+        let body: serde_json::Value = res.json().await?;
+        if status.as_u16() != 202 {
+            anyhow::bail!("upload {name}: {status} {body}");
+        }
+        body["version"]
+            .as_u64()
+            .ok_or_else(|| anyhow::anyhow!("upload {name}: no version in {body}"))
+    }
+
+    /// The function as `GET .../functions/{name}` shows it.
+    pub async fn function(&self, name: &str) -> anyhow::Result<serde_json::Value> {
+        let res = self
+            .http
+            .get(self.v1(&format!("/functions/{name}")))
+            .bearer_auth(&self.token)
+            .send()
+            .await?;
+        Ok(res.error_for_status()?.json().await?)
+    }
+
+    /// Waits until `version` of the function is deployed and Ready, checking
+    /// every `every`; fails on `Failed`.
+    pub async fn wait_ready(
+        &self,
+        name: &str,
+        version: u64,
+        deadline: Duration,
+        every: Duration,
+    ) -> anyhow::Result<Instant> {
+        wait_for(
+            &format!("{name} v{version} to be Ready"),
+            deadline,
+            every,
+            || async {
+                let f = self.function(name).await?;
+                if f["phase"] == "Failed" {
+                    anyhow::bail!("{name} failed: {f}");
+                }
+                let ready = f["phase"] == "Ready" && f["deployed_version"] == version;
+                Ok(ready.then(Instant::now))
+            },
+        )
+        .await
+    }
+
+    /// The loopback address a function runs on (`http://127.0.0.1:port`),
+    /// from the read model.
+    pub async fn endpoint(&self, name: &str) -> anyhow::Result<String> {
+        let endpoint: Option<String> =
+            sqlx::query_scalar("select endpoint from functions where namespace = $1 and name = $2")
+                .bind(&self.namespace)
+                .bind(name)
+                .fetch_one(&self.pool)
+                .await?;
+        endpoint.ok_or_else(|| anyhow::anyhow!("{name} has no endpoint"))
+    }
+
+    /// SIGTERM, then waits for it (and the function processes it stops) to exit.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        }
+        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(status) => {
+                status?;
+            }
+            Err(_) => {
+                eprintln!("sless dev did not stop within 30 s of SIGTERM; killing it");
+                self.child.kill().await?;
+            }
+        }
+        self.pool.close().await;
+        Ok(())
+    }
+}
+
+/// The last lines of a log file.
+pub fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// A python function without dependencies; `marker` makes each version's
+/// code (and so its zip) differ.
+pub fn python_zip(marker: &str) -> anyhow::Result<Vec<u8>> {
+    let handler = format!(
+        "# {marker}\n\
+         def handle(event):\n    \
+             return {{\"message\": \"hello\", \"path\": event[\"path\"]}}\n"
+    );
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    w.start_file("handler.py", zip::write::SimpleFileOptions::default())?;
+    w.write_all(handler.as_bytes())?;
+    Ok(w.finish()?.into_inner())
+}

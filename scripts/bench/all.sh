@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Every benchmark of issue 3 in one sitting, on one private PostgreSQL
+# cluster with default settings (see lib.sh): builds release, runs the
+# peers' comparison (peers.sh, RUNS times), then append, projector, proxy,
+# api and upload-ready once, appends every figure as a JSON line to
+# bench/results/<UTC date>.jsonl and prints a summary of the sitting.
+# About 12 minutes on 2 cores with RUNS=3; run it on a quiet machine.
+#
+# Usage: scripts/bench/all.sh [runs=3]
+# Environment: see lib.sh and peers.sh; APPEND_SECONDS (5), PROJECTOR_EVENTS
+# (1000000), LOAD_SECONDS (10, each wrk run), SKIP_BUILD=1, SKIP_PEERS=1.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+RUNS=${1:-3}
+cd "$ROOT"
+started=$(date +%s)
+
+if [ -z "${SKIP_BUILD:-}" ]; then
+  log "cargo build --release -p sless -p sless-bench"
+  cargo build --release -p sless -p sless-bench
+fi
+pg_up
+record_sitting "all.sh $RUNS"
+export SLESS_BENCH_SITTING=1
+
+if [ -z "${SKIP_PEERS:-}" ]; then
+  "$ROOT/scripts/bench/peers.sh" "$RUNS"
+fi
+
+log "append: 1, 4, 16 clients x distinct, hot, batch, beside pgbench"
+out=$(sless_bench append --concurrency 1,4,16 --duration "${APPEND_SECONDS:-5}")
+record_json sless append 1 '[.runs[] | select(.mode == "distinct") | .events_per_s] | max' events/s "$out"
+
+log "projector: catch-up, replay, live lag"
+out=$(sless_bench projector --events "${PROJECTOR_EVENTS:-1000000}" --streams 10000 --rate 2000 --duration 10)
+record_json sless projector 1 .catch_up.events_per_s events/s "$out"
+
+log "proxy: wrk direct, through sless, through nginx"
+out=$(sless_bench proxy --sless "$SLESS_BIN" --duration "${LOAD_SECONDS:-10}" --connections 32)
+record_json sless proxy 1 .sless_vs_direct ratio "$out"
+
+log "api: 1,000 functions"
+out=$(sless_bench api --sless "$SLESS_BIN" --items 1000 --duration "${LOAD_SECONDS:-10}" --connections 32)
+record_json sless api 1 .get.req_per_s req/s "$out"
+
+log "upload-ready: 20 uploads"
+out=$(sless_bench upload-ready --sless "$SLESS_BIN" --items 20)
+record_json sless upload-ready 1 .p50_ms ms "$out"
+
+log "done in $(( ($(date +%s) - started) / 60 )) min; results in $RESULTS"
+"$ROOT/scripts/bench/summary.sh" "$RESULTS"
