@@ -25,6 +25,15 @@ async fn item_row(h: &Harness, key: &str) -> Option<(String, i32, Option<String>
         .unwrap()
 }
 
+async fn wait_running(h: &Harness, key: &str, deadline: Duration) {
+    eventually(&format!("{key} to be running"), deadline, || async {
+        item_row(h, key)
+            .await
+            .filter(|(state, ..)| state == "running")
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_worker_drains_many_items_with_batched_acknowledgements() {
     let mut h = Harness::new().await;
@@ -138,30 +147,12 @@ async fn a_stopping_worker_hands_back_what_it_holds_and_leaves_nothing_to_the_sw
     let (stop_tx, stop) = watch::channel(false);
     let task = tokio::spawn(h.worker.clone().run(stop));
     let qk = key.queue_key();
-    eventually(
-        "the slow item to be running",
-        Duration::from_secs(30),
-        || async {
-            item_row(&h, &qk)
-                .await
-                .filter(|(state, ..)| state == "running")
-        },
-    )
-    .await;
+    wait_running(&h, &qk, Duration::from_secs(30)).await;
     // Claimed while the only slot is busy: held in the worker, never started.
     queue::enqueue(&h.db.pool, queue::NOOP, "noop/waiting", &json!({}))
         .await
         .unwrap();
-    eventually(
-        "the no-op item to be claimed",
-        Duration::from_secs(10),
-        || async {
-            item_row(&h, "noop/waiting")
-                .await
-                .filter(|(state, ..)| state == "running")
-        },
-    )
-    .await;
+    wait_running(&h, "noop/waiting", Duration::from_secs(10)).await;
 
     let asked = Instant::now();
     stop_tx.send(true).unwrap();

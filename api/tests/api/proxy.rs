@@ -76,6 +76,36 @@ async fn point_at(env: &Env, name: &str, endpoint: &str) {
         .unwrap();
 }
 
+/// Points the function at a new server answering `reply` and stops the old
+/// one, as a new version replacing the process does; returns the new
+/// server's stopper once the old port is closed.
+async fn replace_upstream(
+    env: &Env,
+    name: &str,
+    (old_url, old): (String, tokio::sync::oneshot::Sender<()>),
+    reply: &'static str,
+) -> tokio::sync::oneshot::Sender<()> {
+    let (new_url, new) = upstream(reply).await;
+    point_at(env, name, &new_url).await;
+    drop(old);
+    let addr = old_url.trim_start_matches("http://").to_owned();
+    sless_testkit::eventually(
+        "the old server to close",
+        std::time::Duration::from_secs(5),
+        || {
+            let addr = addr.clone();
+            async move {
+                tokio::net::TcpStream::connect(addr)
+                    .await
+                    .is_err()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    new
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_whose_remembered_endpoint_is_gone_follows_the_read_model_to_the_new_one() {
     let env = Env::new().await;
@@ -93,23 +123,7 @@ async fn a_request_whose_remembered_endpoint_is_gone_follows_the_read_model_to_t
 
     // A new version replaces the process: the read model moves on and the
     // old port closes, while the proxy still remembers the old endpoint.
-    let (new_url, _new) = upstream("new").await;
-    point_at(&env, "moving", &new_url).await;
-    drop(old);
-    sless_testkit::eventually(
-        "the old server to close",
-        std::time::Duration::from_secs(5),
-        || {
-            let addr = old_url.trim_start_matches("http://").to_owned();
-            async move {
-                tokio::net::TcpStream::connect(addr)
-                    .await
-                    .is_err()
-                    .then_some(())
-            }
-        },
-    )
-    .await;
+    let _new = replace_upstream(&env, "moving", (old_url, old), "new").await;
     let answer = env.send(get(&path, None)).await;
     assert_eq!(
         (answer.status, answer.body),
@@ -128,23 +142,7 @@ async fn a_request_with_a_body_is_not_replayed_but_the_next_one_finds_the_new_en
     let path = format!("/fn/{ns}/moving");
     assert_eq!(env.send(get(&path, None)).await.status, StatusCode::OK);
 
-    let (new_url, _new) = upstream("new").await;
-    point_at(&env, "moving", &new_url).await;
-    drop(old);
-    sless_testkit::eventually(
-        "the old server to close",
-        std::time::Duration::from_secs(5),
-        || {
-            let addr = old_url.trim_start_matches("http://").to_owned();
-            async move {
-                tokio::net::TcpStream::connect(addr)
-                    .await
-                    .is_err()
-                    .then_some(())
-            }
-        },
-    )
-    .await;
+    let _new = replace_upstream(&env, "moving", (old_url, old), "new").await;
     let post = request(Method::POST, &path, None)
         .body(Body::from("payload"))
         .unwrap();
