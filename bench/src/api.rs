@@ -26,16 +26,7 @@ pub struct ApiArgs {
 }
 
 pub async fn run(server: &Server, args: ApiArgs) -> anyhow::Result<serde_json::Value> {
-    let dev = SlessDev::start(server, &args.dev).await?;
-    let figures = measure(&dev, &args).await;
-    if figures.is_err() {
-        eprintln!(
-            "sless dev log:\n{}",
-            crate::sless_dev::tail(&dev.log_path())
-        );
-    }
-    dev.stop().await?;
-    figures
+    SlessDev::measured(server, &args.dev, async |dev| measure(dev, &args).await).await
 }
 
 fn name(i: usize) -> String {

@@ -43,6 +43,22 @@ pub struct Memory {
 }
 
 impl SlessDev {
+    /// Starts `sless dev`, takes `measure`'s figures on it, and stops it;
+    /// when the measurement fails, prints the tail of its log first.
+    pub async fn measured(
+        server: &Server,
+        args: &DevArgs,
+        measure: impl AsyncFnOnce(&SlessDev) -> anyhow::Result<serde_json::Value>,
+    ) -> anyhow::Result<serde_json::Value> {
+        let dev = SlessDev::start(server, args).await?;
+        let figures = measure(&dev).await;
+        if figures.is_err() {
+            eprintln!("sless dev log:\n{}", tail(&dev.log_path()));
+        }
+        dev.stop().await?;
+        figures
+    }
+
     pub async fn start(server: &Server, args: &DevArgs) -> anyhow::Result<SlessDev> {
         let binary = args.sless.canonicalize().with_context(|| {
             format!(

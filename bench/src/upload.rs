@@ -27,16 +27,7 @@ pub struct UploadArgs {
 }
 
 pub async fn run(server: &Server, args: UploadArgs) -> anyhow::Result<serde_json::Value> {
-    let dev = SlessDev::start(server, &args.dev).await?;
-    let figures = measure(&dev, &args).await;
-    if figures.is_err() {
-        eprintln!(
-            "sless dev log:\n{}",
-            crate::sless_dev::tail(&dev.log_path())
-        );
-    }
-    dev.stop().await?;
-    figures
+    SlessDev::measured(server, &args.dev, async |dev| measure(dev, &args).await).await
 }
 
 fn summary(mut ms: Vec<f64>) -> serde_json::Value {
