@@ -1,248 +1,449 @@
 //! The `functions` and `function_versions` read models.
 //!
-//! A batch is applied in memory: the rows of every function it touches are
-//! read in one query, each event is folded into its row with the domain's
-//! `Function::evolve` (in stream order, skipping what was applied already),
-//! and the changed rows and new versions are written back in one statement
-//! each.
+//! A batch is applied in memory: each event is decoded once, straight from
+//! the log's JSON text into a `FunctionEvent`, and folded into its function's
+//! row with the domain's `Function::evolve` (in stream order, skipping what
+//! was applied already). The changed rows and the new versions go back in
+//! one statement.
+//!
+//! The rows of the functions a batch touches come from a cache of the rows
+//! this projector itself wrote, as long as nobody else moved the checkpoint
+//! since (the caller checks that, see `lib.rs`); the others are read in one
+//! query. During a catch-up, the cache spares the read of every row.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use sless_domain::{Function, FunctionEvent, SourceVersion};
-use sless_store::eventlog::RecordedEvent;
-use sless_store::readmodel::function_rows_for_update;
+use sless_store::eventlog::StoredEvent;
+use sless_store::readmodel::function_rows_by_key;
 use sqlx::PgConnection;
 
 use crate::{Error, Result};
 
-fn parse_stream(stream: &str) -> Option<(&str, &str)> {
-    stream.strip_prefix("function/")?.split_once('/')
+/// Rows kept between batches, at most: past it the cache starts over.
+const CACHE_LIMIT: usize = 50_000;
+
+/// `{ns}/{name}` of a function stream (`function/{ns}/{name}`), and where
+/// the name starts in it.
+fn function_key(stream: &str) -> Option<(&str, usize)> {
+    let key = stream.strip_prefix("function/")?;
+    let slash = key.find('/')?;
+    Some((key, slash))
 }
 
-/// One function while a batch is applied to it.
-struct Pending {
+/// One function's row, as this projector last wrote or read it.
+#[derive(Clone)]
+struct Row {
+    /// The fold so far; `versions` stays empty (they live in `function_versions`).
     state: Function,
-    created_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+}
+
+/// A function while a batch is applied to it.
+struct Work {
+    row: Option<Row>,
+    /// Where the name starts in the key.
+    slash: usize,
+    /// The row is in the table already (update, not insert).
+    stored: bool,
     changed: bool,
 }
 
-/// A version row to insert.
-struct NewVersion {
-    key: (String, String),
-    version: SourceVersion,
-    by: Option<String>,
+/// A version row to write.
+struct NewVersion<'a> {
+    key: &'a str,
+    slash: usize,
+    version: &'a SourceVersion,
+    by: Option<&'a str>,
     at: DateTime<Utc>,
 }
 
-/// Applies the function events among `events` (in their order).
-pub(crate) async fn apply_batch(tx: &mut PgConnection, events: &[RecordedEvent]) -> Result<()> {
-    let mut decoded = Vec::new();
-    for event in events.iter().filter(|e| e.stream.starts_with("function/")) {
-        let bad = |error: String| Error::BadEvent {
-            position: event.position,
-            event_type: event.event_type.clone(),
-            error,
-        };
-        let (ns, name) =
-            parse_stream(&event.stream).ok_or_else(|| bad(format!("stream {:?}", event.stream)))?;
-        let e = FunctionEvent::from_stored(&event.event_type, &event.data)
-            .map_err(|e| bad(e.to_string()))?;
-        decoded.push(((ns.to_owned(), name.to_owned()), event, e));
+/// The rows of one applied batch, kept once its transaction commits.
+pub(crate) struct Applied {
+    rows: HashMap<String, Work>,
+}
+
+/// The functions read model, with the cache of its rows.
+#[derive(Default)]
+pub(crate) struct Functions {
+    cache: HashMap<String, Row>,
+}
+
+impl Functions {
+    /// Forgets every cached row (someone else may have written since).
+    pub(crate) fn forget(&mut self) {
+        self.cache.clear();
     }
-    if decoded.is_empty() {
-        return Ok(());
+
+    /// Keeps the rows of a batch whose transaction committed.
+    pub(crate) fn keep(&mut self, applied: Applied) {
+        if self.cache.len() + applied.rows.len() > CACHE_LIMIT {
+            self.cache.clear();
+        }
+        for (key, work) in applied.rows {
+            if let Some(row) = work.row {
+                self.cache.insert(key, row);
+            }
+        }
     }
-    let mut keys: Vec<(String, String)> = decoded.iter().map(|(k, _, _)| k.clone()).collect();
-    keys.sort();
-    keys.dedup();
-    let (namespaces, names): (Vec<String>, Vec<String>) = keys.iter().cloned().unzip();
-    let mut functions: HashMap<(String, String), Pending> =
-        function_rows_for_update(&mut *tx, &namespaces, &names)
-            .await?
-            .into_iter()
-            .map(|r| {
-                let pending = Pending {
-                    state: r.state(),
-                    created_at: Some(r.created_at),
-                    updated_at: r.updated_at,
+
+    /// Applies a decoded batch (in its order) in `tx`.
+    pub(crate) async fn apply(&self, tx: &mut PgConnection, batch: &[Decoded]) -> Result<Applied> {
+        let mut rows: HashMap<String, Work> = HashMap::new();
+        for d in batch {
+            let key = d.key();
+            if !rows.contains_key(key) {
+                let cached = self.cache.get(key).cloned();
+                let stored = cached.is_some();
+                let work = Work {
+                    row: cached,
+                    slash: d.slash,
+                    stored,
                     changed: false,
                 };
-                ((r.namespace, r.name), pending)
-            })
-            .collect();
+                rows.insert(key.to_owned(), work);
+            }
+        }
+        if batch.is_empty() {
+            return Ok(Applied { rows });
+        }
+        load_missing(tx, &mut rows).await?;
 
-    let mut versions = Vec::new();
-    for (key, event, e) in decoded {
-        let f = functions.entry(key.clone()).or_insert_with(|| Pending {
-            state: Function::default(),
-            created_at: None,
-            updated_at: event.recorded_at,
-            changed: false,
+        let mut versions = Vec::new();
+        for d in batch {
+            let event = &d.stored;
+            let work = rows.get_mut(d.key()).expect("every key has its work");
+            let row = work.row.get_or_insert_with(|| Row {
+                state: Function::default(),
+                created_at: event.recorded_at,
+                updated_at: event.recorded_at,
+            });
+            let at = row.state.stream_version as i64;
+            if event.version <= at {
+                continue; // applied already
+            }
+            if event.version != at + 1 {
+                return Err(Error::OutOfOrder {
+                    stream: event.stream.clone(),
+                    version: event.version,
+                    at,
+                    position: event.position,
+                });
+            }
+            row.state = std::mem::take(&mut row.state).evolve(&d.event);
+            row.state.versions.clear();
+            if row.state.spec.is_none() {
+                return Err(Error::BadEvent {
+                    position: event.position,
+                    event_type: event.event_type.clone(),
+                    error: "an event before FunctionCreated".into(),
+                });
+            }
+            row.updated_at = event.recorded_at;
+            work.changed = true;
+            if let FunctionEvent::FunctionUploaded(v) = &d.event {
+                versions.push(NewVersion {
+                    key: d.key(),
+                    slash: d.slash,
+                    version: v,
+                    by: event.actor.as_deref(),
+                    at: event.recorded_at,
+                });
+            }
+        }
+        write(tx, &rows, &mut versions).await?;
+        Ok(Applied { rows })
+    }
+}
+
+/// A function event of the log, decoded.
+pub(crate) struct Decoded {
+    stored: StoredEvent,
+    /// Where the `{ns}/{name}` key starts in the stream, and the name in the key.
+    start: usize,
+    slash: usize,
+    event: FunctionEvent,
+}
+
+impl Decoded {
+    fn key(&self) -> &str {
+        &self.stored.stream[self.start..]
+    }
+}
+
+/// Decodes the function events among `events`, in their order; the others
+/// are not this read model's.
+pub(crate) fn decode(events: Vec<StoredEvent>) -> Result<Vec<Decoded>> {
+    let mut json = String::new();
+    let mut decoded = Vec::with_capacity(events.len());
+    for stored in events {
+        let Some((key, slash)) = function_key(&stored.stream) else {
+            continue;
+        };
+        let start = stored.stream.len() - key.len();
+        let event = decode_one(&mut json, &stored)?;
+        decoded.push(Decoded {
+            stored,
+            start,
+            slash,
+            event,
         });
-        let at = f.state.stream_version as i64;
-        if event.version <= at {
-            continue; // applied already
-        }
-        if event.version != at + 1 {
-            return Err(Error::OutOfOrder {
-                stream: event.stream.clone(),
-                version: event.version,
-                at,
-                position: event.position,
-            });
-        }
-        f.state = std::mem::take(&mut f.state).evolve(&e);
-        if f.state.spec.is_none() {
-            return Err(Error::BadEvent {
-                position: event.position,
-                event_type: event.event_type.clone(),
-                error: "an event before FunctionCreated".into(),
-            });
-        }
-        f.created_at.get_or_insert(event.recorded_at);
-        f.updated_at = event.recorded_at;
-        f.changed = true;
-        if let FunctionEvent::FunctionUploaded(v) = e {
-            let by = event
-                .metadata
-                .get("actor")
-                .and_then(|a| a.as_str())
-                .map(str::to_owned);
-            versions.push(NewVersion {
-                key,
-                version: v,
-                by,
-                at: event.recorded_at,
-            });
-        }
     }
-    write_functions(tx, &functions).await?;
-    write_versions(tx, &versions).await
+    Ok(decoded)
 }
 
-async fn write_functions(
-    tx: &mut PgConnection,
-    functions: &HashMap<(String, String), Pending>,
-) -> Result<()> {
-    let changed: Vec<_> = functions.iter().filter(|(_, f)| f.changed).collect();
-    if changed.is_empty() {
-        return Ok(());
-    }
-    let text = |f: &dyn Fn(&Pending) -> String| -> Vec<String> {
-        changed.iter().map(|(_, p)| f(p)).collect()
+/// Decodes an event's `data` into a `FunctionEvent` in one pass over its
+/// text (no intermediate JSON tree), reusing `json` as scratch space.
+fn decode_one(json: &mut String, event: &StoredEvent) -> Result<FunctionEvent> {
+    let bad = |error: String| Error::BadEvent {
+        position: event.position,
+        event_type: event.event_type.clone(),
+        error,
     };
-    let spec = |p: &Pending| p.state.spec.clone().expect("checked while applying");
-    let ns: Vec<String> = changed.iter().map(|(k, _)| k.0.clone()).collect();
-    let name: Vec<String> = changed.iter().map(|(k, _)| k.1.clone()).collect();
-    let runtime = text(&|p| spec(p).runtime.as_str().to_owned());
-    let entrypoint = text(&|p| spec(p).entrypoint);
-    let phase = text(&|p| p.state.phase.as_str().to_owned());
-    let memory: Vec<i32> = changed
+    json.clear();
+    json.push_str("{\"type\":");
+    if event.event_type.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        json.push('"');
+        json.push_str(&event.event_type);
+        json.push('"');
+    } else {
+        json.push_str(&serde_json::to_string(&event.event_type).map_err(|e| bad(e.to_string()))?);
+    }
+    json.push_str(",\"data\":");
+    json.push_str(&event.data);
+    json.push('}');
+    serde_json::from_str(json).map_err(|e| bad(e.to_string()))
+}
+
+/// Reads the stored rows of the functions that are not cached.
+async fn load_missing(tx: &mut PgConnection, rows: &mut HashMap<String, Work>) -> Result<()> {
+    let missing: Vec<(&str, &str)> = rows
         .iter()
-        .map(|(_, p)| spec(p).memory_mb as i32)
+        .filter(|(_, w)| w.row.is_none())
+        .map(|(k, w)| (&k[..w.slash], &k[w.slash + 1..]))
         .collect();
-    let timeout: Vec<i32> = changed
-        .iter()
-        .map(|(_, p)| spec(p).timeout_sec as i32)
-        .collect();
-    let env: Vec<serde_json::Value> = changed
-        .iter()
-        .map(|(_, p)| serde_json::to_value(spec(p).env_vars).expect("env serializes"))
-        .collect();
-    let current: Vec<Option<i32>> = changed
-        .iter()
-        .map(|(_, p)| p.state.current_version.map(|v| v as i32))
-        .collect();
-    let deployed: Vec<Option<i32>> = changed
-        .iter()
-        .map(|(_, p)| p.state.deployed_version.map(|v| v as i32))
-        .collect();
-    let endpoint: Vec<Option<String>> = changed
-        .iter()
-        .map(|(_, p)| p.state.endpoint.clone())
-        .collect();
-    let last_error: Vec<Option<String>> = changed
-        .iter()
-        .map(|(_, p)| p.state.last_error.clone())
-        .collect();
-    let stream_version: Vec<i32> = changed
-        .iter()
-        .map(|(_, p)| p.state.stream_version as i32)
-        .collect();
-    let created: Vec<DateTime<Utc>> = changed
-        .iter()
-        .map(|(_, p)| p.created_at.expect("set while applying"))
-        .collect();
-    let updated: Vec<DateTime<Utc>> = changed.iter().map(|(_, p)| p.updated_at).collect();
-    sqlx::query(
-        "insert into functions (namespace, name, runtime, entrypoint, memory_mb, timeout_sec, env_vars,
-             current_version, deployed_version, endpoint, phase, last_error, stream_version, created_at, updated_at)
-         select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::jsonb[],
-             $8::int[], $9::int[], $10::text[], $11::text[], $12::text[], $13::int[], $14::timestamptz[], $15::timestamptz[])
-         on conflict (namespace, name) do update set
-             runtime = excluded.runtime, entrypoint = excluded.entrypoint, memory_mb = excluded.memory_mb,
-             timeout_sec = excluded.timeout_sec, env_vars = excluded.env_vars,
-             current_version = excluded.current_version, deployed_version = excluded.deployed_version,
-             endpoint = excluded.endpoint, phase = excluded.phase, last_error = excluded.last_error,
-             stream_version = excluded.stream_version, updated_at = excluded.updated_at",
-    )
-    .bind(&ns)
-    .bind(&name)
-    .bind(&runtime)
-    .bind(&entrypoint)
-    .bind(&memory)
-    .bind(&timeout)
-    .bind(&env)
-    .bind(&current)
-    .bind(&deployed)
-    .bind(&endpoint)
-    .bind(&phase)
-    .bind(&last_error)
-    .bind(&stream_version)
-    .bind(&created)
-    .bind(&updated)
-    .execute(&mut *tx)
-    .await?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let (namespaces, names): (Vec<&str>, Vec<&str>) = missing.into_iter().unzip();
+    let found = function_rows_by_key(&mut *tx, &namespaces, &names).await?;
+    for r in found {
+        let key = format!("{}/{}", r.namespace, r.name);
+        if let Some(work) = rows.get_mut(&key) {
+            work.row = Some(Row {
+                state: r.state(),
+                created_at: r.created_at,
+                updated_at: r.updated_at,
+            });
+            work.stored = true;
+        }
+    }
     Ok(())
 }
 
-async fn write_versions(tx: &mut PgConnection, versions: &[NewVersion]) -> Result<()> {
-    if versions.is_empty() {
+/// The columns of the changed rows, one array per column.
+#[derive(Default)]
+struct Columns<'a> {
+    namespace: Vec<&'a str>,
+    name: Vec<&'a str>,
+    runtime: Vec<&'static str>,
+    entrypoint: Vec<&'a str>,
+    memory: Vec<i32>,
+    timeout: Vec<i32>,
+    env: Vec<serde_json::Value>,
+    current: Vec<Option<i32>>,
+    deployed: Vec<Option<i32>>,
+    endpoint: Vec<Option<&'a str>>,
+    phase: Vec<&'static str>,
+    last_error: Vec<Option<&'a str>>,
+    stream_version: Vec<i32>,
+    created: Vec<DateTime<Utc>>,
+    updated: Vec<DateTime<Utc>>,
+}
+
+impl<'a> Columns<'a> {
+    fn push(&mut self, key: &'a str, work: &'a Work) {
+        let row = work.row.as_ref().expect("a changed row exists");
+        let spec = row.state.spec.as_ref().expect("checked while applying");
+        self.namespace.push(&key[..work.slash]);
+        self.name.push(&key[work.slash + 1..]);
+        self.runtime.push(spec.runtime.as_str());
+        self.entrypoint.push(&spec.entrypoint);
+        self.memory.push(spec.memory_mb as i32);
+        self.timeout.push(spec.timeout_sec as i32);
+        self.env
+            .push(serde_json::to_value(&spec.env_vars).expect("env serializes"));
+        self.current
+            .push(row.state.current_version.map(|v| v as i32));
+        self.deployed
+            .push(row.state.deployed_version.map(|v| v as i32));
+        self.endpoint.push(row.state.endpoint.as_deref());
+        self.phase.push(row.state.phase.as_str());
+        self.last_error.push(row.state.last_error.as_deref());
+        self.stream_version.push(row.state.stream_version as i32);
+        self.created.push(row.created_at);
+        self.updated.push(row.updated_at);
+    }
+
+    fn len(&self) -> usize {
+        self.namespace.len()
+    }
+}
+
+/// The changed rows and the new versions of a batch, written in one
+/// statement: rows that existed are updated, new ones inserted, versions
+/// inserted, each from one array per column. The arrays are unnested in
+/// select lists, where they are read in step, rather than in `from`, where
+/// `unnest` first copies every row into a tuplestore (twice the work).
+const WRITE: &str = "
+with updated as (
+    update functions f set
+        runtime = u.runtime, entrypoint = u.entrypoint, memory_mb = u.memory_mb,
+        timeout_sec = u.timeout_sec, env_vars = u.env_vars,
+        current_version = u.current_version, deployed_version = u.deployed_version,
+        endpoint = u.endpoint, phase = u.phase, last_error = u.last_error,
+        stream_version = u.stream_version, updated_at = u.updated_at
+    from (select unnest($1::text[]) as namespace, unnest($2::text[]) as name,
+                 unnest($3::text[]) as runtime, unnest($4::text[]) as entrypoint,
+                 unnest($5::int[]) as memory_mb, unnest($6::int[]) as timeout_sec,
+                 unnest($7::jsonb[]) as env_vars, unnest($8::int[]) as current_version,
+                 unnest($9::int[]) as deployed_version, unnest($10::text[]) as endpoint,
+                 unnest($11::text[]) as phase, unnest($12::text[]) as last_error,
+                 unnest($13::int[]) as stream_version,
+                 unnest($14::timestamptz[]) as updated_at) u
+    where f.namespace = u.namespace and f.name = u.name
+    returning 1
+), inserted as (
+    insert into functions (namespace, name, runtime, entrypoint, memory_mb, timeout_sec,
+        env_vars, current_version, deployed_version, endpoint, phase, last_error,
+        stream_version, created_at, updated_at)
+    select unnest($15::text[]), unnest($16::text[]), unnest($17::text[]), unnest($18::text[]),
+        unnest($19::int[]), unnest($20::int[]), unnest($21::jsonb[]), unnest($22::int[]),
+        unnest($23::int[]), unnest($24::text[]), unnest($25::text[]), unnest($26::text[]),
+        unnest($27::int[]), unnest($28::timestamptz[]), unnest($29::timestamptz[])
+), versions as (
+    insert into function_versions (namespace, name, version, sha256, size, files, zip_key,
+        context_sha256, context_key, uploaded_by, uploaded_at)
+    select unnest($30::text[]), unnest($31::text[]), unnest($32::int[]), unnest($33::text[]),
+        unnest($34::bigint[]), unnest($35::int[]), unnest($36::text[]), unnest($37::text[]),
+        unnest($38::text[]), unnest($39::text[]), unnest($40::timestamptz[])
+)
+select count(*) from updated";
+
+/// Writes the changed rows and the new versions of a batch (one round trip).
+///
+/// Only the projector writes these rows, and the checkpoint's row lock keeps
+/// its copies apart: no row locks, no conflict handling. Updates change no
+/// indexed column, so most stay on their page (HOT). Rows go in key order,
+/// so that consecutive ones meet the same index pages.
+async fn write(
+    tx: &mut PgConnection,
+    rows: &HashMap<String, Work>,
+    versions: &mut [NewVersion<'_>],
+) -> Result<()> {
+    let mut updates = Columns::default();
+    let mut inserts = Columns::default();
+    let mut changed: Vec<(&String, &Work)> = rows.iter().filter(|(_, w)| w.changed).collect();
+    changed.sort_unstable_by_key(|(k, _)| *k);
+    for (key, work) in changed {
+        if work.stored {
+            updates.push(key, work);
+        } else {
+            inserts.push(key, work);
+        }
+    }
+    if updates.len() + inserts.len() + versions.len() == 0 {
         return Ok(());
     }
-    let text =
-        |f: &dyn Fn(&NewVersion) -> String| -> Vec<String> { versions.iter().map(f).collect() };
-    let ns = text(&|v| v.key.0.clone());
-    let name = text(&|v| v.key.1.clone());
-    let sha = text(&|v| v.version.sha256.clone());
-    let zip_key = text(&|v| v.version.zip_key.clone());
-    let ctx_sha = text(&|v| v.version.context_sha256.clone());
-    let ctx_key = text(&|v| v.version.context_key.clone());
-    let number: Vec<i32> = versions.iter().map(|v| v.version.version as i32).collect();
-    let size: Vec<i64> = versions.iter().map(|v| v.version.size as i64).collect();
-    let files: Vec<i32> = versions.iter().map(|v| v.version.files as i32).collect();
-    let by: Vec<Option<String>> = versions.iter().map(|v| v.by.clone()).collect();
-    let at: Vec<DateTime<Utc>> = versions.iter().map(|v| v.at).collect();
-    sqlx::query(
-        "insert into function_versions (namespace, name, version, sha256, size, files, zip_key,
-             context_sha256, context_key, uploaded_by, uploaded_at)
-         select * from unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bigint[], $6::int[],
-             $7::text[], $8::text[], $9::text[], $10::text[], $11::timestamptz[])",
-    )
-    .bind(&ns)
-    .bind(&name)
-    .bind(&number)
-    .bind(&sha)
-    .bind(&size)
-    .bind(&files)
-    .bind(&zip_key)
-    .bind(&ctx_sha)
-    .bind(&ctx_key)
-    .bind(&by)
-    .bind(&at)
-    .execute(&mut *tx)
-    .await?;
+    versions.sort_unstable_by(|a, b| (a.key, a.version.version).cmp(&(b.key, b.version.version)));
+    let v = VersionColumns::of(versions);
+    let u = &updates;
+    let i = &inserts;
+    let updated: i64 = sqlx::query_scalar(WRITE)
+        .bind(&u.namespace)
+        .bind(&u.name)
+        .bind(&u.runtime)
+        .bind(&u.entrypoint)
+        .bind(&u.memory)
+        .bind(&u.timeout)
+        .bind(&u.env)
+        .bind(&u.current)
+        .bind(&u.deployed)
+        .bind(&u.endpoint)
+        .bind(&u.phase)
+        .bind(&u.last_error)
+        .bind(&u.stream_version)
+        .bind(&u.updated)
+        .bind(&i.namespace)
+        .bind(&i.name)
+        .bind(&i.runtime)
+        .bind(&i.entrypoint)
+        .bind(&i.memory)
+        .bind(&i.timeout)
+        .bind(&i.env)
+        .bind(&i.current)
+        .bind(&i.deployed)
+        .bind(&i.endpoint)
+        .bind(&i.phase)
+        .bind(&i.last_error)
+        .bind(&i.stream_version)
+        .bind(&i.created)
+        .bind(&i.updated)
+        .bind(&v.namespace)
+        .bind(&v.name)
+        .bind(&v.number)
+        .bind(&v.sha256)
+        .bind(&v.size)
+        .bind(&v.files)
+        .bind(&v.zip_key)
+        .bind(&v.context_sha256)
+        .bind(&v.context_key)
+        .bind(&v.by)
+        .bind(&v.at)
+        .fetch_one(&mut *tx)
+        .await?;
+    if updated != updates.len() as i64 {
+        return Err(Error::Store(sless_store::Error::Internal(format!(
+            "functions read model: {updated} of {} rows to update exist; \
+             was it written by another process?",
+            updates.len()
+        ))));
+    }
     Ok(())
+}
+
+/// The columns of the new version rows, one array per column.
+struct VersionColumns<'a> {
+    namespace: Vec<&'a str>,
+    name: Vec<&'a str>,
+    number: Vec<i32>,
+    sha256: Vec<&'a str>,
+    size: Vec<i64>,
+    files: Vec<i32>,
+    zip_key: Vec<&'a str>,
+    context_sha256: Vec<&'a str>,
+    context_key: Vec<&'a str>,
+    by: Vec<Option<&'a str>>,
+    at: Vec<DateTime<Utc>>,
+}
+
+impl<'a> VersionColumns<'a> {
+    fn of(versions: &[NewVersion<'a>]) -> VersionColumns<'a> {
+        let text = |f: fn(&NewVersion<'a>) -> &'a str| versions.iter().map(f).collect();
+        VersionColumns {
+            namespace: text(|v| &v.key[..v.slash]),
+            name: text(|v| &v.key[v.slash + 1..]),
+            number: versions.iter().map(|v| v.version.version as i32).collect(),
+            sha256: text(|v| &v.version.sha256),
+            size: versions.iter().map(|v| v.version.size as i64).collect(),
+            files: versions.iter().map(|v| v.version.files as i32).collect(),
+            zip_key: text(|v| &v.version.zip_key),
+            context_sha256: text(|v| &v.version.context_sha256),
+            context_key: text(|v| &v.version.context_key),
+            by: versions.iter().map(|v| v.by).collect(),
+            at: versions.iter().map(|v| v.at).collect(),
+        }
+    }
 }

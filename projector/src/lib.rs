@@ -1,26 +1,38 @@
 //! The projector: reads the event log in commit order and keeps the read
 //! models that queries use (`functions`, `function_versions`).
 //!
-//! Each batch runs in one transaction: take the watermark, lock the
-//! checkpoint, read the events below the watermark, apply them, move the
-//! checkpoint, commit. The read-model rows and the checkpoint change together
-//! or not at all. Each stream's events are applied in version order; an event
-//! already applied is skipped, a gap is an error that stops the projector.
+//! Each batch runs in one transaction: take the watermark and lock the
+//! checkpoint (one statement), read the events below the watermark, apply
+//! them, move the checkpoint, commit. The read-model rows and the checkpoint
+//! change together or not at all. Each stream's events are applied in
+//! version order; an event already applied is skipped, a gap is an error
+//! that stops the projector.
+//!
+//! A `Projector` remembers the rows it wrote; the next batch starts from
+//! them instead of reading them again, as long as the checkpoint it finds is
+//! the one it left (no other copy applied anything in between).
 //!
 //! Architecture Invariant: the projector depends on store and domain only;
 //! it never calls a driver or the API.
 
+mod doorbell;
 mod functions;
 
 use std::time::Duration;
 
-use sless_store::PgPool;
 use sless_store::eventlog::{self, Checkpoint};
-use sqlx::postgres::PgListener;
+use sless_store::{PgPool, Postgres};
+use sqlx::pool::PoolConnection;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 /// The checkpoint name of the read-model projector.
 pub const NAME: &str = "read_models";
+
+/// Events applied per transaction at most, by `catch_up` and `run`. Large
+/// enough that a catch-up pays for its round trips and its row writes once
+/// per many events; a batch of this size takes well under a second.
+pub const BATCH: i64 = 50_000;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -60,32 +72,153 @@ pub struct Step {
     pub held_back: bool,
 }
 
-/// Applies one batch of up to `limit` events. Drive it step by step in tests.
-pub async fn step(pool: &PgPool, limit: i64) -> Result<Step> {
-    let mut tx = pool.begin().await?;
-    // The watermark comes before any write of ours.
-    let watermark = eventlog::watermark(&mut tx).await?;
-    let from = eventlog::lock_checkpoint(&mut tx, NAME).await?;
-    let events = eventlog::read_committed_batch(&mut tx, from, watermark, limit).await?;
-    let Some(last) = events.last() else {
-        let held_back = eventlog::has_events_beyond(&mut tx, from).await?;
-        tx.rollback().await?;
-        return Ok(Step {
-            applied: 0,
-            held_back,
-        });
-    };
-    let to = Checkpoint {
-        xid: last.xid,
-        position: last.position,
-    };
-    functions::apply_batch(&mut tx, &events).await?;
-    eventlog::save_checkpoint(&mut tx, NAME, to).await?;
-    tx.commit().await?;
-    Ok(Step {
-        applied: events.len(),
-        held_back: false,
+/// The read-model projector, with what it remembers between batches: the
+/// rows it wrote, the connection it works on, and (from `Projector::new`,
+/// not `Projector::default`) the next batch, read while it applies this one.
+#[derive(Default)]
+pub struct Projector {
+    functions: functions::Functions,
+    /// The checkpoint the remembered rows belong to: the one this projector
+    /// committed last. `None` when it does not know (start, failed batch).
+    at: Option<Checkpoint>,
+    /// Whether to read the next batch while applying this one.
+    read_ahead: bool,
+    /// The next batch, being read (and decoded) while this one is applied.
+    ahead: Option<JoinHandle<Result<Batch>>>,
+    /// The connection batches run on, kept from one to the next.
+    conn: Option<PoolConnection<Postgres>>,
+}
+
+/// A batch of events read from the log: every event after `after` whose
+/// transaction ended before the watermark it was read with, up to a limit.
+struct Batch {
+    after: Checkpoint,
+    /// The checkpoint past the batch's last event, if it has any.
+    to: Option<Checkpoint>,
+    /// Events read (of every stream).
+    read: usize,
+    full: bool,
+    /// The function events among them.
+    functions: Vec<functions::Decoded>,
+}
+
+/// Reads and decodes the events after `after` below `watermark`.
+async fn read_batch(
+    conn: &mut sqlx::PgConnection,
+    after: Checkpoint,
+    watermark: i64,
+    limit: i64,
+) -> Result<Batch> {
+    let events = eventlog::read_committed_stored(conn, after, watermark, limit).await?;
+    let to = events.last().map(|e| e.checkpoint());
+    let read = events.len();
+    Ok(Batch {
+        after,
+        to,
+        read,
+        full: read as i64 >= limit,
+        functions: functions::decode(events)?,
     })
+}
+
+impl Projector {
+    /// A projector that reads the next batch while it applies a full one.
+    pub fn new() -> Projector {
+        let mut projector = Projector::default();
+        projector.read_ahead = true;
+        projector
+    }
+
+    /// Applies one batch of up to `limit` events.
+    ///
+    /// It first looks past the checkpoint with one cheap statement (no
+    /// transaction, no lock, no xid), and starts a batch only if some event
+    /// can be read. When the batch is full (and the projector reads ahead),
+    /// the next one is read and decoded on another connection while this one
+    /// is applied, below this batch's watermark (an older watermark holds back
+    /// more, never less). The next step uses it if the checkpoint it finds is
+    /// where that read started.
+    pub async fn step(&mut self, pool: &PgPool, limit: i64) -> Result<Step> {
+        let step = self.try_step(pool, limit).await;
+        if step.is_err() {
+            // The connection may be broken; the next step takes another.
+            self.conn = None;
+        }
+        step
+    }
+
+    async fn try_step(&mut self, pool: &PgPool, limit: i64) -> Result<Step> {
+        if self.conn.is_none() {
+            self.conn = Some(pool.acquire().await?);
+        }
+        let conn = self.conn.as_mut().expect("a connection was just taken");
+        if self.ahead.is_none() {
+            let pending = eventlog::pending(conn, NAME).await?;
+            if !pending.ready {
+                return Ok(Step {
+                    applied: 0,
+                    held_back: pending.held_back,
+                });
+            }
+        }
+        let mut tx = sqlx::Connection::begin(&mut **conn).await?;
+        // The watermark comes before any write of ours.
+        let (from, watermark) = eventlog::lock_checkpoint_below_watermark(&mut tx, NAME).await?;
+        if self.at != Some(from) {
+            // Another copy moved the checkpoint, or ours failed: what we
+            // remember may no longer be what the tables hold.
+            self.functions.forget();
+            self.at = Some(from);
+        }
+        let ahead = match self.ahead.take() {
+            Some(read) => read.await.ok().and_then(Result::ok),
+            None => None,
+        };
+        let batch = match ahead {
+            Some(b) if b.after == from && b.read > 0 => b,
+            _ => read_batch(&mut tx, from, watermark, limit).await?,
+        };
+        let Some(to) = batch.to else {
+            let held_back = eventlog::has_events_beyond(&mut tx, from).await?;
+            tx.rollback().await?;
+            return Ok(Step {
+                applied: 0,
+                held_back,
+            });
+        };
+        if batch.full && self.read_ahead {
+            let pool = pool.clone();
+            self.ahead = Some(tokio::spawn(async move {
+                let mut conn = pool.acquire().await?;
+                read_batch(&mut conn, to, watermark, limit).await
+            }));
+        }
+        // Until the commit succeeds, the remembered rows may be ahead of the tables.
+        self.at = None;
+        let applied = self.functions.apply(&mut tx, &batch.functions).await?;
+        eventlog::save_checkpoint(&mut tx, NAME, to).await?;
+        tx.commit().await?;
+        self.functions.keep(applied);
+        self.at = Some(to);
+        Ok(Step {
+            applied: batch.read,
+            held_back: false,
+        })
+    }
+}
+
+impl Drop for Projector {
+    fn drop(&mut self) {
+        if let Some(read) = self.ahead.take() {
+            read.abort();
+        }
+    }
+}
+
+/// Applies one batch of up to `limit` events, remembering nothing and
+/// reading nothing ahead. Drive it step by step in tests.
+pub async fn step(pool: &PgPool, limit: i64) -> Result<Step> {
+    Projector::default().step(pool, limit).await
 }
 
 /// Applies events until none is left past the checkpoint, waiting for
@@ -95,9 +228,10 @@ pub async fn step(pool: &PgPool, limit: i64) -> Result<Step> {
 /// transaction stays open).
 pub async fn catch_up(pool: &PgPool) -> Result<usize> {
     let started = tokio::time::Instant::now();
+    let mut projector = Projector::new();
     let mut total = 0;
     loop {
-        let s = step(pool, 1000).await?;
+        let s = projector.step(pool, BATCH).await?;
         total += s.applied;
         if s.applied == 0 && !s.held_back {
             return Ok(total);
@@ -114,17 +248,24 @@ pub async fn catch_up(pool: &PgPool) -> Result<usize> {
 /// How long `catch_up` waits for events held back by running transactions.
 pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
 
-/// Runs until `shutdown` turns true: applies batches, then waits for a
-/// NOTIFY from an append (or `poll` as a fallback). While an older
-/// transaction holds events back it looks again every 5 ms.
+/// How soon `run` looks again while events are held back by a running
+/// transaction, or while appends are in flight and it cannot sleep. A look
+/// is one index probe.
+pub const BUSY_POLL: Duration = Duration::from_millis(2);
+
+/// Runs until `shutdown` turns true: applies batches; with nothing left to
+/// apply, it takes the doorbell (see `doorbell`) and sleeps until an append
+/// wakes it with a NOTIFY, or `poll` passes as a fallback. While appends are
+/// in flight (it cannot take the doorbell) or an older transaction holds
+/// events back, it looks again every `BUSY_POLL`.
 pub async fn run(pool: PgPool, poll: Duration, mut shutdown: watch::Receiver<bool>) -> Result<()> {
-    let mut listener = PgListener::connect_with(&pool).await?;
-    listener.listen("sless_events").await?;
+    let mut doorbell = doorbell::Doorbell::connect(&pool).await?;
+    let mut projector = Projector::new();
     loop {
         if *shutdown.borrow() {
             return Ok(());
         }
-        let s = match step(&pool, 1000).await {
+        let s = match projector.step(&pool, BATCH).await {
             Ok(s) => s,
             Err(e @ (Error::OutOfOrder { .. } | Error::BadEvent { .. })) => return Err(e),
             Err(e) => {
@@ -136,22 +277,27 @@ pub async fn run(pool: PgPool, poll: Duration, mut shutdown: watch::Receiver<boo
             }
         };
         if s.applied > 0 {
+            // Awake and busy: appends need not ring.
+            doorbell.wake().await;
             continue;
         }
         let wait = if s.held_back {
-            Duration::from_millis(5)
-        } else {
+            BUSY_POLL
+        } else if doorbell.is_asleep() {
             poll
+        } else {
+            match doorbell.sleep().await {
+                // Asleep now; every append that did not ring has ended: look
+                // once more before waiting.
+                doorbell::Sleep::Asleep => continue,
+                // Another copy sleeps at the doorbell: the same NOTIFY wakes us.
+                doorbell::Sleep::Taken => poll,
+                doorbell::Sleep::Busy => BUSY_POLL,
+            }
         };
         tokio::select! {
             _ = shutdown.changed() => {}
-            n = listener.try_recv() => {
-                if let Err(e) = n {
-                    tracing::warn!(error = %e, "projector listener failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-            _ = tokio::time::sleep(wait) => {}
+            _ = doorbell.wait(wait) => {}
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rand::Rng;
 use sless_domain::{Function, FunctionEvent, FunctionSpec, Runtime, SourceVersion};
+use sless_projector::Projector;
 use sless_store::PgPool;
 use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::readmodel;
@@ -284,14 +285,140 @@ async fn applying_the_same_events_twice_changes_nothing() {
     assert_read_models_equal_fold(&db.pool).await;
 }
 
+/// One step of `projector` that did something (see `step_past_other_tests`).
+async fn step_with(projector: &mut Projector, pool: &PgPool, limit: i64) -> sless_projector::Step {
+    loop {
+        let s = projector.step(pool, limit).await.expect("projector step");
+        if s.applied > 0 || !s.held_back {
+            return s;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_forgets_the_rows_it_remembers_when_another_copy_moved_the_checkpoint() {
+    let db = TestDb::new().await;
+    let stream = "function/ns/f";
+    let append = async |expected: u64, events: &[FunctionEvent]| {
+        let mut tx = db.pool.begin().await.unwrap();
+        let new: Vec<_> = events.iter().map(|e| new_event(stream, e)).collect();
+        eventlog::append(&mut tx, stream, expected, &new)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    };
+    append(
+        0,
+        &[FunctionEvent::FunctionCreated { spec: spec() }, uploaded(1)],
+    )
+    .await;
+    let mut remembering = Projector::new();
+    assert_eq!(step_with(&mut remembering, &db.pool, 100).await.applied, 2);
+
+    // Another copy applies version 3 behind the first one's back.
+    append(2, &[uploaded(2), uploaded(3)]).await;
+    let mut other = Projector::default();
+    assert_eq!(
+        step_with(&mut other, &db.pool, 1).await.applied,
+        1,
+        "the other copy applies one event"
+    );
+
+    // The first copy remembers the row at version 2; the table holds 3.
+    let next = step_with(&mut remembering, &db.pool, 100).await;
+    assert_eq!(next.applied, 1);
+    let row = readmodel::function_row(&db.pool, "ns", "f")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.stream_version, 4);
+    assert_eq!(row.current_version, Some(3));
+    assert_read_models_equal_fold(&db.pool).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_wakes_up_for_an_append_while_it_sleeps() {
+    let db = TestDb::new().await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    // The polling fallback is far off: only the append's NOTIFY can wake it.
+    let projector = tokio::spawn(sless_projector::run(
+        db.pool.clone(),
+        std::time::Duration::from_secs(600),
+        stopped,
+    ));
+    let (k1, k2) = eventlog::DOORBELL;
+    sless_testkit::eventually(
+        "the projector to fall asleep at the doorbell",
+        std::time::Duration::from_secs(30),
+        || async {
+            let asleep: bool = sqlx::query_scalar(
+                "select exists (select 1 from pg_locks
+                     where locktype = 'advisory' and mode = 'ExclusiveLock' and granted
+                       and database = (select oid from pg_database where datname = current_database())
+                       and classid::bigint = $1 and objid::bigint = $2 and objsubid = 2)",
+            )
+            .bind(i64::from(k1))
+            .bind(i64::from(k2))
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            asleep.then_some(())
+        },
+    )
+    .await;
+
+    let stream = "function/ns/woken";
+    let mut tx = db.pool.begin().await.unwrap();
+    let created = new_event(stream, &FunctionEvent::FunctionCreated { spec: spec() });
+    eventlog::append(&mut tx, stream, 0, &[created])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    sless_testkit::eventually(
+        "the sleeping projector to apply the append",
+        std::time::Duration::from_secs(30),
+        || async {
+            readmodel::function_row(&db.pool, "ns", "woken")
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    stop.send(true).unwrap();
+    projector.await.unwrap().unwrap();
+}
+
 /// 16 writers on 6 streams, ~10% of transactions rolled back, a projector
 /// running throughout: afterwards every read model equals a fold over the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn read_models_equal_a_fold_of_the_log_after_concurrent_writers_with_rollbacks() {
+    concurrent_writers_with_rollbacks(false).await;
+}
+
+/// The same with the projector `run` and `catch_up` use: it remembers the rows
+/// it wrote and reads the next batch while it applies a full one (small
+/// batches here, so that it does all the time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_models_equal_a_fold_of_the_log_after_concurrent_writers_with_a_projector_that_reads_ahead()
+ {
+    concurrent_writers_with_rollbacks(true).await;
+}
+
+async fn concurrent_writers_with_rollbacks(remembering: bool) {
     let db = TestDb::new().await;
     const WRITERS: usize = 16;
     const STREAMS: usize = 6;
     const COMMITS_PER_WRITER: usize = 40;
+    // Open the pool's every connection one at a time, up front. Under churn
+    // the pool opens new connections rather than wait for returning ones,
+    // and on a busy machine a burst of new connections (each authenticating)
+    // can outlast its acquire timeout.
+    let mut warm = Vec::new();
+    while warm.len() < db.pool.options().get_max_connections() as usize {
+        warm.push(db.pool.acquire().await.unwrap());
+    }
+    drop(warm);
     let done = Arc::new(AtomicBool::new(false));
     let rolled_back = Arc::new(AtomicUsize::new(0));
     let applied_live = Arc::new(AtomicUsize::new(0));
@@ -299,10 +426,14 @@ async fn read_models_equal_a_fold_of_the_log_after_concurrent_writers_with_rollb
     let projector = {
         let (pool, done, applied) = (db.pool.clone(), done.clone(), applied_live.clone());
         tokio::spawn(async move {
+            let mut projector = Projector::new();
             while !done.load(Ordering::Relaxed) {
-                let s = sless_projector::step(&pool, 50)
-                    .await
-                    .expect("projector step");
+                let s = if remembering {
+                    projector.step(&pool, 7).await
+                } else {
+                    sless_projector::step(&pool, 50).await
+                }
+                .expect("projector step");
                 applied.fetch_add(s.applied, Ordering::Relaxed);
                 if s.applied == 0 {
                     tokio::task::yield_now().await;

@@ -4,13 +4,17 @@
 //! transaction-scoped advisory lock on the stream, before any statement that
 //! assigns a transaction id, then checks the expected version. The next
 //! append to the same stream waits for the lock, so it gets its xid only
-//! after this one commits: a stream's versions come out in xid order.
+//! after this one commits: a stream's versions come out in xid order. All of
+//! it is one call of the database function `append_events`: one round trip.
+//! Appends do not NOTIFY unless a projector sleeps (`DOORBELL`), so that
+//! their commits can share WAL flushes.
 //!
-//! Reading in order (`read_committed_batch`): a reader takes the watermark
-//! `pg_snapshot_xmin(pg_current_snapshot())` first, reads only events whose
-//! xid is below it, in (xid, position) order, and checkpoints on that pair.
-//! An event whose transaction commits after a later position's is therefore
-//! not skipped: it is held back until its transaction has ended.
+//! Reading in order (`read_committed_batch`, `read_committed_stored`): a
+//! reader takes the watermark `pg_snapshot_xmin(pg_current_snapshot())`
+//! first, reads only events whose xid is below it, in (xid, position) order,
+//! and checkpoints on that pair. An event whose transaction commits after a
+//! later position's is therefore not skipped: it is held back until its
+//! transaction has ended.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -99,6 +103,16 @@ pub struct Checkpoint {
     pub position: i64,
 }
 
+/// The channel an append NOTIFYs when a projector sleeps at the doorbell.
+pub const EVENTS_CHANNEL: &str = "sless_events";
+
+/// The projector's doorbell: an advisory lock (the two-key form, which shares
+/// no key with the streams' one-key locks). A projector with nothing left to
+/// apply holds it exclusively while it sleeps; an append that cannot take it
+/// shared NOTIFYs `EVENTS_CHANNEL`, and one that can holds it until it
+/// commits. The same numbers are in the database function `append_events`.
+pub const DOORBELL: (i32, i32) = (1_936_483_699, 1);
+
 /// The advisory-lock key of a stream: the first 8 bytes of its sha256.
 fn stream_lock_key(stream: &str) -> i64 {
     let d = Sha256::digest(stream.as_bytes());
@@ -109,47 +123,18 @@ fn stream_lock_key(stream: &str) -> i64 {
 /// new stream). Must be the first write of the caller's transaction; the
 /// events are committed when the caller commits. A concurrent append that
 /// got there first makes this one fail with `Error::Conflict`.
+///
+/// One round trip: the database function `append_events` (migration
+/// `20261129000011_append_in_one_call.sql`) takes the stream lock, checks
+/// that the transaction has no xid yet, checks the version and inserts, in
+/// that order, and NOTIFYs `EVENTS_CHANNEL` if a projector sleeps at the
+/// `DOORBELL`.
 pub async fn append(
     conn: &mut PgConnection,
     stream: &str,
     expected: u64,
     events: &[NewEvent],
 ) -> Result<Appended> {
-    let fresh: bool = sqlx::query_scalar(
-        "select pg_current_xact_id_if_assigned() is null from (select pg_advisory_xact_lock($1)) lock",
-    )
-    .bind(stream_lock_key(stream))
-    .fetch_one(&mut *conn)
-    .await?;
-    if !fresh {
-        // Another write came first: the stream lock would no longer order this
-        // transaction's xid behind the previous append's commit.
-        return Err(Error::Internal(format!(
-            "append to {stream} must be the first write of its transaction"
-        )));
-    }
-    let actual: i64 = sqlx::query_scalar(
-        "select coalesce(max(version), 0)::bigint from events where stream = $1",
-    )
-    .bind(stream)
-    .fetch_one(&mut *conn)
-    .await?;
-    let actual = actual as u64;
-    if actual != expected {
-        return Err(Error::Conflict {
-            stream: stream.to_owned(),
-            expected,
-            actual,
-        });
-    }
-    if events.is_empty() {
-        return Ok(Appended {
-            version: actual,
-            position: 0,
-        });
-    }
-    let n = events.len();
-    let versions: Vec<i32> = (1..=n).map(|i| (expected as usize + i) as i32).collect();
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
     let namespaces: Vec<&str> = events.iter().map(|e| e.namespace.as_str()).collect();
     let data: Vec<serde_json::Value> = events.iter().map(|e| e.data.clone()).collect();
@@ -157,32 +142,41 @@ pub async fn append(
         .iter()
         .map(|e| serde_json::to_value(&e.metadata).expect("metadata serializes"))
         .collect();
-    let position: i64 = sqlx::query_scalar(
-        "with written as (
-             insert into events (stream, version, type, namespace, data, metadata)
-             select $1, v, t, ns, d, m
-             from unnest($2::int[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[])
-                  with ordinality as x(v, t, ns, d, m, ord)
-             order by ord
-             returning position
-         )
-         select max(position) from written",
+    let (first_write, actual, position): (bool, Option<i64>, Option<i64>) = sqlx::query_as(
+        "select first_write, actual, last_position from append_events($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(stream)
-    .bind(&versions)
+    .bind(stream_lock_key(stream))
+    .bind(expected as i64)
     .bind(&types)
     .bind(&namespaces)
     .bind(&data)
     .bind(&metadata)
     .fetch_one(&mut *conn)
     .await?;
-    sqlx::query("select pg_notify('sless_events', '')")
-        .execute(&mut *conn)
-        .await?;
-    Ok(Appended {
-        version: expected + n as u64,
-        position,
-    })
+    if !first_write {
+        // Another write came first: the stream lock would no longer order this
+        // transaction's xid behind the previous append's commit.
+        return Err(Error::Internal(format!(
+            "append to {stream} must be the first write of its transaction"
+        )));
+    }
+    let actual = actual.unwrap_or_default() as u64;
+    match position {
+        Some(position) => Ok(Appended {
+            version: actual,
+            position,
+        }),
+        None if actual == expected && events.is_empty() => Ok(Appended {
+            version: actual,
+            position: 0,
+        }),
+        None => Err(Error::Conflict {
+            stream: stream.to_owned(),
+            expected,
+            actual,
+        }),
+    }
 }
 
 fn recorded(row: sqlx::postgres::PgRow) -> RecordedEvent {
@@ -266,16 +260,126 @@ pub async fn read_committed_batch(
     Ok(rows.into_iter().map(recorded).collect())
 }
 
+/// An event as a reader that decodes it itself reads it: `data` is the JSON
+/// text the log holds (decoded once, straight into the reader's own types),
+/// and of the metadata only the actor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub position: i64,
+    pub xid: i64,
+    pub stream: String,
+    pub version: i64,
+    pub event_type: String,
+    pub data: String,
+    pub actor: Option<String>,
+    pub recorded_at: DateTime<Utc>,
+}
+
+impl StoredEvent {
+    /// The checkpoint just past this event.
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            xid: self.xid,
+            position: self.position,
+        }
+    }
+}
+
+type StoredRow = (
+    i64,
+    i64,
+    String,
+    i32,
+    String,
+    String,
+    Option<String>,
+    DateTime<Utc>,
+);
+
+/// `read_committed_batch` for a reader that decodes events itself: the same
+/// events in the same order, as `StoredEvent`s.
+pub async fn read_committed_stored(
+    conn: &mut PgConnection,
+    after: Checkpoint,
+    watermark: i64,
+    limit: i64,
+) -> Result<Vec<StoredEvent>> {
+    let rows: Vec<StoredRow> = sqlx::query_as(
+        "select position, xid, stream, version, type, data::text, metadata->>'actor', recorded_at
+         from events
+         where (xid, position) > ($1, $2) and xid < $3
+         order by xid, position
+         limit $4",
+    )
+    .bind(after.xid)
+    .bind(after.position)
+    .bind(watermark)
+    .bind(limit)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(position, xid, stream, version, event_type, data, actor, recorded_at)| StoredEvent {
+                position,
+                xid,
+                stream,
+                version: version.into(),
+                event_type,
+                data,
+                actor,
+                recorded_at,
+            },
+        )
+        .collect())
+}
+
 /// True when some event after `after` is still held back by the watermark
 /// (its transaction, or an older one, is still running).
 pub async fn has_events_beyond(conn: &mut PgConnection, after: Checkpoint) -> Result<bool> {
-    Ok(
-        sqlx::query_scalar("select exists (select 1 from events where (xid, position) > ($1, $2))")
-            .bind(after.xid)
-            .bind(after.position)
-            .fetch_one(conn)
-            .await?,
+    // Not `exists (...)`: its generic plan (what a prepared statement gets
+    // after a few runs) scans the whole table when nothing is there.
+    Ok(sqlx::query_scalar(
+        "select (select 1 from events where (xid, position) > ($1, $2)
+                 order by xid, position limit 1) is not null",
     )
+    .bind(after.xid)
+    .bind(after.position)
+    .fetch_one(conn)
+    .await?)
+}
+
+/// What lies past a reader's checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    /// Some event past the checkpoint is below the watermark: a batch would
+    /// read it.
+    pub ready: bool,
+    /// Events lie past the checkpoint, but none can be read yet: a running
+    /// transaction holds them back.
+    pub held_back: bool,
+}
+
+/// Looks past reader `name`'s checkpoint without a transaction, a lock or an
+/// xid: one index probe for a reader that polls, before it starts a batch.
+/// The first event past the checkpoint has the smallest xid of them all: if
+/// it is held back, so is every other.
+pub async fn pending(conn: &mut PgConnection, name: &str) -> Result<Pending> {
+    let next: Option<bool> = sqlx::query_scalar(
+        "select n.xid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+         from (select coalesce(max(xid), 0) as xid, coalesce(max(position), 0) as position
+               from projector_checkpoints where name = $1) c
+         cross join lateral (select e.xid from events e
+                             where (e.xid, e.position) > (c.xid, c.position)
+                             order by e.xid, e.position limit 1) n",
+    )
+    .bind(name)
+    .fetch_optional(conn)
+    .await?;
+    Ok(Pending {
+        ready: next == Some(true),
+        held_back: next == Some(false),
+    })
 }
 
 /// Reads a reader's checkpoint, locking its row for the rest of the
@@ -294,6 +398,33 @@ pub async fn lock_checkpoint(conn: &mut PgConnection, name: &str) -> Result<Chec
         xid: row.get("xid"),
         position: row.get("position"),
     })
+}
+
+/// `watermark` and `lock_checkpoint` in one round trip: the watermark (taken
+/// by the statement's snapshot, before the row lock gives the transaction an
+/// xid) and the reader's checkpoint, its row locked for the rest of the
+/// transaction. Returns (checkpoint, watermark). If another copy of the
+/// reader holds the row, the statement waits and then returns the checkpoint
+/// that copy committed, with the watermark from before the wait: older, so
+/// it holds back more, never less.
+pub async fn lock_checkpoint_below_watermark(
+    conn: &mut PgConnection,
+    name: &str,
+) -> Result<(Checkpoint, i64)> {
+    let row: Option<(i64, i64, i64)> = sqlx::query_as(
+        "select xid, position, pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+         from projector_checkpoints where name = $1 for update",
+    )
+    .bind(name)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some((xid, position, watermark)) = row {
+        return Ok((Checkpoint { xid, position }, watermark));
+    }
+    // The reader's first batch: nothing was written yet, so the watermark
+    // still comes before the insert of its row.
+    let watermark = watermark(&mut *conn).await?;
+    Ok((lock_checkpoint(conn, name).await?, watermark))
 }
 
 /// Moves a reader's checkpoint; call in the transaction that applied the events.

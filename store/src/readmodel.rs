@@ -95,18 +95,18 @@ pub async fn function_row<'e>(
     row.map(row_of).transpose()
 }
 
-/// The rows of the given (namespace, name) pairs that exist, locked for
-/// update until the caller's transaction ends.
-pub async fn function_rows_for_update<'e>(
+/// The rows of the given (namespace, name) pairs that exist. Takes no row
+/// locks: only the projector writes these rows, and two copies of it are
+/// already kept apart by their checkpoint's row lock.
+pub async fn function_rows_by_key<'e>(
     exec: impl PgExecutor<'e>,
-    namespaces: &[String],
-    names: &[String],
+    namespaces: &[&str],
+    names: &[&str],
 ) -> Result<Vec<FunctionRow>> {
     let rows = sqlx::query(
         "select f.* from functions f
          join unnest($1::text[], $2::text[]) as k(namespace, name)
-           on f.namespace = k.namespace and f.name = k.name
-         for update of f",
+           on f.namespace = k.namespace and f.name = k.name",
     )
     .bind(namespaces)
     .bind(names)

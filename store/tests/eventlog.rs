@@ -484,6 +484,131 @@ async fn read_committed_batch_orders_by_transaction_so_a_checkpoint_never_steps_
 }
 
 #[tokio::test]
+async fn an_append_of_no_events_checks_the_version_and_writes_nothing() {
+    let db = TestDb::new().await;
+    let stream = "function/ns/f";
+    append_committed(&db.pool, stream, 0, &[event("Created", json!({}))]).await;
+
+    let mut tx = db.pool.begin().await.unwrap();
+    let same = eventlog::append(&mut tx, stream, 1, &[]).await.unwrap();
+    assert_eq!(
+        same,
+        eventlog::Appended {
+            version: 1,
+            position: 0
+        }
+    );
+    let stale = eventlog::append(&mut tx, stream, 0, &[]).await;
+    assert!(
+        matches!(
+            stale,
+            Err(Error::Conflict {
+                expected: 0,
+                actual: 1,
+                ..
+            })
+        ),
+        "an empty append at a stale version conflicts, got {stale:?}"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(
+        eventlog::read_stream(&db.pool, stream).await.unwrap().len(),
+        1
+    );
+}
+
+/// The backend pid of a pooled connection.
+async fn backend_pid(conn: &mut sqlx::PgConnection) -> i32 {
+    sqlx::query_scalar("select pg_backend_pid()")
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// Appends one event on `conn` in a transaction of its own and commits.
+async fn append_on(conn: &mut sqlx::PgConnection, stream: &str) {
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+    eventlog::append(&mut tx, stream, 0, &[event("Created", json!({}))])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_notifies_only_while_a_projector_sleeps_at_the_doorbell() {
+    let db = TestDb::new().await;
+    let mut listener = sqlx::postgres::PgListener::connect(&db.url).await.unwrap();
+    listener.listen(eventlog::EVENTS_CHANNEL).await.unwrap();
+    let (k1, k2) = eventlog::DOORBELL;
+
+    // Nobody sleeps at the doorbell: this append does not ring.
+    let mut quiet = db.pool.acquire().await.unwrap();
+    let quiet_pid = backend_pid(&mut quiet).await;
+    append_on(&mut quiet, "function/ns/quiet").await;
+
+    // A projector falls asleep; the next append rings.
+    let mut sleeper = db.pool.acquire().await.unwrap();
+    sqlx::query("select pg_advisory_lock($1, $2)")
+        .bind(k1)
+        .bind(k2)
+        .execute(&mut *sleeper)
+        .await
+        .unwrap();
+    let mut ringing = db.pool.acquire().await.unwrap();
+    let ringing_pid = backend_pid(&mut ringing).await;
+    append_on(&mut ringing, "function/ns/ringing").await;
+
+    // Notifications arrive in commit order: had the first append rung, its
+    // notification would come first.
+    let first = tokio::time::timeout(Duration::from_secs(30), listener.recv())
+        .await
+        .expect("the append to a sleeping projector notifies")
+        .unwrap();
+    assert_ne!(
+        first.process_id() as i32,
+        quiet_pid,
+        "an append rang while no projector slept"
+    );
+    assert_eq!(first.process_id() as i32, ringing_pid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_cannot_fall_asleep_before_an_append_that_did_not_ring_has_ended() {
+    let db = TestDb::new().await;
+    let (k1, k2) = eventlog::DOORBELL;
+    let mut sleeper = db.pool.acquire().await.unwrap();
+    let mut try_to_sleep = async || -> bool {
+        sqlx::query_scalar("select pg_try_advisory_lock($1, $2)")
+            .bind(k1)
+            .bind(k2)
+            .fetch_one(&mut *sleeper)
+            .await
+            .unwrap()
+    };
+
+    // An append that found no sleeper is open: the projector must not sleep,
+    // or that append's event would wait for the polling fallback.
+    let mut open = db.pool.begin().await.unwrap();
+    eventlog::append(
+        &mut open,
+        "function/ns/f",
+        0,
+        &[event("Created", json!({}))],
+    )
+    .await
+    .unwrap();
+    assert!(
+        !try_to_sleep().await,
+        "the doorbell was free while an append that did not ring was open"
+    );
+    open.commit().await.unwrap();
+    assert!(
+        try_to_sleep().await,
+        "the doorbell is free once the append has committed"
+    );
+}
+
+#[tokio::test]
 async fn an_idempotency_key_keeps_its_first_answer_and_cannot_be_saved_twice() {
     let db = TestDb::new().await;
     let answer = StoredAnswer {
