@@ -96,12 +96,19 @@ pub const SESSION_SETTINGS: [(&str, &str); 5] = [
 /// (`SESSION_SETTINGS`, `ACQUIRE_TIMEOUT`). Waits up to `STARTUP_TIMEOUT`
 /// for a database that is not reachable yet; fails at once on anything else
 /// (a wrong password, a missing database).
+///
+/// A connection is not pinged when it is taken from the pool, only when it
+/// goes back (sqlx always does that): the ping on taking cost a round trip
+/// on every transaction. A connection that broke while idle (the server
+/// restarted) fails its first statement instead, and the ping on its return
+/// then closes it; the API answers that one request 503 with Retry-After.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
     let opts: PgConnectOptions = url.parse()?;
     let opts = opts.options(SESSION_SETTINGS).application_name("sless");
     let pool = PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(ACQUIRE_TIMEOUT)
+        .test_before_acquire(false)
         .connect_lazy_with(opts);
     let started = tokio::time::Instant::now();
     loop {
