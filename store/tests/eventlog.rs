@@ -158,6 +158,66 @@ async fn concurrent_appends_to_different_streams_both_succeed_without_waiting_fo
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_append_is_refused_without_waiting_for_the_streams_lock() {
+    let db = TestDb::new().await;
+    let stream = "function/ns/hot";
+    append_committed(&db.pool, stream, 0, &[event("Created", json!({}))]).await;
+    // An append at version 1 holds the stream's lock and stays open.
+    let mut holder = db.pool.begin().await.unwrap();
+    eventlog::append(&mut holder, stream, 1, &[event("Uploaded", json!({}))])
+        .await
+        .unwrap();
+    // A client that still believes the stream is new cannot win whatever
+    // the holder does: it learns so at once, not after the holder ends.
+    let mut stale = db.pool.begin().await.unwrap();
+    let refused = tokio::time::timeout(
+        Duration::from_secs(10),
+        eventlog::append(&mut stale, stream, 0, &[event("Created", json!({}))]),
+    )
+    .await
+    .expect("a stale append must not wait for the lock of an append it cannot follow");
+    match refused {
+        Err(Error::Conflict {
+            expected, actual, ..
+        }) => assert_eq!((expected, actual), (0, 1)),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    stale.rollback().await.unwrap();
+    holder.commit().await.unwrap();
+    assert_eq!(
+        eventlog::read_stream(&db.pool, stream).await.unwrap().len(),
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_that_finds_a_conflict_under_the_lock_lets_go_of_it_at_once() {
+    let db = TestDb::new().await;
+    let stream = "function/ns/hot";
+    append_committed(&db.pool, stream, 0, &[event("Created", json!({}))]).await;
+    // A client ahead of the stream passes the look before the lock, takes
+    // the lock, finds its conflict, and keeps its transaction open.
+    let mut loser = db.pool.begin().await.unwrap();
+    let lost = eventlog::append(&mut loser, stream, 2, &[event("Uploaded", json!({}))]).await;
+    assert!(
+        matches!(lost, Err(Error::Conflict { actual: 1, .. })),
+        "{lost:?}"
+    );
+    // The right append goes ahead without waiting for the loser to end.
+    let mut winner = db.pool.begin().await.unwrap();
+    let won = tokio::time::timeout(
+        Duration::from_secs(10),
+        eventlog::append(&mut winner, stream, 1, &[event("Uploaded", json!({}))]),
+    )
+    .await
+    .expect("a losing append must not keep the stream's lock until its transaction ends")
+    .unwrap();
+    assert_eq!(won.version, 2);
+    winner.commit().await.unwrap();
+    loser.rollback().await.unwrap();
+}
+
 #[tokio::test]
 async fn the_database_refuses_update_delete_and_truncate_of_events() {
     let db = TestDb::new().await;
