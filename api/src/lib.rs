@@ -21,6 +21,7 @@ pub mod command;
 pub mod error;
 pub mod functions;
 pub mod health;
+pub mod invocations;
 pub mod proxy;
 
 use std::pin::Pin;
@@ -57,6 +58,8 @@ pub struct AppState {
     pub breaker: Arc<Breaker>,
     /// Where functions run, remembered briefly by the invoke proxy.
     pub endpoints: Arc<proxy::Endpoints>,
+    /// Invocation records, written off the request path.
+    pub invocations: invocations::Recorder,
 }
 
 /// How long the API gives a request before it answers 503 itself.
@@ -93,6 +96,7 @@ impl Default for Deadlines {
 
 impl AppState {
     pub fn new(pool: PgPool, blobs: BlobStore, auth: Auth) -> AppState {
+        let invocations = invocations::Recorder::new(pool.clone());
         AppState {
             pool,
             blobs,
@@ -102,6 +106,7 @@ impl AppState {
             deadlines: Deadlines::default(),
             breaker: Arc::default(),
             endpoints: Arc::new(proxy::Endpoints::new(Duration::from_secs(1))),
+            invocations,
         }
     }
 }
@@ -129,6 +134,10 @@ pub fn router(state: AppState) -> Router {
             get(functions::list).post(functions::create),
         )
         .route("/namespaces/{ns}/functions/{name}", get(functions::get))
+        .route(
+            "/namespaces/{ns}/functions/{name}/invocations",
+            get(invocations::list),
+        )
         .route_layer(answer_within(Duration::ZERO, true))
         .route(
             "/namespaces/{ns}/functions/{name}/upload",

@@ -11,6 +11,7 @@
 pub mod blobs;
 pub mod eventlog;
 pub mod idempotency;
+pub mod invocations;
 pub mod queue;
 pub mod readmodel;
 

@@ -1,0 +1,1 @@
+//! Invocation records (the `invocations` table), written by the invoke proxy in batches.
