@@ -4,6 +4,7 @@
 mod api {
     pub mod support;
 
+    mod archives;
     mod auth;
     mod bad_input;
     mod concurrency;
