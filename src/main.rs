@@ -44,7 +44,9 @@ enum Command {
     Migrate,
     /// Enqueue a reconcile of every function, so what runs converges with the log.
     Reconcile,
-    /// Print a token for a user of a dev instance.
+    /// Print an HS256 token for a user of a dev instance, signed with
+    /// SLESS_JWT_SECRET or else the data directory's secret, with the
+    /// configured issuer and audience.
     Token {
         #[arg(long, default_value = "./.sless")]
         data_dir: PathBuf,
@@ -54,6 +56,9 @@ enum Command {
         /// Days the token stays valid.
         #[arg(long, default_value_t = 365)]
         days: u64,
+        /// Give the token the admin claim: it may act in every namespace.
+        #[arg(long)]
+        admin: bool,
     },
 }
 
@@ -103,13 +108,25 @@ fn main() -> anyhow::Result<()> {
                 data_dir,
                 sub,
                 days,
+                admin,
             } => {
-                let secrets = embedded::DevSecrets::load(&data_dir)?;
-                let token = sless_api::issue_hs256(
-                    secrets.jwt_secret.as_bytes(),
-                    &sub,
-                    Duration::from_secs(days * 86_400),
-                );
+                let tokens = config::tokens()?;
+                if tokens.algorithm != sless_api::auth::TokenAlgorithm::Hs256 {
+                    anyhow::bail!(
+                        "sless token signs HS256 tokens only; with SLESS_JWT_ALGORITHM={} \
+                         tokens come from the identity provider that holds the private key",
+                        tokens.algorithm
+                    );
+                }
+                let dev_secret = if tokens.has_secret() {
+                    None
+                } else {
+                    Some(embedded::DevSecrets::load(&data_dir)?.jwt_secret)
+                };
+                let auth = tokens.auth(dev_secret.as_deref())?;
+                let token = auth
+                    .issue(&sub, Duration::from_secs(days * 86_400), admin)
+                    .context("an HS256 token")?;
                 println!("{token}");
                 Ok(())
             }
