@@ -1,5 +1,15 @@
-//! Builds: unpacking a build context into a directory and installing its
-//! Python requirements, cached by the sha256 of the context.
+//! Builds: unpacking a build context into a directory and preparing what the
+//! runtime needs to run it, cached by the sha256 of the context:
+//!
+//! - python3.11: `pip install -r requirements.txt --target deps/` when there
+//!   is a `requirements.txt`;
+//! - nodejs20: `npm ci --omit=dev` when there is a `package.json` and a
+//!   lockfile, `npm install --omit=dev` when there is only a `package.json`,
+//!   into `code/node_modules/`;
+//! - go1.23: the wrapper compiled together with the user's package into
+//!   `bin/function` (see [`go`]).
+
+mod go;
 
 use std::io::{self, Write};
 use std::path::{Component, Path, PathBuf};
@@ -7,6 +17,7 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use flate2::read::GzDecoder;
+use sless_domain::Runtime;
 use tar::{Archive, EntryType};
 use tokio::process::Command;
 
@@ -15,14 +26,31 @@ use crate::driver::{Artifact, BuildRequest, DriverError};
 
 /// Marks a finished build directory.
 pub(crate) const COMPLETE_MARKER: &str = ".complete";
-/// How long `pip install` may take.
-const PIP_TIMEOUT: Duration = Duration::from_secs(600);
+/// The compiled function of a go1.23 build, relative to the build directory.
+pub(crate) const GO_BINARY: &str = "bin/function";
+/// How long one build step (`pip install`, `npm ci`, `go build`) may take.
+const STEP_TIMEOUT: Duration = Duration::from_secs(600);
 /// How many lines of the build log a failed build reports.
 const LOG_TAIL_LINES: usize = 40;
 /// Temporary build directories older than this are leftovers of a crash.
 const STALE_TMP_AGE: Duration = Duration::from_secs(30 * 60);
 /// Marks temporary build directories (`{sha}.tmp-<random>`).
 const TMP_INFIX: &str = ".tmp-";
+
+/// The programs builds run, and where their caches live.
+#[derive(Debug, Clone)]
+pub(crate) struct Toolchains {
+    pub python: String,
+    pub npm: String,
+    /// The Go toolchain; `None` looks for `go` on `PATH`.
+    pub go: Option<String>,
+    /// `GOPATH` of Go builds (the module cache is below it).
+    pub go_path: PathBuf,
+    /// `GOCACHE` of Go builds.
+    pub go_cache: PathBuf,
+    /// npm's cache directory.
+    pub npm_cache: PathBuf,
+}
 
 fn build_error(message: impl Into<String>) -> DriverError {
     DriverError::Build {
@@ -53,7 +81,7 @@ impl Drop for TmpDir {
 /// context.
 pub(crate) async fn build(
     builds_dir: &Path,
-    python: &str,
+    tools: &Toolchains,
     req: BuildRequest,
 ) -> Result<Artifact, DriverError> {
     let sha = &req.context_sha256;
@@ -79,11 +107,16 @@ pub(crate) async fn build(
             .await
             .map_err(|e| infra("build task", e))??
     };
-    let Some((mut tmp, has_requirements)) = prepared else {
+    let Some(mut tmp) = prepared else {
         return Ok(artifact); // cached
     };
 
-    if has_requirements && let Err(e) = pip_install(&tmp.path, python).await {
+    let step = match req.runtime {
+        Runtime::Python311 => python_deps(&tmp.path, tools).await,
+        Runtime::Nodejs20 => node_deps(&tmp.path, tools).await,
+        Runtime::Go123 => go::build(&tmp.path, tools).await,
+    };
+    if let Err(e) = step {
         // Removing the half build is blocking work too.
         let _ = tokio::task::spawn_blocking(move || drop(tmp)).await;
         return Err(e);
@@ -99,14 +132,13 @@ pub(crate) async fn build(
 }
 
 /// Returns `None` when the build exists already, else a fresh temporary
-/// directory with the context unpacked into `code/` and whether it has a
-/// `requirements.txt`.
+/// directory with the context unpacked into `code/`.
 fn prepare(
     parent: &Path,
     final_dir: &Path,
     sha: &str,
     context: &[u8],
-) -> Result<Option<(TmpDir, bool)>, DriverError> {
+) -> Result<Option<TmpDir>, DriverError> {
     if final_dir.join(COMPLETE_MARKER).is_file() {
         return Ok(None);
     }
@@ -126,8 +158,7 @@ fn prepare(
         &format!("sless: unpacked {files} files of build context {sha}\n"),
     )
     .map_err(|e| infra("writing the build log", e))?;
-    let has_requirements = code.join("requirements.txt").is_file();
-    Ok(Some((tmp, has_requirements)))
+    Ok(Some(tmp))
 }
 
 /// Removes `*.tmp-*` directories below `parent` older than `min_age`
@@ -219,6 +250,15 @@ fn append_log(dir: &Path, text: &str) -> io::Result<()> {
     log.write_all(text.as_bytes())
 }
 
+/// Appends to the build log from async code.
+async fn log_line(dir: &Path, text: String) -> Result<(), DriverError> {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || append_log(&dir, &text))
+        .await
+        .map_err(|e| infra("build task", e))?
+        .map_err(|e| infra("writing the build log", e))
+}
+
 /// The last `n` lines of a file.
 fn tail_of(path: &Path, n: usize) -> String {
     let text = std::fs::read(path).unwrap_or_default();
@@ -227,29 +267,74 @@ fn tail_of(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Runs pip for `code/requirements.txt` into `deps/`, output into build.log.
-async fn pip_install(dir: &Path, python: &str) -> Result<(), DriverError> {
-    let deps = dir.join("deps");
-    let code = dir.join("code");
+/// A failed build step, with the tail of the build log.
+async fn step_failed(dir: &Path, message: String) -> DriverError {
     let log_path = dir.join("build.log");
-    let (stdout, stderr) = {
-        let deps = deps.clone();
-        let log_path = log_path.clone();
-        tokio::task::spawn_blocking(move || -> io::Result<_> {
-            std::fs::create_dir_all(&deps)?;
-            let log = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)?;
-            let log2 = log.try_clone()?;
-            Ok((log, log2))
-        })
+    let log_tail = tokio::task::spawn_blocking(move || tail_of(&log_path, LOG_TAIL_LINES))
         .await
-        .map_err(|e| infra("build task", e))?
-        .map_err(|e| infra("preparing pip", e))?
-    };
+        .unwrap_or_default();
+    DriverError::Build { message, log_tail }
+}
 
-    let mut cmd = Command::new(python);
+async fn is_file(path: PathBuf) -> bool {
+    tokio::fs::metadata(path).await.is_ok_and(|m| m.is_file())
+}
+
+/// Runs one build step (`what`, e.g. "pip install") in its own process
+/// group with its output appended to `build.log`, killing it after
+/// [`STEP_TIMEOUT`].
+async fn run_step(dir: &Path, what: &str, mut cmd: Command) -> Result<(), DriverError> {
+    let log_path = dir.join("build.log");
+    let (stdout, stderr) = tokio::task::spawn_blocking(move || -> io::Result<_> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        let log2 = log.try_clone()?;
+        Ok((log, log2))
+    })
+    .await
+    .map_err(|e| infra("build task", e))?
+    .map_err(|e| infra(&format!("preparing {what}"), e))?;
+    cmd.stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .process_group(0);
+    let program = cmd.as_std().get_program().to_string_lossy().into_owned();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| infra(&format!("cannot run {program} for {what}"), e))?;
+    let pid = child.id().unwrap_or(0);
+
+    let message = match tokio::time::timeout(STEP_TIMEOUT, child.wait()).await {
+        Ok(Ok(status)) if status.success() => return Ok(()),
+        Ok(Ok(status)) => match status.code() {
+            Some(code) => format!("{what} failed (exit {code})"),
+            None => format!("{what} failed: it {}", describe_exit(&status)),
+        },
+        Ok(Err(e)) => return Err(infra(&format!("waiting for {what}"), e)),
+        Err(_) => {
+            signal_group(pid, libc::SIGKILL);
+            let _ = child.wait().await;
+            format!("{what} timed out after {} s", STEP_TIMEOUT.as_secs())
+        }
+    };
+    Err(step_failed(dir, message).await)
+}
+
+/// pip for `code/requirements.txt` into `deps/`, when there is one.
+async fn python_deps(dir: &Path, tools: &Toolchains) -> Result<(), DriverError> {
+    let code = dir.join("code");
+    let requirements = code.join("requirements.txt");
+    if !is_file(requirements.clone()).await {
+        return Ok(());
+    }
+    let deps = dir.join("deps");
+    tokio::fs::create_dir_all(&deps)
+        .await
+        .map_err(|e| infra("preparing pip", e))?;
+    let mut cmd = Command::new(&tools.python);
     cmd.args([
         "-m",
         "pip",
@@ -258,41 +343,39 @@ async fn pip_install(dir: &Path, python: &str) -> Result<(), DriverError> {
         "--no-input",
         "-r",
     ])
-    .arg(code.join("requirements.txt"))
+    .arg(&requirements)
     .arg("--target")
     .arg(&deps)
     .current_dir(&code)
     .env_clear()
-    .envs(inherited_env(true))
-    .env("PYTHONDONTWRITEBYTECODE", "1")
-    .stdin(Stdio::null())
-    .stdout(stdout)
-    .stderr(stderr)
-    .kill_on_drop(true)
-    .process_group(0);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| infra(&format!("cannot run {python} -m pip"), e))?;
-    let pid = child.id().unwrap_or(0);
+    .envs(inherited_env(&["PIP_"]))
+    .env("PYTHONDONTWRITEBYTECODE", "1");
+    run_step(dir, "pip install", cmd).await
+}
 
-    let outcome = tokio::time::timeout(PIP_TIMEOUT, child.wait()).await;
-    let message = match outcome {
-        Ok(Ok(status)) if status.success() => return Ok(()),
-        Ok(Ok(status)) => match status.code() {
-            Some(code) => format!("pip install failed (exit {code})"),
-            None => format!("pip install failed: it {}", describe_exit(&status)),
-        },
-        Ok(Err(e)) => return Err(infra("waiting for pip", e)),
-        Err(_) => {
-            signal_group(pid, libc::SIGKILL);
-            let _ = child.wait().await;
-            format!("pip install timed out after {} s", PIP_TIMEOUT.as_secs())
-        }
+/// npm for `code/package.json` into `code/node_modules`, when there is one:
+/// `npm ci` with a lockfile, else `npm install`; never the devDependencies.
+async fn node_deps(dir: &Path, tools: &Toolchains) -> Result<(), DriverError> {
+    let code = dir.join("code");
+    if !is_file(code.join("package.json")).await {
+        return Ok(());
+    }
+    let locked = is_file(code.join("package-lock.json")).await
+        || is_file(code.join("npm-shrinkwrap.json")).await;
+    let (what, verb) = if locked {
+        ("npm ci", "ci")
+    } else {
+        ("npm install", "install")
     };
-    let log_tail = tokio::task::spawn_blocking(move || tail_of(&log_path, LOG_TAIL_LINES))
-        .await
-        .unwrap_or_default();
-    Err(DriverError::Build { message, log_tail })
+    let mut cmd = Command::new(&tools.npm);
+    cmd.args([verb, "--omit=dev", "--no-audit", "--no-fund"])
+        .current_dir(&code)
+        .env_clear()
+        .envs(inherited_env(&["NPM_CONFIG_", "npm_config_"]))
+        .env("NPM_CONFIG_CACHE", &tools.npm_cache)
+        .env("NPM_CONFIG_UPDATE_NOTIFIER", "false")
+        .env("NODE_ENV", "production");
+    run_step(dir, what, cmd).await
 }
 
 /// Marks the build complete and moves it into place.

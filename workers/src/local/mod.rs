@@ -3,28 +3,34 @@
 //! Layout of the data directory:
 //!
 //! ```text
-//! {data_dir}/runtimes/python3.11/sless_runtime.py   the runtime wrapper (written by `new`)
+//! {data_dir}/runtimes/python3.11/sless_runtime.py   the runtime wrappers (written by `new`)
+//! {data_dir}/runtimes/nodejs20/sless_runtime.cjs
 //! {data_dir}/builds/{ns}/{name}/{sha256}/            one finished build
-//!     code/          the unpacked build context
+//!     code/          the unpacked build context (nodejs20: with node_modules/)
 //!     deps/          pip install --target of code/requirements.txt (if any)
+//!     bin/function   go1.23: the wrapper compiled with the user's package
 //!     build.log      what the build printed
 //!     .complete      present once the build is finished
 //! {data_dir}/logs/{ns}/{name}/v{version}.log         stdout + stderr of a version
+//! {data_dir}/go/{path,cache}/                        GOPATH and GOCACHE of Go builds
+//! {data_dir}/npm/cache/                              npm's cache
 //! ```
 //!
 //! A build is unpacked into a temporary sibling directory and renamed into
 //! place once finished, so a crash never leaves a directory that looks
-//! complete. A deployment starts the runtime wrapper, waits until it answers
-//! `GET /__sless/health`, and only then replaces the previous process of the
-//! function. Every process has a supervisor task that restarts it with
-//! exponential backoff if it dies. Processes are spawned from one dedicated
-//! thread with `PR_SET_PDEATHSIG`, so they die with the worker even on
-//! `kill -9`, and run in their own process group.
+//! complete. A deployment starts the runtime wrapper (`python3
+//! sless_runtime.py`, `node sless_runtime.cjs`, or the Go binary), waits
+//! until it answers `GET /__sless/health`, and only then replaces the
+//! previous process of the function. Every process has a supervisor task
+//! that restarts it with exponential backoff if it dies. Processes are
+//! spawned from one dedicated thread with `PR_SET_PDEATHSIG`, so they die
+//! with the worker even on `kill -9`, and run in their own process group.
 
 mod build;
 mod process;
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +47,9 @@ use process::{Instance, InstanceParts, LaunchSpec, LogSink, Running, Spawner};
 const PYTHON_WRAPPER: &str = include_str!("../../../runtimes/python3.11/sless_runtime.py");
 /// Where the wrapper lives below the data directory.
 const PYTHON_WRAPPER_PATH: &str = "runtimes/python3.11/sless_runtime.py";
+/// The Node.js runtime wrapper.
+const NODE_WRAPPER: &str = include_str!("../../../runtimes/nodejs20/sless_runtime.cjs");
+const NODE_WRAPPER_PATH: &str = "runtimes/nodejs20/sless_runtime.cjs";
 /// How often deploy asks a starting function whether it is healthy.
 const HEALTH_POLL: Duration = Duration::from_millis(25);
 /// How long one health request may take.
@@ -54,19 +63,63 @@ pub struct LocalDriverConfig {
     pub data_dir: PathBuf,
     /// The Python interpreter to run functions and pip with.
     pub python: String,
+    /// The Node.js binary that runs nodejs20 functions.
+    pub node: String,
+    /// npm, for nodejs20 functions with a `package.json`.
+    pub npm: String,
+    /// The Go toolchain (at least 1.21) that builds go1.23 functions; `None`
+    /// uses `go` from `PATH`.
+    pub go: Option<String>,
+    /// `GOCACHE` of Go builds.
+    pub go_cache: PathBuf,
     /// How long a deploy waits for the function to become healthy.
     pub health_timeout: Duration,
 }
 
 impl LocalDriverConfig {
-    /// The defaults (`python3`, 60 s health timeout) for a data directory.
+    /// The defaults for a data directory: `python3`, `node`, `npm`, Go from
+    /// `SLESS_GO` or else `PATH`, `GOCACHE` from the environment or else
+    /// below the data directory, 60 s health timeout.
     pub fn new(data_dir: impl Into<PathBuf>) -> LocalDriverConfig {
+        let data_dir = data_dir.into();
+        let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         LocalDriverConfig {
-            data_dir: data_dir.into(),
             python: "python3".to_owned(),
+            node: "node".to_owned(),
+            npm: "npm".to_owned(),
+            go: from_env("SLESS_GO"),
+            go_cache: from_env("GOCACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| data_dir.join("go/cache")),
             health_timeout: Duration::from_secs(60),
+            data_dir,
         }
     }
+
+    fn toolchains(&self) -> build::Toolchains {
+        build::Toolchains {
+            python: self.python.clone(),
+            npm: self.npm.clone(),
+            go: self.go.clone(),
+            go_path: self.data_dir.join("go/path"),
+            go_cache: self.go_cache.clone(),
+            npm_cache: self.data_dir.join("npm/cache"),
+        }
+    }
+}
+
+/// Writes a runtime wrapper below the data directory, atomically: a process
+/// of another driver may be starting it.
+fn write_wrapper(data_dir: &Path, relative: &str, text: &str) -> std::io::Result<PathBuf> {
+    let path = data_dir.join(relative);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut tmp = path.clone().into_os_string();
+    tmp.push(format!(".tmp-{:016x}", rand::random::<u64>()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
 }
 
 /// Runs functions as supervised local processes (see the module docs).
@@ -75,7 +128,9 @@ impl LocalDriverConfig {
 /// [`LocalDriver::shutdown`] to stop them and wait until they are gone.
 pub struct LocalDriver {
     cfg: LocalDriverConfig,
-    wrapper: PathBuf,
+    tools: build::Toolchains,
+    python_wrapper: PathBuf,
+    node_wrapper: PathBuf,
     client: reqwest::Client,
     spawner: Arc<Spawner>,
     /// The current deployment of each function.
@@ -86,20 +141,14 @@ pub struct LocalDriver {
 }
 
 impl LocalDriver {
-    /// Creates the data directories, writes the runtime wrapper and removes
+    /// Creates the data directories, writes the runtime wrappers and removes
     /// builds left unfinished by an earlier run.
     pub fn new(cfg: LocalDriverConfig) -> std::io::Result<LocalDriver> {
         let builds = cfg.data_dir.join("builds");
         std::fs::create_dir_all(&builds)?;
         std::fs::create_dir_all(cfg.data_dir.join("logs"))?;
-        let wrapper = cfg.data_dir.join(PYTHON_WRAPPER_PATH);
-        if let Some(dir) = wrapper.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        // Write atomically: a process of another driver may be starting.
-        let tmp = wrapper.with_extension(format!("py.tmp-{:016x}", rand::random::<u64>()));
-        std::fs::write(&tmp, PYTHON_WRAPPER)?;
-        std::fs::rename(&tmp, &wrapper)?;
+        let python_wrapper = write_wrapper(&cfg.data_dir, PYTHON_WRAPPER_PATH, PYTHON_WRAPPER)?;
+        let node_wrapper = write_wrapper(&cfg.data_dir, NODE_WRAPPER_PATH, NODE_WRAPPER)?;
         for ns in std::fs::read_dir(&builds)?.flatten() {
             for function in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
                 build::remove_stale_tmp_dirs(&function.path(), Duration::ZERO);
@@ -110,8 +159,10 @@ impl LocalDriver {
             .build()
             .map_err(std::io::Error::other)?;
         Ok(LocalDriver {
+            tools: cfg.toolchains(),
             cfg,
-            wrapper,
+            python_wrapper,
+            node_wrapper,
             client,
             spawner: Arc::new(Spawner::new()?),
             registry: Mutex::new(HashMap::new()),
@@ -218,6 +269,78 @@ impl LocalDriver {
         }
     }
 
+    /// How to start the function of `req`, built into `artifact_dir`, on `port`.
+    async fn launch_spec(
+        &self,
+        req: &DeployRequest,
+        artifact_dir: &Path,
+        port: u16,
+    ) -> Result<LaunchSpec, DriverError> {
+        let code_dir = artifact_dir.join("code");
+        let mut env = process::inherited_env(&[]);
+        // Defaults the function's own environment may override.
+        if req.runtime == Runtime::Nodejs20 {
+            env.push(("NODE_ENV".to_owned(), "production".to_owned()));
+        }
+        env.extend(req.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+        env.extend([
+            ("SLESS_PORT".to_owned(), port.to_string()),
+            ("SLESS_HOST".to_owned(), "127.0.0.1".to_owned()),
+            (
+                "SLESS_CODE_DIR".to_owned(),
+                code_dir.to_string_lossy().into_owned(),
+            ),
+            ("SLESS_ENTRYPOINT".to_owned(), req.entrypoint.clone()),
+            ("SLESS_FUNCTION".to_owned(), req.key.to_string()),
+            ("SLESS_VERSION".to_owned(), req.version.to_string()),
+        ]);
+        let (program, args) = match req.runtime {
+            Runtime::Python311 => {
+                env.extend([
+                    ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
+                    ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
+                ]);
+                let deps_dir = artifact_dir.join("deps");
+                if tokio::fs::metadata(&deps_dir)
+                    .await
+                    .is_ok_and(|m| m.is_dir())
+                {
+                    env.push((
+                        "SLESS_DEPS_DIR".to_owned(),
+                        deps_dir.to_string_lossy().into_owned(),
+                    ));
+                }
+                (
+                    OsString::from(&self.cfg.python),
+                    vec![self.python_wrapper.clone().into_os_string()],
+                )
+            }
+            Runtime::Nodejs20 => (
+                OsString::from(&self.cfg.node),
+                vec![self.node_wrapper.clone().into_os_string()],
+            ),
+            Runtime::Go123 => {
+                let binary = artifact_dir.join(build::GO_BINARY);
+                if !tokio::fs::try_exists(&binary).await.unwrap_or(false) {
+                    return Err(DriverError::Deploy {
+                        message: format!(
+                            "artifact {} has no Go binary: it was not built for go1.23",
+                            req.artifact.reference
+                        ),
+                        log_tail: String::new(),
+                    });
+                }
+                (binary.into_os_string(), Vec::new())
+            }
+        };
+        Ok(LaunchSpec {
+            program,
+            args,
+            code_dir,
+            env,
+        })
+    }
+
     async fn deploy_locked(&self, req: DeployRequest) -> Result<Deployment, DriverError> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(DriverError::Infra("the local driver is shut down".into()));
@@ -247,38 +370,7 @@ impl LocalDriver {
         }
 
         let port = free_port().map_err(|e| DriverError::Infra(format!("no free port: {e}")))?;
-        let code_dir = artifact_dir.join("code");
-        let deps_dir = artifact_dir.join("deps");
-        let mut env = process::inherited_env(false);
-        env.extend(req.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
-        env.extend([
-            ("SLESS_PORT".to_owned(), port.to_string()),
-            ("SLESS_HOST".to_owned(), "127.0.0.1".to_owned()),
-            (
-                "SLESS_CODE_DIR".to_owned(),
-                code_dir.to_string_lossy().into_owned(),
-            ),
-            ("SLESS_ENTRYPOINT".to_owned(), req.entrypoint.clone()),
-            ("SLESS_FUNCTION".to_owned(), req.key.to_string()),
-            ("SLESS_VERSION".to_owned(), req.version.to_string()),
-            ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
-            ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
-        ]);
-        if tokio::fs::metadata(&deps_dir)
-            .await
-            .is_ok_and(|m| m.is_dir())
-        {
-            env.push((
-                "SLESS_DEPS_DIR".to_owned(),
-                deps_dir.to_string_lossy().into_owned(),
-            ));
-        }
-        let spec = LaunchSpec {
-            python: self.cfg.python.clone(),
-            wrapper: self.wrapper.clone(),
-            code_dir,
-            env,
-        };
+        let spec = self.launch_spec(&req, &artifact_dir, port).await?;
         let log_path = self.log_path(&req.key, req.version);
         let sink = tokio::task::spawn_blocking(move || LogSink::open(&log_path))
             .await
@@ -288,7 +380,12 @@ impl LocalDriver {
 
         let mut running = process::start(&self.spawner, &spec, &sink)
             .await
-            .map_err(|e| DriverError::Infra(format!("cannot start {}: {e}", self.cfg.python)))?;
+            .map_err(|e| {
+                DriverError::Infra(format!(
+                    "cannot start {}: {e}",
+                    spec.program.to_string_lossy()
+                ))
+            })?;
         if let Err(message) = self.wait_healthy(port, &mut running).await {
             process::terminate(&mut running).await;
             running.drain_output().await;
@@ -336,16 +433,10 @@ impl Drop for LocalDriver {
 
 impl Driver for LocalDriver {
     async fn build(&self, req: BuildRequest) -> Result<Artifact, DriverError> {
-        if req.runtime != Runtime::Python311 {
-            return Err(unsupported(req.runtime, true));
-        }
-        build::build(&self.cfg.data_dir.join("builds"), &self.cfg.python, req).await
+        build::build(&self.cfg.data_dir.join("builds"), &self.tools, req).await
     }
 
     async fn deploy(&self, req: DeployRequest) -> Result<Deployment, DriverError> {
-        if req.runtime != Runtime::Python311 {
-            return Err(unsupported(req.runtime, false));
-        }
         let lock = self.key_lock(&req.key);
         let _guard = lock.lock().await;
         self.deploy_locked(req).await
@@ -364,21 +455,6 @@ impl Driver for LocalDriver {
     async fn status(&self, key: &FunctionKey) -> Option<Deployment> {
         let inst = self.current(key)?;
         inst.pid().map(|_| inst.deployment.clone())
-    }
-}
-
-fn unsupported(runtime: Runtime, build: bool) -> DriverError {
-    let message = format!("runtime {runtime} is not supported by the local driver yet");
-    if build {
-        DriverError::Build {
-            message,
-            log_tail: String::new(),
-        }
-    } else {
-        DriverError::Deploy {
-            message,
-            log_tail: String::new(),
-        }
     }
 }
 

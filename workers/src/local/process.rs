@@ -2,6 +2,7 @@
 //! their output, supervising (restart with backoff) and stopping them.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -30,9 +31,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A process that stayed up this long restarts with the initial backoff again.
 const STABLE_AFTER: Duration = Duration::from_secs(60);
 
-/// Environment variables of the worker that function processes and pip may
-/// see; everything else (database URLs, credentials, ...) is withheld.
-pub(crate) fn inherited_env(include_pip: bool) -> Vec<(String, String)> {
+/// Environment variables of the worker that function processes and build
+/// tools may see, plus those starting with one of `prefixes` (e.g. `PIP_`
+/// for pip); everything else (database URLs, credentials, ...) is withheld.
+pub(crate) fn inherited_env(prefixes: &[&str]) -> Vec<(String, String)> {
     const EXACT: &[&str] = &[
         "PATH",
         "HOME",
@@ -56,7 +58,7 @@ pub(crate) fn inherited_env(include_pip: bool) -> Vec<(String, String)> {
             EXACT.contains(&k.as_str())
                 || k.starts_with("LC_")
                 || k.starts_with("PYENV_")
-                || (include_pip && k.starts_with("PIP_"))
+                || prefixes.iter().any(|p| k.starts_with(p))
         })
         .collect()
 }
@@ -189,11 +191,13 @@ async fn pump<R: AsyncRead + Unpin>(reader: R, sink: Arc<LogSink>) {
     }
 }
 
-/// How to (re)start one function process.
+/// How to (re)start one function process: `program args...` in `code_dir`.
 #[derive(Debug, Clone)]
 pub(crate) struct LaunchSpec {
-    pub python: String,
-    pub wrapper: PathBuf,
+    /// The interpreter (`python3`, `node`) or, for go1.23, the built binary.
+    pub program: OsString,
+    /// The wrapper script for an interpreter; nothing for a binary.
+    pub args: Vec<OsString>,
     pub code_dir: PathBuf,
     /// The complete environment of the process.
     pub env: Vec<(String, String)>,
@@ -223,8 +227,8 @@ pub(crate) async fn start(
     spec: &LaunchSpec,
     sink: &Arc<LogSink>,
 ) -> io::Result<Running> {
-    let mut cmd = Command::new(&spec.python);
-    cmd.arg(&spec.wrapper)
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
         .current_dir(&spec.code_dir)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))

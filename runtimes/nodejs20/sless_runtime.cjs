@@ -1,0 +1,559 @@
+'use strict';
+/**
+ * sless HTTP wrapper for Node.js functions (runtime nodejs20).
+ *
+ * Loads the user's entrypoint (`module.function`) once at start, then calls it
+ * with one `event` object per HTTP request and turns its return value (or the
+ * value its returned Promise settles to) into the HTTP response. The contract
+ * is described in runtimes/README.md; it is the same for every runtime.
+ *
+ * Configuration (environment):
+ *   SLESS_PORT        port to listen on (required)
+ *   SLESS_HOST        address to listen on (default 127.0.0.1)
+ *   SLESS_CODE_DIR    directory with the user's files (required); the working
+ *                     directory, and where `node_modules` is looked up
+ *   SLESS_ENTRYPOINT  module.function; the module part may be dotted
+ *                     (`pkg.mod.fn` is export `fn` of pkg/mod.js)
+ *
+ * The module is `<module>.js`, `<module>.cjs` or `<module>.mjs` (the first
+ * that exists). CommonJS modules are loaded with require(); `.mjs` files, and
+ * `.js` files that Node treats as ES modules, with import().
+ *
+ * Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration, 3 the entrypoint
+ * could not be loaded or is not a function, 4 the port could not be bound.
+ *
+ * Node.js built-in modules only.
+ */
+
+const http = require('node:http');
+const fs = require('node:fs');
+const path = require('node:path');
+const { pathToFileURL } = require('node:url');
+
+const RESERVED_PREFIX = '/__sless/';
+const HEALTH_PATH = '/__sless/health';
+const SHUTDOWN_GRACE_MS = 5000;
+const SERVER_NAME = 'sless-nodejs20';
+
+const EXIT_CONFIG = 2;
+const EXIT_ENTRYPOINT = 3;
+const EXIT_LISTEN = 4;
+
+// Status codes whose responses never carry a body (RFC 9110 section 6.4.1).
+// A Content-Length header is not sent for 204 and 304 either.
+const NO_BODY_STATUSES = new Set([204, 304]);
+
+// Response headers the wrapper controls itself; values set by the function
+// are ignored so that the message framing stays correct.
+const FRAMING_HEADERS = new Set(['content-length', 'transfer-encoding', 'connection']);
+
+const MODULE_EXTENSIONS = ['.js', '.cjs', '.mjs'];
+const EMPTY = Buffer.alloc(0);
+
+function log(message) {
+  try {
+    process.stderr.write(message + '\n');
+  } catch (_) {
+    // Nothing sensible is left to do.
+  }
+}
+
+function fail(code, message) {
+  log('sless: ' + message);
+  process.exit(code);
+}
+
+/** The function returned a value that cannot be turned into a response. */
+class InvalidResponse extends Error {}
+
+// ---------------------------------------------------------------------------
+// Configuration and loading
+// ---------------------------------------------------------------------------
+
+function readConfig(env) {
+  const portText = (env.SLESS_PORT || '').trim();
+  const host = (env.SLESS_HOST || '').trim() || '127.0.0.1';
+  const codeDir = (env.SLESS_CODE_DIR || '').trim();
+  const entrypoint = (env.SLESS_ENTRYPOINT || '').trim();
+
+  if (!portText) fail(EXIT_CONFIG, 'SLESS_PORT is not set');
+  const port = /^[+-]?[0-9]+$/.test(portText) ? Number(portText) : -1;
+  if (!(port >= 0 && port <= 65535)) {
+    fail(EXIT_CONFIG, `SLESS_PORT ${JSON.stringify(portText)} is not a port number`);
+  }
+  if (!codeDir) fail(EXIT_CONFIG, 'SLESS_CODE_DIR is not set');
+  let isDir = false;
+  try {
+    isDir = fs.statSync(codeDir).isDirectory();
+  } catch (_) {
+    isDir = false;
+  }
+  if (!isDir) fail(EXIT_CONFIG, `SLESS_CODE_DIR ${JSON.stringify(codeDir)} is not a directory`);
+  if (!entrypoint) fail(EXIT_CONFIG, 'SLESS_ENTRYPOINT is not set');
+  return { host, port, codeDir: path.resolve(codeDir), entrypoint };
+}
+
+/** The file of a dotted module name below `codeDir`, or null. */
+function findModule(codeDir, moduleName) {
+  const base = path.join(codeDir, ...moduleName.split('.'));
+  for (const ext of MODULE_EXTENSIONS) {
+    try {
+      if (fs.statSync(base + ext).isFile()) return base + ext;
+    } catch (_) {
+      // Try the next extension.
+    }
+  }
+  return null;
+}
+
+async function importModule(file) {
+  if (file.endsWith('.mjs')) return import(pathToFileURL(file).href);
+  try {
+    return require(file);
+  } catch (err) {
+    // A `.js` file in a package with "type": "module" is an ES module.
+    if (err && err.code === 'ERR_REQUIRE_ESM') return import(pathToFileURL(file).href);
+    throw err;
+  }
+}
+
+/**
+ * Loads `module.function` and returns the function. Exits with code 3 (the
+ * error and its stack on stderr) when the entrypoint is malformed, the module
+ * is missing or fails to load, or the export is missing or not a function.
+ */
+async function loadEntrypoint(codeDir, entrypoint) {
+  const dot = entrypoint.lastIndexOf('.');
+  const moduleName = dot > 0 ? entrypoint.slice(0, dot) : '';
+  const attr = dot > 0 ? entrypoint.slice(dot + 1) : '';
+  if (!moduleName || !attr || moduleName.split('.').some((p) => !p || p === '..')) {
+    fail(EXIT_ENTRYPOINT, `entrypoint ${JSON.stringify(entrypoint)} is not of the form module.function`);
+  }
+  const file = findModule(codeDir, moduleName);
+  if (file === null) {
+    const tried = MODULE_EXTENSIONS.map((ext) => moduleName.split('.').join('/') + ext).join(', ');
+    fail(EXIT_ENTRYPOINT, `cannot load entrypoint ${JSON.stringify(entrypoint)}: no module file (tried ${tried})`);
+  }
+  let ns;
+  try {
+    ns = await importModule(file);
+  } catch (err) {
+    log(traceOf(err).trimEnd());
+    fail(EXIT_ENTRYPOINT, `cannot load entrypoint ${JSON.stringify(entrypoint)}`);
+  }
+  let func = ns == null ? undefined : ns[attr];
+  // A CommonJS module imported as an ES module has its exports on `default`.
+  if (func === undefined && ns != null && ns.default != null && typeof ns.default === 'object') {
+    func = ns.default[attr];
+  }
+  if (func === undefined) {
+    fail(EXIT_ENTRYPOINT, `cannot load entrypoint ${JSON.stringify(entrypoint)}: ${path.basename(file)} exports no ${JSON.stringify(attr)}`);
+  }
+  if (typeof func !== 'function') {
+    fail(EXIT_ENTRYPOINT, `entrypoint ${JSON.stringify(entrypoint)} is a ${typeName(func)}, not a function`);
+  }
+  return func;
+}
+
+// ---------------------------------------------------------------------------
+// Request -> event, return value -> response
+// ---------------------------------------------------------------------------
+
+function typeName(value) {
+  if (value === null) return 'null';
+  if (value === undefined) return 'undefined';
+  const ctor = value.constructor;
+  if (typeof ctor === 'function' && ctor.name) return ctor.name;
+  return typeof value;
+}
+
+/** Sets `obj[key]` as an own property, even for `__proto__`. */
+function setOwn(obj, key, value) {
+  if (key === '__proto__') {
+    Object.defineProperty(obj, key, { value, writable: true, enumerable: true, configurable: true });
+  } else {
+    obj[key] = value;
+  }
+}
+
+/** Splits a request target into the path (as received) and the query string. */
+function splitTarget(target) {
+  let rest = target;
+  const hash = rest.indexOf('#');
+  if (hash >= 0) rest = rest.slice(0, hash);
+  const q = rest.indexOf('?');
+  let pathPart = q >= 0 ? rest.slice(0, q) : rest;
+  const query = q >= 0 ? rest.slice(q + 1) : '';
+  // Absolute form (`http://host/path`): keep only the path.
+  const absolute = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/]*/.exec(pathPart);
+  if (absolute) pathPart = pathPart.slice(absolute[0].length);
+  return { path: pathPart || '/', query };
+}
+
+function buildEvent(req, reqPath, query, body) {
+  const headers = {};
+  const raw = req.rawHeaders;
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const key = raw[i].toLowerCase();
+    const value = raw[i + 1];
+    setOwn(headers, key, Object.prototype.hasOwnProperty.call(headers, key) ? headers[key] + ', ' + value : value);
+  }
+  const params = {};
+  for (const [k, v] of new URLSearchParams(query)) setOwn(params, k, v);
+  const text = body.toString('utf8');
+  let parsed = null;
+  if (text.trim()) {
+    try {
+      parsed = JSON.parse(text);
+    } catch (_) {
+      parsed = null;
+    }
+  }
+  return { method: req.method, path: reqPath, query: params, headers, body: text, json: parsed };
+}
+
+function rejectNonFinite(_key, value) {
+  if (typeof value === 'number' && !Number.isFinite(value)) {
+    throw new TypeError(`${value} is not JSON-serialisable`);
+  }
+  return value;
+}
+
+/** JSON bytes of a value; throws for what JSON cannot represent. */
+function jsonBytes(value) {
+  const text = JSON.stringify(value, rejectNonFinite);
+  if (text === undefined) throw new TypeError(`a ${typeName(value)} is not JSON-serialisable`);
+  return Buffer.from(text, 'utf8');
+}
+
+function isBytes(value) {
+  return value instanceof ArrayBuffer || ArrayBuffer.isView(value);
+}
+
+function toBuffer(value) {
+  if (Buffer.isBuffer(value)) return value;
+  if (value instanceof ArrayBuffer) return Buffer.from(value);
+  return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+}
+
+function isPlainMap(value) {
+  return value !== null && typeof value === 'object' && !Array.isArray(value) && !isBytes(value);
+}
+
+function hasHeader(headers, name) {
+  return headers.some(([k]) => k.toLowerCase() === name);
+}
+
+/** Turns the function's `headers` value into a list of [name, value]. */
+function normaliseHeaders(raw) {
+  if (raw === null || raw === undefined) return [];
+  if (!isPlainMap(raw)) throw new InvalidResponse(`'headers' must be an object, not ${typeName(raw)}`);
+  const result = [];
+  for (const name of Object.keys(raw)) {
+    if (!name || /[\r\n: \t]/.test(name)) throw new InvalidResponse(`invalid header name ${JSON.stringify(name)}`);
+    try {
+      http.validateHeaderName(name);
+    } catch (_) {
+      throw new InvalidResponse(`invalid header name ${JSON.stringify(name)}`);
+    }
+    if (FRAMING_HEADERS.has(name.toLowerCase())) continue;
+    const value = raw[name];
+    const values = Array.isArray(value) ? value : [value];
+    for (const v of values) {
+      if (v === null || v === undefined) continue;
+      const text = typeof v === 'string' ? v : String(v);
+      if (text.includes('\r') || text.includes('\n')) {
+        throw new InvalidResponse(`invalid value for header ${JSON.stringify(name)}`);
+      }
+      try {
+        http.validateHeaderValue(name, text);
+      } catch (_) {
+        throw new InvalidResponse(`invalid value for header ${JSON.stringify(name)}`);
+      }
+      result.push([name, text]);
+    }
+  }
+  return result;
+}
+
+function statusCode(raw) {
+  if (typeof raw === 'boolean') throw new InvalidResponse("'statusCode' must be an integer, not boolean");
+  let value = raw;
+  if (typeof value === 'string' && /^[0-9]+$/.test(value.trim())) value = Number(value.trim());
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    throw new InvalidResponse(`'statusCode' must be an integer, not ${typeName(raw)}`);
+  }
+  if (value < 200 || value > 599) throw new InvalidResponse(`'statusCode' ${value} is outside 200..599`);
+  return value;
+}
+
+/** Maps the function's return value to [status, [[name, value]], body Buffer]. */
+function buildResponse(result) {
+  if (typeof result === 'string') {
+    return [200, [['Content-Type', 'text/plain; charset=utf-8']], Buffer.from(result, 'utf8')];
+  }
+  if (isBytes(result)) return [200, [['Content-Type', 'application/octet-stream']], toBuffer(result)];
+  if (result === null || result === undefined) return [204, [], EMPTY];
+  if (isPlainMap(result) && Object.prototype.hasOwnProperty.call(result, 'statusCode')) {
+    const status = statusCode(result.statusCode);
+    const headers = normaliseHeaders(result.headers);
+    const body = result.body;
+    let data;
+    let contentType = null;
+    if (body === null || body === undefined) {
+      data = EMPTY;
+    } else if (typeof body === 'string') {
+      data = Buffer.from(body, 'utf8');
+      contentType = 'text/plain; charset=utf-8';
+    } else if (isBytes(body)) {
+      data = toBuffer(body);
+      contentType = 'application/octet-stream';
+    } else {
+      data = jsonBytes(body);
+      contentType = 'application/json';
+    }
+    if (contentType !== null && !hasHeader(headers, 'content-type')) headers.push(['Content-Type', contentType]);
+    return [status, headers, data];
+  }
+  // Any other object, an array, or a scalar (number, boolean): JSON.
+  return [200, [['Content-Type', 'application/json']], jsonBytes(result)];
+}
+
+function messageOf(err) {
+  try {
+    return err instanceof Error ? String(err.message) : String(err);
+  } catch (_) {
+    return '<unprintable>';
+  }
+}
+
+/** The stack of a thrown value, or its one-line description. */
+function traceOf(err) {
+  let stack = null;
+  try {
+    stack = err instanceof Error && typeof err.stack === 'string' ? err.stack : null;
+  } catch (_) {
+    stack = null;
+  }
+  return (stack || `${typeName(err)}: ${messageOf(err)}`) + '\n';
+}
+
+function errorResponse(err, traceback) {
+  const body = { error: typeName(err), message: messageOf(err), traceback };
+  return [500, [['Content-Type', 'application/json']], Buffer.from(JSON.stringify(body), 'utf8')];
+}
+
+// ---------------------------------------------------------------------------
+// HTTP server
+// ---------------------------------------------------------------------------
+
+function send(res, method, status, headers, body) {
+  const data = NO_BODY_STATUSES.has(status) ? EMPTY : body;
+  const grouped = new Map();
+  for (const [name, value] of headers) {
+    const key = name.toLowerCase();
+    const entry = grouped.get(key);
+    if (entry) entry.values.push(value);
+    else grouped.set(key, { name, values: [value] });
+  }
+  res.setHeader('Server', SERVER_NAME);
+  for (const { name, values } of grouped.values()) {
+    res.setHeader(name, values.length === 1 ? values[0] : values);
+  }
+  if (!NO_BODY_STATUSES.has(status)) res.setHeader('Content-Length', data.length);
+  res.writeHead(status);
+  res.end(method === 'HEAD' || data.length === 0 ? undefined : data);
+}
+
+function sendJson(res, method, status, value, extra = []) {
+  const data = Buffer.from(JSON.stringify(value), 'utf8');
+  send(res, method, status, [...extra, ['Content-Type', 'application/json']], data);
+}
+
+function failure(method, reqPath, err, traceback) {
+  log(`sless: ${method} ${reqPath} raised:`);
+  try {
+    process.stderr.write(traceback);
+  } catch (_) {
+    // Logging must not break the response.
+  }
+  return errorResponse(err, traceback);
+}
+
+async function respond(func, req, res, reqPath, query, body) {
+  const method = req.method;
+  if (reqPath.startsWith(RESERVED_PREFIX)) {
+    if (reqPath !== HEALTH_PATH) {
+      sendJson(res, method, 404, { error: 'NotFound', message: `no such path ${reqPath}` });
+    } else if (method !== 'GET' && method !== 'HEAD') {
+      sendJson(res, method, 405, { error: 'MethodNotAllowed', message: 'use GET' }, [['Allow', 'GET, HEAD']]);
+    } else {
+      sendJson(res, method, 200, { status: 'ok' });
+    }
+    return;
+  }
+
+  const event = buildEvent(req, reqPath, query, body);
+  let response;
+  let result;
+  let raised = false;
+  try {
+    result = func(event);
+    if (result !== null && (typeof result === 'object' || typeof result === 'function') && typeof result.then === 'function') {
+      result = await result;
+    }
+  } catch (err) {
+    raised = true;
+    response = failure(method, reqPath, err, traceOf(err));
+  }
+  if (!raised) {
+    try {
+      response = buildResponse(result);
+    } catch (err) {
+      // The return value could not be mapped (bad statusCode or headers, not
+      // JSON-serialisable): the wrapper's own frames would not help the user,
+      // so report only the error line.
+      response = failure(method, reqPath, err, `${typeName(err)}: ${messageOf(err)}\n`);
+    }
+  }
+  if (res.destroyed) return;
+  send(res, method, ...response);
+}
+
+function createServer(func) {
+  const inFlight = { count: 0, waiters: [] };
+  const idle = () => {
+    if (inFlight.count === 0) for (const wake of inFlight.waiters.splice(0)) wake();
+  };
+  // The request whose body a connection is reading: a malformed body ends it
+  // with a 400 from the clientError handler.
+  const reading = new WeakMap();
+
+  const server = http.createServer(
+    {
+      // The head and the body go out in separate writes; with Nagle on, the
+      // body waits for the client's delayed ACK of the head (about 40 ms) on
+      // every keep-alive response.
+      noDelay: true,
+      maxHeaderSize: 64 * 1024,
+    },
+    (req, res) => {
+      const started = process.hrtime.bigint();
+      const { path: reqPath, query } = splitTarget(req.url || '/');
+      const method = req.method;
+      inFlight.count += 1;
+      let done = false;
+      const finish = (status) => {
+        if (done) return;
+        done = true;
+        inFlight.count -= 1;
+        const ms = Number(process.hrtime.bigint() - started) / 1e6;
+        log(`${method} ${reqPath} ${status} ${ms.toFixed(2)}ms`);
+        idle();
+      };
+      res.on('close', () => finish(res.writableFinished ? res.statusCode : '-'));
+      reading.set(req.socket, finish);
+
+      const chunks = [];
+      req.on('data', (chunk) => chunks.push(chunk));
+      req.on('end', () => {
+        reading.delete(req.socket);
+        respond(func, req, res, reqPath, query, Buffer.concat(chunks)).catch((err) => {
+          log('sless: error while answering a request:\n' + traceOf(err));
+          if (!res.headersSent && !res.destroyed) {
+            sendJson(res, method, 500, { error: typeName(err), message: messageOf(err), traceback: traceOf(err) });
+          } else {
+            res.destroy();
+          }
+        });
+      });
+    },
+  );
+  // Idle keep-alive connections (and stalled uploads) are closed after this
+  // long; the time the function runs does not count.
+  server.keepAliveTimeout = 300 * 1000;
+  server.headersTimeout = 60 * 1000;
+  server.requestTimeout = 300 * 1000;
+
+  // Malformed request framing (a bad chunk size, a body that ends early):
+  // 400 without calling the function, and the connection is closed.
+  server.on('clientError', (err, socket) => {
+    const finish = reading.get(socket);
+    if (finish) {
+      reading.delete(socket);
+      finish(400);
+    }
+    if (err.code === 'ECONNRESET' || !socket.writable || (socket._httpMessage && socket._httpMessage.headersSent)) {
+      socket.destroy();
+      return;
+    }
+    const body = JSON.stringify({ error: 'BadRequest', message: String(err.message || err.code || 'bad request') });
+    socket.end(
+      'HTTP/1.1 400 Bad Request\r\n' +
+        `Server: ${SERVER_NAME}\r\n` +
+        'Content-Type: application/json\r\n' +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n` +
+        'Connection: close\r\n\r\n' +
+        body,
+    );
+  });
+
+  server.waitIdle = (timeoutMs) =>
+    new Promise((resolve) => {
+      if (inFlight.count === 0) return resolve(true);
+      const timer = setTimeout(() => resolve(false), timeoutMs);
+      inFlight.waiters.push(() => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+  return server;
+}
+
+// ---------------------------------------------------------------------------
+// Main
+// ---------------------------------------------------------------------------
+
+async function main() {
+  const { host, port, codeDir, entrypoint } = readConfig(process.env);
+  process.chdir(codeDir);
+  const func = await loadEntrypoint(codeDir, entrypoint);
+
+  // An error in code the function left running (a timer, an unawaited
+  // promise) is logged; the function keeps serving.
+  process.on('uncaughtException', (err) => log('sless: uncaught exception:\n' + traceOf(err).trimEnd()));
+  process.on('unhandledRejection', (err) => log('sless: unhandled promise rejection:\n' + traceOf(err).trimEnd()));
+
+  const server = createServer(func);
+  await new Promise((resolve) => {
+    server.once('error', (err) => fail(EXIT_LISTEN, `cannot listen on ${host}:${port}: ${err.message}`));
+    server.listen({ host, port }, resolve);
+  });
+  const bound = server.address();
+  log(`sless: serving ${entrypoint} on ${bound.address}:${bound.port}`);
+
+  let stopping = false;
+  const stop = async () => {
+    if (stopping) return;
+    stopping = true;
+    server.close();
+    server.closeIdleConnections();
+    if (!(await server.waitIdle(SHUTDOWN_GRACE_MS))) {
+      log(`sless: requests still running after ${SHUTDOWN_GRACE_MS / 1000}s, exiting anyway`);
+    }
+    server.closeAllConnections();
+    log('sless: stopped');
+    process.exit(0);
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+}
+
+if (require.main === module) {
+  main().catch((err) => {
+    log('sless: ' + traceOf(err).trimEnd());
+    process.exit(1);
+  });
+}
+
+module.exports = { buildResponse, buildEvent, splitTarget, InvalidResponse };

@@ -1,0 +1,531 @@
+'use strict';
+/**
+ * Tests for sless_runtime.cjs (Node.js built-in test runner only).
+ *
+ * Run from the repository root (or anywhere else) with:
+ *     node --test runtimes/nodejs20/test_sless_runtime.cjs
+ *
+ * Each test starts the wrapper as a child process against small function
+ * modules written to a temporary directory, on a free loopback port.
+ */
+
+const { test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const http = require('node:http');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+
+const WRAPPER = path.join(__dirname, 'sless_runtime.cjs');
+const STARTUP_DEADLINE_MS = 10000;
+const EXIT_DEADLINE_MS = 10000;
+
+// Function modules written to the code directory. MARKER_FILE is the path of
+// a file the `counted` function appends to on every call.
+const MODULES = {
+  'funcs.js': `
+    const fs = require('node:fs');
+    exports.text = () => 'hello text';
+    exports.asObject = () => ({ greeting: 'hi', n: 1 });
+    exports.asList = () => [1, 'two', { three: 3 }];
+    exports.status = () => ({
+      statusCode: 201,
+      headers: { 'X-Custom': 'yes', Location: '/things/1', 'Set-Cookie': ['a=1', 'b=2'] },
+      body: { created: true },
+    });
+    exports.statusText = () => ({ statusCode: '202', headers: { 'Content-Type': 'text/csv' }, body: 'a,b\\n' });
+    exports.asBytes = () => Buffer.from([0, 1, 255]);
+    exports.nothing = () => undefined;
+    exports.number = () => 42;
+    exports.echo = (event) => event;
+    exports.boom = (event) => {
+      if (event.path === '/boom') return null.property;
+      return 'still alive';
+    };
+    exports.asyncEcho = async (event) => {
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      return { async: true, path: event.path };
+    };
+    exports.rejects = async () => {
+      class QuotaExceeded extends Error {}
+      throw new QuotaExceeded('over the limit');
+    };
+    exports.throwsString = () => {
+      throw 'plain string';
+    };
+    exports.notSerialisable = () => ({ value: 10n });
+    exports.notFinite = () => ({ value: Infinity });
+    exports.badStatus = () => ({ statusCode: 99 });
+    exports.badHeader = () => ({ statusCode: 200, headers: { 'X-Bad': 'a\\r\\nInjected: yes' } });
+    exports.slow = async () => {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      return 'finished';
+    };
+    exports.counted = (event) => {
+      fs.appendFileSync(process.env.MARKER_FILE, event.path + '\\n');
+      return 'counted';
+    };
+    exports.notAFunction = 'just a string';
+  `,
+  'broken.js': `
+    require('sless-no-such-module-for-tests');
+    exports.handle = () => 'unreachable';
+  `,
+  'throws_at_load.js': `
+    throw new RangeError('refusing to load');
+  `,
+  'esm.mjs': `
+    import { readFileSync } from 'node:fs';
+    export async function handle(event) {
+      return { from: 'esm', method: event.method };
+    }
+    export default function fallback() { return 'default'; }
+  `,
+  'pkg/mod.js': `
+    const dep = require('depmod');
+    module.exports = { func: () => ({ from: 'pkg.mod', dep: dep.VALUE }) };
+  `,
+  'node_modules/depmod/package.json': '{"name": "depmod", "version": "1.0.0", "main": "index.js"}\n',
+  'node_modules/depmod/index.js': "exports.VALUE = 'from node_modules';\n",
+  'esmpkg/package.json': '{"type": "module"}\n',
+  'esmpkg/handler.js': `
+    export const handle = (event) => 'esm in a type=module package: ' + event.path;
+  `,
+};
+
+let tmp;
+let marker;
+
+function writeTree(root, files) {
+  for (const [rel, content] of Object.entries(files)) {
+    const file = path.join(root, rel);
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    fs.writeFileSync(file, content.replace(/^\n/, ''));
+  }
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** One wrapper process serving one entrypoint. */
+class Runtime {
+  constructor(port, entrypoint, env = {}) {
+    this.port = port;
+    this.stderr = '';
+    this.exitCode = null;
+    this.exited = new Promise((resolve) => {
+      this.proc = spawn(process.execPath, [WRAPPER], {
+        cwd: tmp,
+        env: {
+          ...process.env,
+          SLESS_PORT: String(port),
+          SLESS_HOST: '127.0.0.1',
+          SLESS_CODE_DIR: path.join(tmp, 'code'),
+          SLESS_ENTRYPOINT: entrypoint,
+          MARKER_FILE: marker,
+          ...env,
+        },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      this.proc.stderr.on('data', (chunk) => {
+        this.stderr += chunk.toString('utf8');
+      });
+      this.proc.on('exit', (code, signal) => {
+        this.exitCode = code === null ? signal : code;
+        resolve(this.exitCode);
+      });
+    });
+  }
+
+  async waitHealthy() {
+    const deadline = Date.now() + STARTUP_DEADLINE_MS;
+    while (Date.now() < deadline) {
+      if (this.exitCode !== null) {
+        assert.fail(`wrapper exited with ${this.exitCode} before becoming healthy:\n${this.stderr}`);
+      }
+      try {
+        const res = await this.request('GET', '/__sless/health');
+        if (res.status === 200) return;
+      } catch (_) {
+        // Not listening yet.
+      }
+      await sleep(20);
+    }
+    assert.fail(`wrapper not healthy after ${STARTUP_DEADLINE_MS} ms:\n${this.stderr}`);
+  }
+
+  async waitExit() {
+    const timeout = sleep(EXIT_DEADLINE_MS).then(() => 'timeout');
+    const code = await Promise.race([this.exited, timeout]);
+    assert.notEqual(code, 'timeout', 'wrapper did not exit in time');
+    return code;
+  }
+
+  request(method, target, { body, headers = {}, agent = false } = {}) {
+    return new Promise((resolve, reject) => {
+      const req = http.request(
+        { host: '127.0.0.1', port: this.port, method, path: target, headers, agent },
+        (res) => {
+          const chunks = [];
+          res.on('data', (c) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
+          res.on('error', reject);
+        },
+      );
+      req.on('error', reject);
+      if (Array.isArray(body)) {
+        for (const part of body) req.write(part);
+        req.end();
+      } else {
+        req.end(body);
+      }
+    });
+  }
+
+  stop() {
+    if (this.exitCode === null) this.proc.kill('SIGKILL');
+    return this.exited;
+  }
+}
+
+const running = [];
+
+async function start(entrypoint, { healthy = true, env } = {}) {
+  const rt = new Runtime(await freePort(), entrypoint, env);
+  running.push(rt);
+  if (healthy) await rt.waitHealthy();
+  return rt;
+}
+
+function json(res) {
+  assert.equal(res.headers['content-type'], 'application/json');
+  assert.equal(res.headers['content-length'], String(res.body.length));
+  return JSON.parse(res.body.toString('utf8'));
+}
+
+before(() => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'sless-node-runtime-test-'));
+  writeTree(path.join(tmp, 'code'), MODULES);
+  marker = path.join(tmp, 'calls.txt');
+});
+
+after(async () => {
+  await Promise.all(running.map((rt) => rt.stop()));
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+// -- return mapping ---------------------------------------------------------
+
+test('a string is text/plain', async () => {
+  const rt = await start('funcs.text');
+  const res = await rt.request('GET', '/');
+  assert.equal(res.status, 200);
+  assert.equal(res.headers['content-type'], 'text/plain; charset=utf-8');
+  assert.equal(res.headers['content-length'], String(res.body.length));
+  assert.equal(res.body.toString(), 'hello text');
+});
+
+test('an object and an array are JSON', async () => {
+  let rt = await start('funcs.asObject');
+  let res = await rt.request('POST', '/anything', { body: 'ignored' });
+  assert.equal(res.status, 200);
+  assert.deepEqual(json(res), { greeting: 'hi', n: 1 });
+
+  rt = await start('funcs.asList');
+  res = await rt.request('GET', '/');
+  assert.deepEqual(json(res), [1, 'two', { three: 3 }]);
+});
+
+test('the statusCode form sets status, headers and a JSON body', async () => {
+  const rt = await start('funcs.status');
+  const res = await rt.request('PUT', '/things');
+  assert.equal(res.status, 201);
+  assert.equal(res.headers['x-custom'], 'yes');
+  assert.equal(res.headers.location, '/things/1');
+  assert.deepEqual(res.headers['set-cookie'], ['a=1', 'b=2']);
+  assert.deepEqual(json(res), { created: true });
+});
+
+test('the statusCode form keeps a given content type', async () => {
+  const rt = await start('funcs.statusText');
+  const res = await rt.request('GET', '/');
+  assert.equal(res.status, 202);
+  assert.equal(res.headers['content-type'], 'text/csv');
+  assert.equal(res.body.toString(), 'a,b\n');
+});
+
+test('bytes, nothing and scalars', async () => {
+  let rt = await start('funcs.asBytes');
+  let res = await rt.request('GET', '/');
+  assert.equal(res.status, 200);
+  assert.equal(res.headers['content-type'], 'application/octet-stream');
+  assert.deepEqual([...res.body], [0, 1, 255]);
+
+  rt = await start('funcs.nothing');
+  res = await rt.request('DELETE', '/x');
+  assert.equal(res.status, 204);
+  assert.equal(res.body.length, 0);
+  assert.equal(res.headers['content-length'], undefined);
+
+  rt = await start('funcs.number');
+  res = await rt.request('GET', '/');
+  assert.deepEqual(json(res), 42);
+});
+
+test('an async function is awaited', async () => {
+  const rt = await start('funcs.asyncEcho');
+  const res = await rt.request('GET', '/later');
+  assert.equal(res.status, 200);
+  assert.deepEqual(json(res), { async: true, path: '/later' });
+});
+
+test('a dotted module finds its dependency in node_modules', async () => {
+  const rt = await start('pkg.mod.func');
+  const res = await rt.request('GET', '/');
+  assert.deepEqual(json(res), { from: 'pkg.mod', dep: 'from node_modules' });
+});
+
+test('ES modules load: .mjs, and .js in a type=module package', async () => {
+  let rt = await start('esm.handle');
+  let res = await rt.request('PATCH', '/');
+  assert.deepEqual(json(res), { from: 'esm', method: 'PATCH' });
+
+  rt = await start('esmpkg.handler.handle');
+  res = await rt.request('GET', '/p');
+  assert.equal(res.body.toString(), 'esm in a type=module package: /p');
+});
+
+// -- the event --------------------------------------------------------------
+
+test('the event has the query, lowercase headers and the parsed JSON body', async () => {
+  const rt = await start('funcs.echo');
+  const body = JSON.stringify({ name: 'ada', n: [1, 2] });
+  const res = await rt.request('PATCH', '/some/path?a=1&b=two%20words&a=3&empty=&flag', {
+    body,
+    headers: { 'Content-Type': 'application/json', 'X-Test-Header': 'Value-1', 'X-Twice': ['one', 'two'] },
+  });
+  assert.equal(res.status, 200);
+  const event = json(res);
+  assert.deepEqual(Object.keys(event).sort(), ['body', 'headers', 'json', 'method', 'path', 'query']);
+  assert.equal(event.method, 'PATCH');
+  assert.equal(event.path, '/some/path');
+  assert.deepEqual(event.query, { a: '3', b: 'two words', empty: '', flag: '' });
+  assert.equal(event.headers['x-test-header'], 'Value-1');
+  assert.equal(event.headers['x-twice'], 'one, two');
+  assert.equal(event.headers['content-type'], 'application/json');
+  assert.ok(Object.keys(event.headers).every((k) => k === k.toLowerCase()));
+  assert.equal(event.body, body);
+  assert.deepEqual(event.json, { name: 'ada', n: [1, 2] });
+});
+
+test('a body that is not JSON, then an empty body on the same connection', async () => {
+  const rt = await start('funcs.echo');
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  try {
+    let res = await rt.request('POST', '/', { body: Buffer.from('not json \xff', 'latin1'), agent });
+    let event = json(res);
+    assert.equal(event.body, 'not json \ufffd');
+    assert.equal(event.json, null);
+    res = await rt.request('GET', '/again', { agent });
+    event = json(res);
+    assert.equal(event.path, '/again');
+    assert.equal(event.body, '');
+    assert.equal(event.json, null);
+    assert.deepEqual(event.query, {});
+  } finally {
+    agent.destroy();
+  }
+});
+
+test('a chunked body is read', async () => {
+  const rt = await start('funcs.echo');
+  const parts = ['{"name": ', '"chunked", ', '"parts": 3}'];
+  const res = await rt.request('POST', '/upload', {
+    body: parts,
+    headers: { 'Transfer-Encoding': 'chunked', 'Content-Type': 'application/json' },
+  });
+  const event = json(res);
+  assert.equal(event.body, parts.join(''));
+  assert.deepEqual(event.json, { name: 'chunked', parts: 3 });
+});
+
+test('a malformed chunked body gets 400 without calling the function', async () => {
+  fs.rmSync(marker, { force: true });
+  const rt = await start('funcs.counted');
+  const answer = await new Promise((resolve, reject) => {
+    const sock = net.connect(rt.port, '127.0.0.1');
+    let data = '';
+    sock.on('data', (c) => (data += c));
+    sock.on('end', () => resolve(data));
+    sock.on('error', reject);
+    sock.write('POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n');
+  });
+  assert.match(answer, /^HTTP\/1\.1 400 /);
+  assert.match(answer, /"error":"BadRequest"/);
+  assert.equal(fs.existsSync(marker), false, 'user code ran for a malformed request');
+});
+
+test('every method reaches the function; HEAD has no body', async () => {
+  const rt = await start('funcs.echo');
+  for (const method of ['GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']) {
+    const res = await rt.request(method, '/m');
+    assert.equal(res.status, 200, method);
+    assert.equal(json(res).method, method);
+  }
+  const res = await rt.request('HEAD', '/m');
+  assert.equal(res.status, 200);
+  assert.equal(res.body.length, 0);
+  assert.ok(Number(res.headers['content-length']) > 0);
+});
+
+// -- errors -----------------------------------------------------------------
+
+test('a thrown error gives 500 naming it, and the function keeps serving', async () => {
+  const rt = await start('funcs.boom');
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  try {
+    let res = await rt.request('GET', '/boom', { agent });
+    assert.equal(res.status, 500);
+    const err = json(res);
+    assert.equal(err.error, 'TypeError');
+    assert.match(err.message, /Cannot read properties of null/);
+    assert.match(err.traceback, /TypeError/);
+    assert.match(err.traceback, /funcs\.js/);
+    res = await rt.request('GET', '/fine', { agent });
+    assert.deepEqual([res.status, res.body.toString()], [200, 'still alive']);
+    res = await rt.request('GET', '/fine');
+    assert.deepEqual([res.status, res.body.toString()], [200, 'still alive']);
+  } finally {
+    agent.destroy();
+  }
+  assert.match(rt.stderr, /TypeError: Cannot read properties of null/);
+});
+
+test('a rejected promise and a thrown string give 500', async () => {
+  let rt = await start('funcs.rejects');
+  let res = await rt.request('GET', '/');
+  assert.equal(res.status, 500);
+  let err = json(res);
+  assert.equal(err.error, 'QuotaExceeded');
+  assert.equal(err.message, 'over the limit');
+
+  rt = await start('funcs.throwsString');
+  res = await rt.request('GET', '/');
+  assert.equal(res.status, 500);
+  err = json(res);
+  assert.equal(err.error, 'String');
+  assert.equal(err.message, 'plain string');
+});
+
+test('a result that cannot be mapped gives 500', async () => {
+  const cases = [
+    ['funcs.notSerialisable', 'TypeError'],
+    ['funcs.notFinite', 'TypeError'],
+    ['funcs.badStatus', 'InvalidResponse'],
+    ['funcs.badHeader', 'InvalidResponse'],
+  ];
+  for (const [entrypoint, error] of cases) {
+    const rt = await start(entrypoint);
+    const res = await rt.request('GET', '/');
+    assert.equal(res.status, 500, entrypoint);
+    const body = json(res);
+    assert.equal(body.error, error, entrypoint);
+    assert.equal(res.headers.injected, undefined);
+  }
+});
+
+test('a module that fails to load exits 3 with the error', async () => {
+  let rt = await start('broken.handle', { healthy: false });
+  assert.equal(await rt.waitExit(), 3);
+  assert.match(rt.stderr, /sless-no-such-module-for-tests/);
+  assert.match(rt.stderr, /Cannot find module/);
+
+  rt = await start('throws_at_load.handle', { healthy: false });
+  assert.equal(await rt.waitExit(), 3);
+  assert.match(rt.stderr, /RangeError: refusing to load/);
+});
+
+test('a missing module, export or non-function exits 3', async () => {
+  const cases = [
+    ['nosuchmodule.handle', /no module file \(tried nosuchmodule\.js/],
+    ['funcs.noSuchFunction', /exports no "noSuchFunction"/],
+    ['funcs.notAFunction', /is a String, not a function/],
+    ['nodot', /not of the form module\.function/],
+  ];
+  for (const [entrypoint, why] of cases) {
+    const rt = await start(entrypoint, { healthy: false });
+    assert.equal(await rt.waitExit(), 3, entrypoint);
+    assert.match(rt.stderr, why, entrypoint);
+  }
+});
+
+test('bad configuration exits 2, a port in use exits 4', async () => {
+  let rt = await start('funcs.text', { healthy: false, env: { SLESS_PORT: 'eighty' } });
+  assert.equal(await rt.waitExit(), 2);
+  assert.match(rt.stderr, /SLESS_PORT "eighty" is not a port number/);
+
+  rt = await start('funcs.text', { healthy: false, env: { SLESS_CODE_DIR: path.join(tmp, 'missing') } });
+  assert.equal(await rt.waitExit(), 2);
+
+  const busy = await start('funcs.text');
+  rt = new Runtime(busy.port, 'funcs.text');
+  running.push(rt);
+  assert.equal(await rt.waitExit(), 4);
+  assert.match(rt.stderr, /cannot listen on 127\.0\.0\.1/);
+});
+
+// -- reserved paths and lifecycle ---------------------------------------------
+
+test('the health path does not call the function', async () => {
+  fs.rmSync(marker, { force: true });
+  const rt = await start('funcs.counted'); // start() already polled the health path
+  for (let i = 0; i < 3; i++) {
+    const res = await rt.request('GET', '/__sless/health');
+    assert.equal(res.status, 200);
+    assert.deepEqual(json(res), { status: 'ok' });
+  }
+  let res = await rt.request('POST', '/__sless/health');
+  assert.equal(res.status, 405);
+  assert.equal(res.headers.allow, 'GET, HEAD');
+  res = await rt.request('GET', '/__sless/other');
+  assert.equal(res.status, 404);
+  assert.equal(fs.existsSync(marker), false, 'user code ran for a reserved path');
+  res = await rt.request('GET', '/real');
+  assert.deepEqual([res.status, res.body.toString()], [200, 'counted']);
+  assert.equal(fs.readFileSync(marker, 'utf8'), '/real\n');
+});
+
+test('SIGTERM lets a running request finish, then exits 0', async () => {
+  const rt = await start('funcs.slow');
+  const pending = rt.request('GET', '/slow');
+  await sleep(100);
+  rt.proc.kill('SIGTERM');
+  const res = await pending;
+  assert.deepEqual([res.status, res.body.toString()], [200, 'finished']);
+  assert.equal(await rt.waitExit(), 0);
+});
+
+test('one access log line per request, without the query string', async () => {
+  const rt = await start('funcs.text');
+  await rt.request('POST', '/logged?secret=1', { body: 'x' });
+  rt.proc.kill('SIGTERM');
+  await rt.waitExit();
+  const lines = rt.stderr.split('\n').filter((l) => l.startsWith('POST /logged '));
+  assert.equal(lines.length, 1, rt.stderr);
+  const [, , status, duration] = lines[0].split(' ');
+  assert.equal(status, '200');
+  assert.match(duration, /^[0-9]+\.[0-9]{2}ms$/);
+  assert.doesNotMatch(rt.stderr, /secret/);
+});
