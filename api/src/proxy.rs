@@ -6,19 +6,64 @@
 //! remembered endpoint can go stale when a new version replaces the
 //! process: a request that cannot connect forgets it, and when it has no
 //! body to replay it is sent again to the endpoint the read model now names.
+//! A function deleted or replaced is seen within that ttl.
+//!
+//! What is refused, and how (every refusal is a problem document):
+//! - a `{ns}` that cannot be a user's namespace (`sless-` and 16 hex
+//!   digits), a `{name}` that cannot be a function's, or a path under the
+//!   wrapper's reserved `/__sless`: 404, without a lookup;
+//! - a path suffix with a dot-segment (`.` or `..`, also percent-encoded):
+//!   400; the suffix is otherwise forwarded exactly as it came, percent-
+//!   encoding and query included, and only ever to the function;
+//! - more headers than `ProxyLimits::max_headers`, or more header bytes than
+//!   `max_header_bytes`: 431; a declared `Content-Length` over
+//!   `max_body_bytes`: 413; all before any lookup;
+//! - an unknown or deleted function: 404, without an upstream connection;
+//!   one with nothing deployed: 503;
+//! - a body that streams past `max_body_bytes`: 413, the moment it does,
+//!   without holding the body;
+//! - an upstream that cannot be reached: 502; one that has not answered
+//!   within the function's `timeout_sec`: 504.
+//!
+//! (A request over the HTTP server's own limits, more than 100 header
+//! fields or a head larger than its read buffer, is refused by the server
+//! before it reaches the router: 431 without a body.)
+//!
+//! Hop-by-hop headers (RFC 9110 §7.6.1: those of `HOP_BY_HOP` and any named
+//! in `Connection`) are stripped both ways. The request's `X-Request-Id`
+//! (see `invocations::request_id`) goes to the function and back.
+//!
+//! Every call that reaches the lookup of an existing function is recorded
+//! (`invocations::Recorder`) when its answer has been sent, or abandoned:
+//! the version that answered, start time, duration to the last byte, the
+//! status the client got, body bytes in and out as they streamed (in: as
+//! read from the client, so a body refused past the limit counts what was
+//! read of it), cold or warm, and the error, if any. A call is *cold* when it is the first this
+//! API process sent to a deployed version's endpoint: the first request to
+//! reach a freshly started function process, since drivers only ever send
+//! it health checks before. Several API processes each count their own
+//! first call as cold.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::extract::{Path, Request, State};
-use axum::http::{HeaderName, StatusCode, Uri, header};
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use hyper::body::{Frame, SizeHint};
+use sless_domain::FunctionName;
+use sless_store::invocations::{Invocation, id_for};
 use sless_store::readmodel::{self, FunctionRow};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::invocations::{self, Recorder, X_REQUEST_ID};
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [HeaderName; 8] = [
@@ -32,62 +77,110 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
-pub type HttpClient =
+/// The limits a request must stay within to be forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyLimits {
+    /// Request body bytes (default 6 MiB).
+    pub max_body_bytes: u64,
+    /// Request header fields, each value of a repeated one counted, but not
+    /// `X-Request-Id` (default 64; below the HTTP server's own limit of 100,
+    /// so that a request over it gets this proxy's problem document).
+    pub max_headers: usize,
+    /// Request header bytes, names and values, but not `X-Request-Id`
+    /// (default 16 KiB).
+    pub max_header_bytes: usize,
+}
+
+impl Default for ProxyLimits {
+    fn default() -> Self {
+        ProxyLimits {
+            max_body_bytes: 6 * 1024 * 1024,
+            max_headers: 64,
+            max_header_bytes: 16 * 1024,
+        }
+    }
+}
+
+type Pool =
     hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
 
+/// The proxy's side towards functions: its connection pool, and the limits
+/// a request must stay within to be forwarded there.
+#[derive(Clone)]
+pub struct HttpClient {
+    pool: Pool,
+    pub limits: ProxyLimits,
+}
+
+impl HttpClient {
+    pub fn new(limits: ProxyLimits) -> HttpClient {
+        let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let pool =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(30))
+                .build(connector);
+        HttpClient { pool, limits }
+    }
+}
+
+/// A client with the default limits.
 pub fn client() -> HttpClient {
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(5)));
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector)
+    HttpClient::new(ProxyLimits::default())
 }
 
-pub async fn invoke_root(
-    State(state): State<AppState>,
-    Path((ns, name)): Path<(String, String)>,
-    req: Request,
-) -> Response {
-    forward(state, ns, name, String::new(), req)
-        .await
-        .into_response()
+pub async fn invoke_root(State(state): State<AppState>, req: Request) -> Response {
+    invoke(state, req).await
 }
 
-pub async fn invoke_path(
-    State(state): State<AppState>,
-    Path((ns, name, rest)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    forward(state, ns, name, rest, req).await.into_response()
+pub async fn invoke_path(State(state): State<AppState>, req: Request) -> Response {
+    invoke(state, req).await
 }
 
 /// Where each function runs, as the read model said a moment ago.
 pub struct Endpoints {
     ttl: Duration,
-    known: RwLock<HashMap<(String, String), Remembered>>,
+    known: RwLock<HashMap<String, Remembered>>,
 }
 
-/// When a function's target was read, and what it was (None: no such function).
-type Remembered = (Instant, Option<Target>);
+/// What was read of a function, and when (None: to be read again).
+struct Remembered {
+    read_at: Option<Instant>,
+    /// None: no such function.
+    target: Option<Arc<Target>>,
+}
 
 /// What the proxy needs of a function's row.
-#[derive(Clone)]
 struct Target {
-    /// `Some(url)` once a version is deployed; else the phase it is in.
+    /// `Ok(url)` once a version is deployed; else the phase it is in.
     endpoint: Result<String, &'static str>,
+    version: Option<u32>,
     timeout: Duration,
+    /// Set by the first call sent to this endpoint of this version.
+    warm: Arc<AtomicBool>,
 }
 
 impl Target {
-    fn of(row: &FunctionRow) -> Target {
-        Target {
+    /// None for a function that does not exist (deleted).
+    fn of(row: &FunctionRow) -> Option<Target> {
+        if !row.state().exists() {
+            return None;
+        }
+        Some(Target {
             endpoint: match (&row.endpoint, row.deployed_version) {
-                (Some(e), Some(_)) => Ok(e.clone()),
+                (Some(e), Some(_)) => Ok(e.trim_end_matches('/').to_owned()),
                 _ => Err(row.phase.as_str()),
             },
+            version: row.deployed_version,
             timeout: Duration::from_secs(row.spec.timeout_sec as u64),
-        }
+            warm: Arc::default(),
+        })
+    }
+
+    /// True for the first call sent to this endpoint (a cold one).
+    fn first_call(&self) -> bool {
+        !self.warm.load(Ordering::Relaxed) && !self.warm.swap(true, Ordering::Relaxed)
     }
 }
 
@@ -106,68 +199,289 @@ impl Endpoints {
         pool: &sless_store::PgPool,
         ns: &str,
         name: &str,
-    ) -> ApiResult<Option<Target>> {
-        let key = (ns.to_owned(), name.to_owned());
-        if let Some((at, target)) = self.known.read().unwrap().get(&key)
-            && at.elapsed() < self.ttl
+    ) -> ApiResult<Option<Arc<Target>>> {
+        let key = format!("{ns}/{name}");
+        if let Some(r) = self.known.read().unwrap().get(&key)
+            && r.read_at.is_some_and(|at| at.elapsed() < self.ttl)
         {
-            return Ok(target.clone());
+            return Ok(r.target.clone());
         }
-        let target = readmodel::function_row(pool, ns, name)
-            .await?
-            .as_ref()
-            .map(Target::of);
+        let row = readmodel::function_row(pool, ns, name).await?;
+        let mut target = row.as_ref().and_then(Target::of);
         let mut known = self.known.write().unwrap();
         if known.len() > 100_000 {
             known.clear(); // a crude bound; entries are cheap to fetch again
         }
-        known.insert(key, (Instant::now(), target.clone()));
+        // The same endpoint of the same version stays warm.
+        if let (
+            Some(new),
+            Some(Remembered {
+                target: Some(old), ..
+            }),
+        ) = (target.as_mut(), known.get(&key))
+            && new.endpoint == old.endpoint
+            && new.version == old.version
+        {
+            new.warm = old.warm.clone();
+        }
+        let target = target.map(Arc::new);
+        known.insert(
+            key,
+            Remembered {
+                read_at: Some(Instant::now()),
+                target: target.clone(),
+            },
+        );
         Ok(target)
     }
 
+    /// Makes the next request read the function again.
     fn forget(&self, ns: &str, name: &str) {
-        self.known
-            .write()
-            .unwrap()
-            .remove(&(ns.to_owned(), name.to_owned()));
+        if let Some(r) = self.known.write().unwrap().get_mut(&format!("{ns}/{name}")) {
+            r.read_at = None;
+        }
     }
 }
 
-async fn forward(
-    state: AppState,
-    ns: String,
-    name: String,
-    rest: String,
-    req: Request,
-) -> ApiResult<Response> {
-    if rest.starts_with("__sless") {
+/// True for a user's namespace: `sless-` and 16 lowercase hex digits.
+fn is_user_namespace(ns: &str) -> bool {
+    ns.strip_prefix("sless-").is_some_and(|hex| {
+        hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+/// `/fn/{ns}/{name}{suffix}` of the raw path: the suffix is `""` or starts
+/// with `/`, exactly as it came (percent-encoding untouched).
+fn split_path(path: &str) -> Option<(&str, &str, &str)> {
+    let rest = path.strip_prefix("/fn/")?;
+    let (ns, rest) = rest.split_once('/')?;
+    let (name, suffix) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    Some((ns, name, suffix))
+}
+
+/// Percent-decodes for checking, not forwarding (`%zz` stays as it is).
+fn percent_decoded(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).copied().and_then(hex),
+                b.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Refuses suffixes that are not for the function: the wrapper's own paths
+/// and dot-segments, percent-encoded or not.
+fn check_suffix(suffix: &str) -> ApiResult<()> {
+    if !suffix.contains(['.', '%', '_']) {
+        return Ok(()); // the usual case, and nothing to decode
+    }
+    if percent_decoded(suffix).starts_with(b"/__sless") {
         return Err(ApiError::not_found("paths under /__sless are reserved"));
     }
-    let (mut parts, body) = req.into_parts();
-    for h in &HOP_BY_HOP {
-        parts.headers.remove(h);
+    for segment in suffix.split('/') {
+        if matches!(percent_decoded(segment).as_slice(), b"." | b"..") {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid-path",
+                "Invalid path",
+                format!("the path {suffix:?} has a dot-segment ({segment:?}); send it resolved"),
+            )
+            .with_field("path"));
+        }
     }
+    Ok(())
+}
+
+/// Checks the request's header fields against the limits. `X-Request-Id`
+/// is not counted: it is bounded on its own (`invocations::request_id`),
+/// and may have been added by the API itself.
+fn check_headers(headers: &HeaderMap, limits: &ProxyLimits) -> ApiResult<()> {
+    let too_large = |detail: String| {
+        ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers-too-large",
+            "Request headers too large",
+            detail,
+        )
+    };
+    let (mut count, mut bytes) = (0, 0);
+    for (name, value) in headers {
+        if name != X_REQUEST_ID {
+            count += 1;
+            bytes += name.as_str().len() + value.len();
+        }
+    }
+    if count > limits.max_headers {
+        return Err(too_large(format!(
+            "the request has {count} header fields; the limit is {}",
+            limits.max_headers
+        )));
+    }
+    if bytes > limits.max_header_bytes {
+        return Err(too_large(format!(
+            "the request's header fields have {bytes} bytes; the limit is {}",
+            limits.max_header_bytes
+        )));
+    }
+    Ok(())
+}
+
+fn body_too_large(limit: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload-too-large",
+        "Request body too large",
+        format!("the request body is larger than the limit of {limit} bytes"),
+    )
+}
+
+/// Removes hop-by-hop headers, those named in `Connection` first.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for h in named {
+            headers.remove(h);
+        }
+    }
+    for h in &HOP_BY_HOP {
+        headers.remove(h);
+    }
+}
+
+async fn invoke(state: AppState, mut req: Request) -> Response {
+    let started = Instant::now();
+    let started_at = Utc::now();
+    let request_id = invocations::request_id(req.headers_mut());
+    let mut res = forward(&state, started, started_at, &request_id, req)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    res.headers_mut().insert(X_REQUEST_ID, request_id);
+    res
+}
+
+/// Refusals on the request's shape and an unknown function are answered
+/// here, unrecorded; everything after the lookup is recorded.
+async fn forward(
+    state: &AppState,
+    started: Instant,
+    started_at: DateTime<Utc>,
+    request_id: &HeaderValue,
+    req: Request,
+) -> ApiResult<Response> {
+    let limits = state.http.limits;
+    let (mut parts, body) = req.into_parts();
+    let path = parts.uri.path();
+    let (ns, name, suffix) = split_path(path)
+        .filter(|(ns, name, _)| is_user_namespace(ns) && FunctionName::parse(name).is_ok())
+        .ok_or_else(|| ApiError::not_found(format!("no function at {path:?}")))?;
+    check_suffix(suffix)?;
+    check_headers(&parts.headers, &limits)?;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_body_bytes) {
+        return Err(body_too_large(limits.max_body_bytes));
+    }
+    let (ns, name) = (ns.to_owned(), name.to_owned());
+    let path_and_query = match (suffix, parts.uri.query()) {
+        ("", None) => "/".to_owned(),
+        ("", Some(q)) => format!("/?{q}"),
+        (s, None) => s.to_owned(),
+        (s, Some(q)) => format!("{s}?{q}"),
+    };
+    let target = state
+        .endpoints
+        .get(&state.pool, &ns, &name)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!("function {name:?} not found in namespace {ns:?}"))
+        })?;
+
+    strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::HOST);
-    let path_and_query = match parts.uri.query() {
-        Some(q) => format!("/{rest}?{q}"),
-        None => format!("/{rest}"),
+    parts.headers.insert(X_REQUEST_ID, request_id.clone());
+    let meter = Arc::new(Meter::default());
+    let mut call = Call {
+        recorder: state.invocations.clone(),
+        meter: meter.clone(),
+        started,
+        started_at,
+        namespace: ns,
+        function: name,
+        version: None,
+        cold: false,
+        request_id: request_id.to_str().unwrap_or_default().to_owned(),
     };
     // A request without a body can be sent again if its endpoint went away.
-    let replayable = hyper::body::Body::size_hint(&body).exact() == Some(0);
+    let replayable = body.size_hint().exact() == Some(0);
+    let body = Body::new(Inbound {
+        inner: body,
+        limit: limits.max_body_bytes,
+        meter,
+    });
+    let sent = send(
+        state,
+        &mut call,
+        target,
+        parts,
+        body,
+        &path_and_query,
+        replayable,
+    )
+    .await;
+    Ok(match sent {
+        Ok(res) => call.answer(res),
+        Err(e) => call.refuse(e),
+    })
+}
+
+async fn send(
+    state: &AppState,
+    call: &mut Call,
+    mut target: Arc<Target>,
+    parts: axum::http::request::Parts,
+    body: Body,
+    path_and_query: &str,
+    replayable: bool,
+) -> ApiResult<hyper::Response<hyper::body::Incoming>> {
+    let (ns, name) = (call.namespace.as_str(), call.function.as_str());
+    let limit = state.http.limits.max_body_bytes;
     let mut body = Some(body);
     let mut parts = Some(parts);
     for fresh in [false, true] {
         if fresh {
-            state.endpoints.forget(&ns, &name);
+            state.endpoints.forget(ns, name);
+            target = state
+                .endpoints
+                .get(&state.pool, ns, name)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::not_found(format!(
+                        "function {name:?} was deleted in namespace {ns:?}"
+                    ))
+                })?;
         }
-        let target = state
-            .endpoints
-            .get(&state.pool, &ns, &name)
-            .await?
-            .ok_or_else(|| {
-                ApiError::not_found(format!("function {name:?} not found in namespace {ns:?}"))
-            })?;
-        let endpoint = target.endpoint.map_err(|phase| {
+        let endpoint = target.endpoint.as_ref().map_err(|phase| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "function-not-ready",
@@ -175,6 +489,8 @@ async fn forward(
                 format!("function {name:?} has nothing running yet (phase {phase})"),
             )
         })?;
+        call.version = target.version;
+        call.cold = target.first_call();
         let mut req_parts = match (replayable && !fresh, &mut parts) {
             (true, Some(p)) => p.clone(),
             (_, p) => p
@@ -185,35 +501,286 @@ async fn forward(
             .parse::<Uri>()
             .map_err(|e| ApiError::internal(format!("bad function endpoint {endpoint}: {e}")))?;
         let upstream = hyper::Request::from_parts(req_parts, body.take().unwrap_or_default());
-        let res = match tokio::time::timeout(target.timeout, state.http.request(upstream)).await {
-            Err(_) => {
-                return Err(ApiError::new(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "function-timeout",
-                    "Function timed out",
-                    format!(
-                        "function {name:?} did not answer within its timeout of {}s",
-                        target.timeout.as_secs()
-                    ),
-                ));
-            }
+        let res = tokio::time::timeout(target.timeout, state.http.pool.request(upstream)).await;
+        if call.meter.too_large.load(Ordering::Relaxed) {
+            return Err(body_too_large(limit));
+        }
+        return match res {
+            Err(_) => Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "function-timeout",
+                "Function timed out",
+                format!(
+                    "function {name:?} did not answer within its timeout of {}s",
+                    target.timeout.as_secs()
+                ),
+            )),
             Ok(Err(e)) if e.is_connect() && replayable && !fresh => continue,
             Ok(Err(e)) => {
-                state.endpoints.forget(&ns, &name);
-                return Err(ApiError::new(
+                state.endpoints.forget(ns, name);
+                let what = if e.is_connect() {
+                    "refused the connection"
+                } else {
+                    "failed"
+                };
+                Err(ApiError::new(
                     StatusCode::BAD_GATEWAY,
                     "function-unreachable",
                     "Function unreachable",
-                    format!("function {name:?} could not be reached: {e}"),
-                ));
+                    format!("function {name:?} {what}: {}", error_chain(&e)),
+                ))
             }
-            Ok(Ok(res)) => res,
+            Ok(Ok(res)) => Ok(res),
         };
-        let (mut parts, body) = res.into_parts();
-        for h in &HOP_BY_HOP {
-            parts.headers.remove(h);
-        }
-        return Ok(Response::from_parts(parts, Body::new(body)));
     }
     unreachable!("the second pass always returns")
+}
+
+/// An error and its sources, for humans.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+/// What a call's bodies counted while they streamed.
+#[derive(Default)]
+struct Meter {
+    bytes_in: AtomicU64,
+    /// The request body went past the limit.
+    too_large: AtomicBool,
+}
+
+/// The request body, counted, and cut off with an error once it passes the
+/// limit (the bytes past it are never forwarded).
+struct Inbound {
+    inner: Body,
+    limit: u64,
+    meter: Arc<Meter>,
+}
+
+impl HttpBody for Inbound {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            let n = data.len() as u64;
+            let total = self.meter.bytes_in.fetch_add(n, Ordering::Relaxed) + n;
+            if total > self.limit {
+                self.meter.too_large.store(true, Ordering::Relaxed);
+                return Poll::Ready(Some(Err(axum::Error::new(
+                    body_too_large(self.limit).detail,
+                ))));
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// One call to an existing function, to be recorded once it is answered.
+struct Call {
+    recorder: Recorder,
+    meter: Arc<Meter>,
+    started: Instant,
+    started_at: DateTime<Utc>,
+    namespace: String,
+    function: String,
+    version: Option<u32>,
+    cold: bool,
+    request_id: String,
+}
+
+impl Call {
+    /// The function's answer, streamed back and recorded when it is sent.
+    fn answer(self, res: hyper::Response<hyper::body::Incoming>) -> Response {
+        let (mut parts, body) = res.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        let status = parts.status.as_u16();
+        Response::from_parts(parts, Body::new(Outbound::new(body, self, status, None)))
+    }
+
+    /// A problem instead of the function's answer, recorded likewise.
+    fn refuse(self, e: ApiError) -> Response {
+        let (parts, body) = e.clone().into_response().into_parts();
+        let status = parts.status.as_u16();
+        let error = Some(e.detail);
+        Response::from_parts(parts, Body::new(Outbound::new(body, self, status, error)))
+    }
+
+    fn record(self, status: u16, bytes_out: u64, error: Option<String>) {
+        let record = Invocation {
+            id: id_for(self.started_at),
+            namespace: self.namespace,
+            function: self.function,
+            version: self.version,
+            started_at: self.started_at,
+            duration: self.started.elapsed(),
+            status,
+            bytes_in: self.meter.bytes_in.load(Ordering::Relaxed),
+            bytes_out,
+            cold: self.cold,
+            error,
+            request_id: self.request_id,
+        };
+        self.recorder.record(record);
+    }
+}
+
+/// The answer's body, counted; records the call when it ends, fails, or is
+/// dropped unfinished (the client went away).
+struct Outbound<B: HttpBody> {
+    inner: B,
+    sent: u64,
+    status: u16,
+    error: Option<String>,
+    call: Option<Call>,
+}
+
+impl<B: HttpBody> Outbound<B> {
+    fn new(inner: B, call: Call, status: u16, error: Option<String>) -> Outbound<B> {
+        Outbound {
+            inner,
+            sent: 0,
+            status,
+            error,
+            call: Some(call),
+        }
+    }
+
+    fn finish(&mut self, error: Option<String>) {
+        if let Some(call) = self.call.take() {
+            let error = self.error.take().or(error);
+            call.record(self.status, self.sent, error);
+        }
+    }
+}
+
+impl<B> HttpBody for Outbound<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.sent += data.len() as u64;
+                }
+                if self.inner.is_end_stream() {
+                    self.finish(None);
+                }
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let error = format!("the function's answer broke off: {e}");
+                self.finish(Some(error));
+            }
+            Poll::Ready(None) => self.finish(None),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B: HttpBody> Drop for Outbound<B> {
+    fn drop(&mut self) {
+        if self.call.is_some() {
+            // Dropped before its end was read: fine when there was nothing
+            // left to read (a HEAD, a 204), else the client went away.
+            let error = (!self.inner.is_end_stream()).then(|| {
+                format!(
+                    "the client went away after {} bytes of the answer",
+                    self.sent
+                )
+            });
+            self.finish(error);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_path_splits_into_namespace_name_and_the_raw_suffix() {
+        assert_eq!(split_path("/fn/a/b"), Some(("a", "b", "")));
+        assert_eq!(split_path("/fn/a/b/"), Some(("a", "b", "/")));
+        assert_eq!(split_path("/fn/a/b/c%2Fd/e"), Some(("a", "b", "/c%2Fd/e")));
+        assert_eq!(split_path("/fn/a"), None);
+        assert_eq!(split_path("/v1/a/b"), None);
+    }
+
+    #[test]
+    fn only_sless_and_sixteen_lowercase_hex_digits_is_a_namespace() {
+        assert!(is_user_namespace("sless-ffd1f598c169b0ae"));
+        for bad in [
+            "sless-ffd1f598c169b0a",
+            "sless-ffd1f598c169b0aef",
+            "sless-FFD1F598C169B0AE",
+            "sless-ffd1f598c169b0ag",
+            "default",
+            "kube-system",
+            "xsless-ffd1f598c169b0ae",
+            "",
+        ] {
+            assert!(!is_user_namespace(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go_and_so_do_those_connection_names() {
+        let mut h = HeaderMap::new();
+        for (n, v) in [
+            ("connection", "close, x-secret"),
+            ("connection", "X-Other"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("trailer", "x-sum"),
+            ("upgrade", "h2c"),
+            ("proxy-authorization", "Basic x"),
+            ("x-secret", "1"),
+            ("x-other", "2"),
+            ("x-kept", "3"),
+        ] {
+            h.append(HeaderName::from_static(n), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-kept"]);
+    }
 }
