@@ -1,9 +1,16 @@
 //! Configuration of the `sless` binary: environment variables only, never a
 //! secret in code.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use sless_api::Auth;
+use sless_api::auth::{
+    AuthSettings, DEFAULT_ADMIN_CLAIM, KeyError, KeySet, MAX_LEEWAY, TokenAlgorithm,
+};
+use sless_api::invocations::RecorderConfig;
+use sless_api::proxy::ProxyLimits;
 use sless_store::blobs::S3Config;
 use sless_store::queue::Backoff;
 use sless_workers::WorkerConfig;
@@ -63,9 +70,150 @@ pub fn require_s3() -> anyhow::Result<S3Config> {
     s3()?.context("S3_ENDPOINT / S3_BUCKET are not set")
 }
 
-/// The token secret, from `SLESS_JWT_SECRET`.
-pub fn jwt_secret() -> Option<String> {
-    var("SLESS_JWT_SECRET")
+/// Token settings, from `SLESS_JWT_ALGORITHM`, `SLESS_JWT_SECRET`,
+/// `SLESS_JWT_PUBLIC_KEY_FILE`, `SLESS_JWKS_FILE`, `SLESS_JWT_ISSUER`,
+/// `SLESS_JWT_AUDIENCE`, `SLESS_JWT_ADMIN_CLAIM` and `SLESS_JWT_LEEWAY_SECS`
+/// (docs/configuration.md, "Tokens"). Key files are read by `auth`.
+pub fn tokens() -> anyhow::Result<TokenSettings> {
+    tokens_from(&var)
+}
+
+/// How tokens are checked, before the key files are read.
+#[derive(Debug, Clone)]
+pub struct TokenSettings {
+    pub algorithm: TokenAlgorithm,
+    secret: Option<String>,
+    public_key_files: Vec<PathBuf>,
+    jwks_file: Option<PathBuf>,
+    settings: AuthSettings,
+}
+
+fn tokens_from(get: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<TokenSettings> {
+    let list = |name: &str| -> Vec<String> {
+        get(name)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let algorithm = match get("SLESS_JWT_ALGORITHM") {
+        None => TokenAlgorithm::Hs256,
+        Some(v) => v
+            .parse()
+            .map_err(|e| anyhow::anyhow!("SLESS_JWT_ALGORITHM: {e}"))?,
+    };
+    let leeway = match get("SLESS_JWT_LEEWAY_SECS") {
+        None => MAX_LEEWAY.as_secs(),
+        Some(v) => v.parse::<u64>().map_err(|e| {
+            anyhow::anyhow!("SLESS_JWT_LEEWAY_SECS={v:?} is not a number of seconds: {e}")
+        })?,
+    };
+    if leeway > MAX_LEEWAY.as_secs() {
+        bail!("SLESS_JWT_LEEWAY_SECS={leeway} is more than the 60 s allowed");
+    }
+    let secret = get("SLESS_JWT_SECRET");
+    let public_key_files: Vec<PathBuf> = list("SLESS_JWT_PUBLIC_KEY_FILE")
+        .into_iter()
+        .map(PathBuf::from)
+        .collect();
+    let jwks_file = get("SLESS_JWKS_FILE").map(PathBuf::from);
+    if algorithm == TokenAlgorithm::Hs256 {
+        for (name, set) in [
+            ("SLESS_JWT_PUBLIC_KEY_FILE", !public_key_files.is_empty()),
+            ("SLESS_JWKS_FILE", jwks_file.is_some()),
+        ] {
+            if set {
+                bail!(
+                    "{name} is set, but SLESS_JWT_ALGORITHM is HS256 (its default), which checks \
+                     tokens with SLESS_JWT_SECRET: set SLESS_JWT_ALGORITHM=RS256 or ES256 to check \
+                     them with public keys"
+                );
+            }
+        }
+    } else {
+        if secret.is_some() {
+            bail!(
+                "SLESS_JWT_SECRET is set, but SLESS_JWT_ALGORITHM={algorithm} checks tokens with \
+                 public keys only: unset SLESS_JWT_SECRET"
+            );
+        }
+        if public_key_files.is_empty() && jwks_file.is_none() {
+            bail!(
+                "SLESS_JWT_ALGORITHM={algorithm} needs SLESS_JWT_PUBLIC_KEY_FILE (PEM public keys, \
+                 comma-separated files) or SLESS_JWKS_FILE (a JSON Web Key Set), or both"
+            );
+        }
+    }
+    let admin_claim = get("SLESS_JWT_ADMIN_CLAIM").unwrap_or_else(|| DEFAULT_ADMIN_CLAIM.into());
+    Ok(TokenSettings {
+        algorithm,
+        secret,
+        public_key_files,
+        jwks_file,
+        settings: AuthSettings {
+            issuers: list("SLESS_JWT_ISSUER"),
+            audiences: list("SLESS_JWT_AUDIENCE"),
+            admin_claim,
+            leeway: Duration::from_secs(leeway),
+        },
+    })
+}
+
+impl TokenSettings {
+    /// Whether `SLESS_JWT_SECRET` is set.
+    pub fn has_secret(&self) -> bool {
+        self.secret.is_some()
+    }
+
+    /// The token checker, with its key files read and checked. `dev_secret`
+    /// is the HS256 secret of `sless dev`'s data directory, used when
+    /// `SLESS_JWT_SECRET` is not set; without one HS256 needs that variable.
+    pub fn auth(&self, dev_secret: Option<&str>) -> anyhow::Result<Auth> {
+        let mut keys = KeySet::new(self.algorithm);
+        if self.algorithm == TokenAlgorithm::Hs256 {
+            let secret = self.secret.as_deref().or(dev_secret).context(
+                "SLESS_JWT_SECRET is not set: HS256 (the default SLESS_JWT_ALGORITHM) checks \
+                 tokens with that shared secret; or set SLESS_JWT_ALGORITHM=RS256 or ES256 with \
+                 SLESS_JWT_PUBLIC_KEY_FILE or SLESS_JWKS_FILE",
+            )?;
+            if self.secret.is_some() && secret.len() < 32 {
+                tracing::warn!(
+                    "SLESS_JWT_SECRET is shorter than 32 bytes: an HS256 secret should have at \
+                     least 256 bits (e.g. openssl rand -hex 32)"
+                );
+            }
+            keys.add_secret(secret.as_bytes())
+                .map_err(|e| anyhow::anyhow!("SLESS_JWT_SECRET: {e}"))?;
+        }
+        for path in &self.public_key_files {
+            let pem = std::fs::read(path).with_context(|| {
+                format!("SLESS_JWT_PUBLIC_KEY_FILE: cannot read {}", path.display())
+            })?;
+            let n = keys.add_pem(&pem).map_err(|e| {
+                anyhow::anyhow!("SLESS_JWT_PUBLIC_KEY_FILE: {}: {e}", path.display())
+            })?;
+            tracing::info!(file = %path.display(), keys = n, "token public keys loaded");
+        }
+        if let Some(path) = &self.jwks_file {
+            let json = std::fs::read(path)
+                .with_context(|| format!("SLESS_JWKS_FILE: cannot read {}", path.display()))?;
+            let report = keys
+                .add_jwks(&json)
+                .map_err(|e| anyhow::anyhow!("SLESS_JWKS_FILE: {}: {e}", path.display()))?;
+            tracing::info!(file = %path.display(), keys = ?report.kept, "token key set loaded");
+            for skipped in &report.skipped {
+                tracing::warn!(file = %path.display(), key = %skipped, "a key of the set is not used");
+            }
+        }
+        Auth::new(keys, self.settings.clone()).map_err(|e| match e {
+            KeyError::AdminClaim(..) => anyhow::anyhow!("SLESS_JWT_ADMIN_CLAIM: {e}"),
+            other => anyhow::anyhow!("token settings (SLESS_JWT_*): {other}"),
+        })
+    }
 }
 
 /// Worker settings from `SLESS_WORKER_ID`, `SLESS_WORKER_CONCURRENCY`,
@@ -98,6 +246,243 @@ pub fn worker() -> anyhow::Result<WorkerConfig> {
     })
 }
 
+/// Invocation records, from `SLESS_INVOCATION_RETENTION_DAYS` (7) and
+/// `SLESS_INVOCATION_RETENTION_PER_FUNCTION` (10,000).
+pub fn invocations() -> anyhow::Result<RecorderConfig> {
+    let mut cfg = RecorderConfig::default();
+    let days: f64 = number(
+        "SLESS_INVOCATION_RETENTION_DAYS",
+        cfg.retention.max_age.as_secs_f64() / 86_400.0,
+    )?;
+    if !(days > 0.0 && days <= 3650.0) {
+        bail!("SLESS_INVOCATION_RETENTION_DAYS must be more than 0 and at most 3650");
+    }
+    cfg.retention.max_age = Duration::from_secs_f64(days * 86_400.0);
+    cfg.retention.per_function = number(
+        "SLESS_INVOCATION_RETENTION_PER_FUNCTION",
+        cfg.retention.per_function,
+    )?;
+    if cfg.retention.per_function == 0 {
+        bail!("SLESS_INVOCATION_RETENTION_PER_FUNCTION must be at least 1");
+    }
+    Ok(cfg)
+}
+
+/// What the invoke proxy forwards, from `SLESS_PROXY_MAX_BODY_BYTES` (6 MiB),
+/// `SLESS_PROXY_MAX_HEADERS` (64, at most 100: the HTTP server refuses more
+/// before the proxy sees them) and `SLESS_PROXY_MAX_HEADER_BYTES` (16 KiB).
+pub fn proxy_limits() -> anyhow::Result<ProxyLimits> {
+    let d = ProxyLimits::default();
+    let limits = ProxyLimits {
+        max_body_bytes: number("SLESS_PROXY_MAX_BODY_BYTES", d.max_body_bytes)?,
+        max_headers: number("SLESS_PROXY_MAX_HEADERS", d.max_headers)?,
+        max_header_bytes: number("SLESS_PROXY_MAX_HEADER_BYTES", d.max_header_bytes)?,
+    };
+    if !(1..=100).contains(&limits.max_headers) {
+        bail!("SLESS_PROXY_MAX_HEADERS must be between 1 and 100");
+    }
+    Ok(limits)
+}
+
 pub fn python() -> String {
     var("SLESS_PYTHON").unwrap_or_else(|| "python3".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    const KEYS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/api/tests/api/keys");
+
+    fn tokens_with(vars: &[(&str, &str)]) -> anyhow::Result<TokenSettings> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        tokens_from(&|name| vars.get(name).cloned())
+    }
+
+    /// The whole message, causes included, as the binary prints it.
+    fn refusal(vars: &[(&str, &str)], dev_secret: Option<&str>) -> String {
+        let e = match tokens_with(vars) {
+            Err(e) => e,
+            Ok(t) => t.auth(dev_secret).expect_err("a refusal"),
+        };
+        format!("{e:#}")
+    }
+
+    fn key(name: &str) -> String {
+        format!("{KEYS}/{name}")
+    }
+
+    #[test]
+    fn hs256_is_the_default_and_needs_a_secret_outside_dev() {
+        let t = tokens_with(&[]).unwrap();
+        assert_eq!(t.algorithm, TokenAlgorithm::Hs256);
+        assert!(t.auth(Some("dev-data-dir-secret")).is_ok());
+        let e = format!("{:#}", t.auth(None).unwrap_err());
+        assert!(e.contains("SLESS_JWT_SECRET is not set"), "{e}");
+        let t = tokens_with(&[("SLESS_JWT_SECRET", "a-secret-of-the-deployment")]).unwrap();
+        assert!(t.auth(None).is_ok());
+    }
+
+    #[test]
+    fn rs256_and_es256_load_pem_files_and_key_sets() {
+        let two_pems = format!("{}, {}", key("rsa-a.pub.pem"), key("rsa-b.pub.pem"));
+        let jwks = key("jwks.json");
+        let ec = key("ec-a.pub.pem");
+        let cases: [&[(&str, &str)]; 5] = [
+            &[
+                ("SLESS_JWT_ALGORITHM", "RS256"),
+                ("SLESS_JWT_PUBLIC_KEY_FILE", &two_pems),
+            ],
+            &[("SLESS_JWT_ALGORITHM", "RS256"), ("SLESS_JWKS_FILE", &jwks)],
+            &[
+                ("SLESS_JWT_ALGORITHM", "rs256"),
+                ("SLESS_JWT_PUBLIC_KEY_FILE", &two_pems),
+                ("SLESS_JWKS_FILE", &jwks),
+                ("SLESS_JWT_ISSUER", "https://id.example.com/"),
+                ("SLESS_JWT_AUDIENCE", "sless, sless-staging"),
+                ("SLESS_JWT_ADMIN_CLAIM", "https://sless.dev/admin"),
+                ("SLESS_JWT_LEEWAY_SECS", "0"),
+            ],
+            &[
+                ("SLESS_JWT_ALGORITHM", "ES256"),
+                ("SLESS_JWT_PUBLIC_KEY_FILE", &ec),
+            ],
+            &[("SLESS_JWT_ALGORITHM", "ES256"), ("SLESS_JWKS_FILE", &jwks)],
+        ];
+        for vars in cases {
+            let auth = tokens_with(vars).unwrap().auth(None);
+            assert!(auth.is_ok(), "{vars:?}: {:#}", auth.err().unwrap());
+        }
+        let t = tokens_with(cases[2]).unwrap();
+        let auth = t.auth(None).unwrap();
+        assert_eq!(auth.settings().audiences, ["sless", "sless-staging"]);
+        assert_eq!(auth.settings().leeway, Duration::ZERO);
+    }
+
+    #[test]
+    fn configuration_errors_name_their_variable() {
+        let rsa = key("rsa-a.pub.pem");
+        let ec = key("ec-a.pub.pem");
+        let private = key("rsa-a.key.pem");
+        let jwks = key("jwks.json");
+        let p384 = key("ec-p384.pub.pem");
+        let readme = key("README.md");
+        // (what, variables, what the message says)
+        type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+        let cases: Vec<Case> = vec![
+            (
+                "an algorithm not supported",
+                vec![("SLESS_JWT_ALGORITHM", "none")],
+                "SLESS_JWT_ALGORITHM: \"none\" is not a supported algorithm",
+            ),
+            (
+                "RS256 without keys",
+                vec![("SLESS_JWT_ALGORITHM", "RS256")],
+                "SLESS_JWT_ALGORITHM=RS256 needs SLESS_JWT_PUBLIC_KEY_FILE",
+            ),
+            (
+                "a missing key file",
+                vec![
+                    ("SLESS_JWT_ALGORITHM", "RS256"),
+                    ("SLESS_JWT_PUBLIC_KEY_FILE", "/nonexistent/sless/key.pem"),
+                ],
+                "SLESS_JWT_PUBLIC_KEY_FILE: cannot read /nonexistent/sless/key.pem",
+            ),
+            (
+                "a missing key set",
+                vec![
+                    ("SLESS_JWT_ALGORITHM", "ES256"),
+                    ("SLESS_JWKS_FILE", "/nonexistent/jwks.json"),
+                ],
+                "SLESS_JWKS_FILE: cannot read /nonexistent/jwks.json",
+            ),
+            (
+                "a file that is not PEM",
+                vec![
+                    ("SLESS_JWT_ALGORITHM", "RS256"),
+                    ("SLESS_JWT_PUBLIC_KEY_FILE", &readme),
+                ],
+                "SLESS_JWT_PUBLIC_KEY_FILE: ",
+            ),
+            (
+                "a private key",
+                vec![
+                    ("SLESS_JWT_ALGORITHM", "RS256"),
+                    ("SLESS_JWT_PUBLIC_KEY_FILE", &private),
+                ],
+                "is a private key",
+            ),
+            (
+                "an EC key for RS256",
+                vec![
+                    ("SLESS_JWT_ALGORITHM", "RS256"),
+                    ("SLESS_JWT_PUBLIC_KEY_FILE", &ec),
+                ],
+                "holds an EC public key, but RS256 needs an RSA public key",
+            ),
+            (
+                "an RSA key for ES256",
+                vec![
+                    ("SLESS_JWT_ALGORITHM", "ES256"),
+                    ("SLESS_JWT_PUBLIC_KEY_FILE", &rsa),
+                ],
+                "holds an RSA public key",
+            ),
+            (
+                "a P-384 key for ES256",
+                vec![
+                    ("SLESS_JWT_ALGORITHM", "ES256"),
+                    ("SLESS_JWT_PUBLIC_KEY_FILE", &p384),
+                ],
+                "another curve than P-256",
+            ),
+            (
+                "a key set for HS256",
+                vec![("SLESS_JWKS_FILE", &jwks), ("SLESS_JWT_SECRET", "s")],
+                "SLESS_JWKS_FILE is set, but SLESS_JWT_ALGORITHM is HS256",
+            ),
+            (
+                "a secret for RS256",
+                vec![
+                    ("SLESS_JWT_ALGORITHM", "RS256"),
+                    ("SLESS_JWT_PUBLIC_KEY_FILE", &rsa),
+                    ("SLESS_JWT_SECRET", "s"),
+                ],
+                "SLESS_JWT_SECRET is set, but SLESS_JWT_ALGORITHM=RS256",
+            ),
+            (
+                "a leeway over 60 s",
+                vec![("SLESS_JWT_LEEWAY_SECS", "61")],
+                "SLESS_JWT_LEEWAY_SECS=61 is more than the 60 s allowed",
+            ),
+            (
+                "a leeway that is not a number",
+                vec![("SLESS_JWT_LEEWAY_SECS", "1m")],
+                "SLESS_JWT_LEEWAY_SECS=\"1m\" is not a number",
+            ),
+            (
+                "an admin claim that is a registered claim",
+                vec![("SLESS_JWT_ADMIN_CLAIM", "sub")],
+                "SLESS_JWT_ADMIN_CLAIM: the admin claim \"sub\"",
+            ),
+        ];
+        for (what, vars, want) in cases {
+            let e = refusal(&vars, Some("dev-secret"));
+            assert!(e.contains(want), "{what}: {e}");
+        }
+        let e = refusal(
+            &[
+                ("SLESS_JWT_ALGORITHM", "ES256"),
+                ("SLESS_JWKS_FILE", &readme),
+            ],
+            None,
+        );
+        assert!(e.starts_with("SLESS_JWKS_FILE: "), "{e}");
+        assert!(e.contains("not a JSON Web Key Set"), "{e}");
+    }
 }

@@ -65,6 +65,8 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result
         .with_context(|| format!("creating {}", data_dir.display()))?;
     let data_dir = data_dir.canonicalize()?;
     let secrets = embedded::DevSecrets::load_or_create(&data_dir)?;
+    // Token settings are checked before anything starts: a bad one stops here.
+    let auth = config::tokens()?.auth(Some(&secrets.jwt_secret))?;
 
     let (pg, url) = match config::database_url() {
         Some(url) => (None, url),
@@ -81,7 +83,6 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result
             (Some(server), cfg)
         }
     };
-    let jwt_secret = config::jwt_secret().unwrap_or_else(|| secrets.jwt_secret.clone());
 
     let pool = sless_store::connect(&url, 30)
         .await
@@ -126,18 +127,16 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result
         .await
         .with_context(|| format!("listening on {listen}"))?;
     let addr = listener.local_addr()?;
-    let state = AppState::new(
-        pool.clone(),
-        blobs,
-        Auth::hs256(jwt_secret.as_bytes(), None, None),
-    );
+    let state = app_state(pool.clone(), blobs, auth.clone())?;
+    let recorder = state.invocations.clone();
     let http = tokio::spawn(serve_http(listener, state, stop.clone()));
-    announce(&data_dir, addr, &jwt_secret)?;
+    announce(&data_dir, addr, &auth)?;
 
     stop_signal().await;
     eprintln!("stopping sless");
     let _ = stop_tx.send(true);
     let _ = http.await;
+    recorder.shutdown().await;
     let _ = worker.await;
     let _ = projector.await;
     driver.shutdown().await;
@@ -152,14 +151,12 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result
     Ok(())
 }
 
-/// Prints how to reach this instance and writes `dev.json`.
-fn announce(data_dir: &Path, addr: SocketAddr, jwt_secret: &str) -> anyhow::Result<()> {
+/// Prints how to reach this instance and writes `dev.json`. With HS256 it
+/// signs a token for the user `dev`; with public keys, tokens come from the
+/// identity provider that holds the private keys (`token` is null).
+fn announce(data_dir: &Path, addr: SocketAddr, auth: &Auth) -> anyhow::Result<()> {
     let sub = "dev";
-    let token = sless_api::issue_hs256(
-        jwt_secret.as_bytes(),
-        sub,
-        Duration::from_secs(365 * 86_400),
-    );
+    let token = auth.issue(sub, Duration::from_secs(365 * 86_400), false);
     let ns = Namespace::for_subject(sub);
     let url = format!("http://{addr}");
     let info = json!({ "url": url, "token": token, "namespace": ns });
@@ -167,6 +164,16 @@ fn announce(data_dir: &Path, addr: SocketAddr, jwt_secret: &str) -> anyhow::Resu
     let tmp = data_dir.join("dev.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;
     std::fs::rename(&tmp, &path)?;
+    let Some(token) = token else {
+        println!(
+            "sless is running at {url}\n\
+             tokens:    {} tokens from your identity provider (SLESS_JWT_ALGORITHM)\n\
+             (also in {})\n",
+            auth.algorithm(),
+            path.display()
+        );
+        return Ok(());
+    };
     println!(
         "sless is running at {url}\n\
          namespace: {ns}\n\
@@ -178,16 +185,28 @@ fn announce(data_dir: &Path, addr: SocketAddr, jwt_secret: &str) -> anyhow::Resu
     Ok(())
 }
 
+/// The API's state with the proxy limits and invocation retention of the
+/// configuration.
+fn app_state(pool: PgPool, blobs: BlobStore, auth: Auth) -> anyhow::Result<AppState> {
+    let proxy_limits = config::proxy_limits()?;
+    let invocations = config::invocations()?;
+    let mut state = AppState::new(pool.clone(), blobs, auth);
+    state.http = sless_api::proxy::HttpClient::new(proxy_limits);
+    state.invocations = sless_api::invocations::Recorder::start(pool, invocations);
+    Ok(state)
+}
+
 async fn pool_from_env(max: u32) -> anyhow::Result<PgPool> {
     let pool = sless_store::connect(&config::require_database_url()?, max).await?;
     Ok(pool)
 }
 
 pub async fn api(listen: SocketAddr) -> anyhow::Result<()> {
+    let auth = config::tokens()?.auth(None)?;
     let pool = pool_from_env(30).await?;
     let blobs = BlobStore::new(&config::require_s3()?);
-    let secret = config::jwt_secret().context("SLESS_JWT_SECRET is not set")?;
-    let state = AppState::new(pool, blobs, Auth::hs256(secret.as_bytes(), None, None));
+    let state = app_state(pool.clone(), blobs, auth)?;
+    let recorder = state.invocations.clone();
     let listener = tokio::net::TcpListener::bind(listen).await?;
     eprintln!("sless api listening on http://{}", listener.local_addr()?);
     let (tx, rx) = watch::channel(false);
@@ -195,6 +214,8 @@ pub async fn api(listen: SocketAddr) -> anyhow::Result<()> {
     stop_signal().await;
     let _ = tx.send(true);
     http.await??;
+    recorder.shutdown().await;
+    pool.close().await;
     Ok(())
 }
 

@@ -1,6 +1,31 @@
 //! The one place errors become HTTP answers: `application/problem+json`
 //! documents (RFC 9457) with a stable `type` per kind of error.
 //!
+//! Every problem has `type` (`https://sless.dev/problems/{kind}`), `title`,
+//! `status` and `detail`, and `field` when one field of the request is at
+//! fault (a body member such as `env_vars` or `env_vars.A`, or a header
+//! such as `Idempotency-Key`). The kinds, and what they mean:
+//!
+//! | kind | status | |
+//! |---|---|---|
+//! | `malformed-request` | 400 | the body is not JSON (or not readable) |
+//! | `unauthorized` | 401 | no token, or a token that was refused |
+//! | `not-found` | 404 | no such route, function, version, or another user's namespace |
+//! | `method-not-allowed` | 405 | the route exists, not with this method |
+//! | `body-timeout` | 408 | the body did not arrive in time |
+//! | `already-exists` | 409 | create of a name that is taken |
+//! | `version-conflict` | 409 | a concurrent change came first |
+//! | `conflict` | 409 | the command does not fit the function's state now |
+//! | `payload-too-large` | 413 | a JSON body over its limit |
+//! | `archive-too-large` | 413 | an upload over its limit |
+//! | `unsupported-media-type` | 415 | an upload that is not `application/zip` |
+//! | `invalid-field` | 422 | a field breaks a rule; `field` names it |
+//! | `invalid-archive` | 422 | the zip breaks an archive rule |
+//! | `idempotency-key-reused` | 422 | the key was used for another request |
+//! | `internal` | 500 | a defect of ours |
+//! | `not-implemented` | 501 | a valid request for something not built yet |
+//! | `database-unavailable`, `blob-store-unavailable`, `deadline-exceeded` | 503 | retry later (`Retry-After`) |
+//!
 //! A dependency that cannot be reached or does not answer in time (the
 //! database, the blob store) is a 503 with `Retry-After`, never a 500: the
 //! request was not refused, and the same request may succeed later. With an
@@ -94,6 +119,26 @@ impl ApiError {
             detail,
         )
         .with_field(field)
+    }
+
+    /// 501: a valid request for something sless does not do yet; `detail`
+    /// says which issue brings it.
+    pub fn not_implemented(detail: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not-implemented",
+            "Not implemented",
+            detail,
+        )
+    }
+
+    pub fn method_not_allowed(detail: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+            detail,
+        )
     }
 
     pub fn malformed(detail: impl Into<String>) -> ApiError {
@@ -240,6 +285,14 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
         } else {
             ApiError::malformed(r.body_text())
         }
+    }
+}
+
+/// A path segment that cannot be decoded (percent-encoded bytes that are
+/// not UTF-8, say) names nothing that exists.
+impl From<axum::extract::rejection::PathRejection> for ApiError {
+    fn from(r: axum::extract::rejection::PathRejection) -> ApiError {
+        ApiError::not_found(format!("no such resource: {}", r.body_text()))
     }
 }
 

@@ -1,18 +1,19 @@
-//! `/v1/namespaces/{ns}/functions`: create, list, get, upload.
+//! `/v1/namespaces/{ns}/functions`: create, list, get, update (PUT),
+//! delete, upload.
 
 use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use serde::Deserialize;
 use serde_json::json;
 use sless_domain::archive::{self, ValidArchive};
 use sless_domain::{
     Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName, FunctionSpec, Runtime,
-    UploadedSource, decide,
+    SourceVersion, UploadedSource, decide,
 };
 use sless_store::blobs;
 use sless_store::eventlog;
@@ -22,6 +23,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::command::{self, Command, RequestContext};
 use crate::error::{ApiError, ApiResult};
+use crate::path::PathParams;
 
 type Answer = (StatusCode, Json<serde_json::Value>);
 
@@ -83,7 +85,7 @@ pub async fn load(state: &AppState, key: &FunctionKey) -> ApiResult<Function> {
     Ok(eventlog::load_function(&state.pool, key).await?)
 }
 
-fn function_path(key: &FunctionKey) -> String {
+pub(crate) fn function_path(key: &FunctionKey) -> String {
     format!("/v1/namespaces/{}/functions/{}", key.namespace, key.name)
 }
 
@@ -128,10 +130,27 @@ fn parse_name(name: &str) -> ApiResult<FunctionName> {
     FunctionName::parse(name).map_err(ApiError::from)
 }
 
+/// The function a path names: a name that cannot be a function's is not
+/// found (a 404 never echoes the naming rules), like one that does not exist.
+pub(crate) fn path_key(caller: &Caller, ns: &str, name: &str) -> ApiResult<FunctionKey> {
+    let namespace = caller.namespace(ns)?;
+    let name = FunctionName::parse(name)
+        .map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
+    Ok(FunctionKey::new(namespace, name))
+}
+
+pub(crate) fn function_not_found(key: &FunctionKey) -> ApiError {
+    ApiError::not_found(format!(
+        "function {:?} not found in {}",
+        key.name.as_str(),
+        key.namespace
+    ))
+}
+
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
-    Path(ns): Path<String>,
+    PathParams(ns): PathParams<String>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -182,7 +201,7 @@ pub async fn create(
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Path(ns): Path<String>,
+    PathParams(ns): PathParams<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
     let namespace = caller.namespace(&ns)?;
     let rows = readmodel::function_rows(&state.pool, namespace.as_str()).await?;
@@ -193,25 +212,18 @@ pub async fn list(
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    Path((ns, name)): Path<(String, String)>,
+    PathParams((ns, name)): PathParams<(String, String)>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let namespace = caller.namespace(&ns)?;
-    let name = parse_name(&name)
-        .map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
+    let key = path_key(&caller, &ns, &name)?;
     if let Some(row) =
-        readmodel::function_row(&state.pool, namespace.as_str(), name.as_str()).await?
+        readmodel::function_row(&state.pool, key.namespace.as_str(), key.name.as_str()).await?
     {
         return Ok(Json(view_of_row(&row)));
     }
-    // Not projected yet (just created): answer from the log.
-    let key = FunctionKey::new(namespace, name);
+    // Not projected yet (just created, or created again): answer from the log.
     let f = load(&state, &key).await?;
     if !f.exists() {
-        return Err(ApiError::not_found(format!(
-            "function {:?} not found in {}",
-            key.name.as_str(),
-            key.namespace
-        )));
+        return Err(function_not_found(&key));
     }
     Ok(Json(view_of_state(&key, &f)))
 }
@@ -248,16 +260,13 @@ fn check_zip_content_type(headers: &HeaderMap) -> ApiResult<()> {
 pub async fn upload(
     State(state): State<AppState>,
     caller: Caller,
-    Path((ns, name)): Path<(String, String)>,
+    PathParams((ns, name)): PathParams<(String, String)>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Answer> {
-    let namespace = caller.namespace(&ns)?;
-    let name = parse_name(&name)
-        .map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
-    let key = FunctionKey::new(namespace, name);
+    let key = path_key(&caller, &ns, &name)?;
     let body = body.map_err(|r| match ApiError::from(r) {
         e if e.status == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
             e.status,
@@ -276,18 +285,17 @@ pub async fn upload(
     }
     check_zip_content_type(&headers)?;
     let current = load(&state, &key).await?;
-    let spec = current.spec.clone().ok_or_else(|| {
-        ApiError::not_found(format!(
-            "function {:?} not found in {}",
-            key.name.as_str(),
-            key.namespace
-        ))
-    })?;
+    // A deleted function keeps its last spec in the fold: not found all the same.
+    let spec = current
+        .spec
+        .clone()
+        .filter(|_| current.exists())
+        .ok_or_else(|| function_not_found(&key))?;
     let limits = state.limits;
     let (archive, mut context, zip_bytes) =
         tokio::task::spawn_blocking(move || -> ApiResult<(ValidArchive, Vec<u8>, Bytes)> {
             let archive = archive::validate_zip(&body, &limits)?;
-            let context = archive::build_context(spec.runtime, &archive.files);
+            let context = archive.build_context(spec.runtime);
             Ok((archive, context, body))
         })
         .await
@@ -378,6 +386,245 @@ pub async fn upload(
                 tries += 1;
                 current = newer;
             }
+            answer => {
+                let (status, body) = answer?;
+                return Ok((status, Json(body)));
+            }
+        }
+    }
+}
+
+/// The body of `PUT /v1/namespaces/{ns}/functions/{name}`: the fields to
+/// change. A field left out keeps its value; `env_vars`, when given,
+/// replaces the whole environment. `name`, when given, must be the path's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateFunction {
+    pub name: Option<String>,
+    pub runtime: Option<String>,
+    pub entrypoint: Option<String>,
+    pub memory_mb: Option<u32>,
+    pub timeout_sec: Option<u32>,
+    pub env_vars: Option<BTreeMap<String, String>>,
+}
+
+impl UpdateFunction {
+    /// The spec `current` becomes with these changes.
+    fn apply_to(self, current: &FunctionSpec) -> ApiResult<FunctionSpec> {
+        let runtime = match self.runtime {
+            Some(r) => r.parse::<Runtime>()?,
+            None => current.runtime,
+        };
+        Ok(FunctionSpec {
+            runtime,
+            entrypoint: self
+                .entrypoint
+                .unwrap_or_else(|| current.entrypoint.clone()),
+            memory_mb: self.memory_mb.unwrap_or(current.memory_mb),
+            timeout_sec: self.timeout_sec.unwrap_or(current.timeout_sec),
+            env_vars: self.env_vars.unwrap_or_else(|| current.env_vars.clone()),
+        })
+    }
+}
+
+/// Packs the files of `source` again for `runtime` (the build context's
+/// Dockerfile and install step depend on it) and stores the new context:
+/// the source of the version a runtime change makes.
+async fn rebuild_for_runtime(
+    state: &AppState,
+    source: &SourceVersion,
+    runtime: Runtime,
+) -> ApiResult<UploadedSource> {
+    let old = state.blobs.get(&source.context_key).await?;
+    let limits = state.limits;
+    let context = tokio::task::spawn_blocking(move || {
+        sless_domain::source::read_context(&old, &limits).map(|files| files.build_context(runtime))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("repacking the source: {e}")))?
+    .map_err(|e| ApiError::internal(format!("the stored build context cannot be read: {e}")))?;
+    let context_sha256 = archive::sha256_hex(&context);
+    let context_key = blobs::context_key(&context_sha256);
+    state
+        .blobs
+        .put_if_absent(&context_key, context, "application/gzip")
+        .await?;
+    Ok(UploadedSource {
+        sha256: source.sha256.clone(),
+        size: source.size,
+        files: source.files,
+        zip_key: source.zip_key.clone(),
+        context_sha256,
+        context_key,
+    })
+}
+
+/// `PUT /v1/namespaces/{ns}/functions/{name}`: changes the spec.
+///
+/// Appends `FunctionSpecChanged` (the whole new spec) and asks a worker to
+/// redeploy: 202 with the event's position. A runtime change also packs the
+/// current source again for the new runtime, which becomes the next version
+/// (`FunctionUploaded` in the same append) and is built before it deploys.
+/// A spec that changes nothing answers 200 and appends nothing.
+pub async fn update(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams((ns, name)): PathParams<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Answer> {
+    let key = path_key(&caller, &ns, &name)?;
+    let body = body?;
+    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
+    if let Some((status, body)) = ctx.replay(&state).await? {
+        return Ok((status, Json(body)));
+    }
+    let req: UpdateFunction = parse_json(&body)?;
+    if let Some(n) = &req.name
+        && n != key.name.as_str()
+    {
+        return Err(ApiError::invalid(
+            "name",
+            format!(
+                "the body names {n:?} but the path names {:?}; a function cannot be renamed",
+                key.name.as_str()
+            ),
+        ));
+    }
+    let mut current = load(&state, &key).await?;
+    let Some(spec) = current.spec.clone().filter(|_| current.exists()) else {
+        return Err(function_not_found(&key));
+    };
+    let spec = req.apply_to(&spec)?;
+    // Refused before anything is stored for it.
+    spec.validate()?;
+    let mut rebuilt: Option<UploadedSource> = None;
+    let mut tries = 0;
+    loop {
+        let needed = current.rebuild_for(&spec).cloned();
+        let source = match needed {
+            Some(v) if rebuilt.as_ref().is_some_and(|r| r.sha256 == v.sha256) => rebuilt.clone(),
+            Some(v) => {
+                rebuilt = Some(rebuild_for_runtime(&state, &v, spec.runtime).await?);
+                rebuilt.clone()
+            }
+            None => None,
+        };
+        let command = FunctionCommand::ChangeSpec {
+            spec: spec.clone(),
+            rebuilt: source,
+        };
+        let events = match decide(&current, command) {
+            Ok(events) => events,
+            Err(e) => {
+                return command::settle(&state, &ctx, e.into())
+                    .await
+                    .map(|(s, b)| (s, Json(b)));
+            }
+        };
+        if events.is_empty() {
+            // Unless a concurrent retry of this very request made it so.
+            if let Some((status, body)) = ctx.replay(&state).await? {
+                return Ok((status, Json(body)));
+            }
+            let mut view = view_of_state(&key, &current);
+            view["unchanged"] = json!(true);
+            return Ok((StatusCode::OK, Json(view)));
+        }
+        let after = events.iter().fold(current.clone(), Function::evolve);
+        let cmd = Command {
+            stream: key.stream(),
+            expected_version: current.stream_version,
+            events: command::new_events(&ctx, &key, &events),
+            reconcile: Some(key.queue_key()),
+        };
+        let committed = command::commit(&state, &ctx, cmd, |appended| {
+            let mut view = view_of_state(&key, &after);
+            view["position"] = json!(appended.position);
+            view["status_url"] = json!(function_path(&key));
+            (StatusCode::ACCEPTED, view)
+        })
+        .await;
+        match committed {
+            // Only a worker's events landed in between (a build starting,
+            // say): decide again on the newer state. A change of the spec or
+            // the source in between is a real conflict and stays one.
+            Err(e) if e.status == StatusCode::CONFLICT && tries < 4 => {
+                let newer = load(&state, &key).await?;
+                let source_of = |f: &Function| f.current().map(|v| v.version);
+                if !newer.exists()
+                    || source_of(&newer) != source_of(&current)
+                    || newer.spec != current.spec
+                {
+                    return Err(e);
+                }
+                tries += 1;
+                current = newer;
+            }
+            answer => {
+                let (status, body) = answer?;
+                return Ok((status, Json(body)));
+            }
+        }
+    }
+}
+
+/// `DELETE /v1/namespaces/{ns}/functions/{name}`: appends `FunctionDeleted`
+/// and asks a worker to remove what runs: 202 with the event's position.
+/// The function is gone from list and get at once (404), its invoke URL
+/// answers 404, and the name may be created again; the stream goes on, and
+/// so do its version numbers.
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams((ns, name)): PathParams<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> ApiResult<Answer> {
+    let key = path_key(&caller, &ns, &name)?;
+    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), b"")?;
+    if let Some((status, body)) = ctx.replay(&state).await? {
+        return Ok((status, Json(body)));
+    }
+    let mut tries = 0;
+    loop {
+        let current = load(&state, &key).await?;
+        let events = match decide(&current, FunctionCommand::Delete) {
+            Ok(events) => events,
+            Err(e) => {
+                // A concurrent retry of this very request may have deleted it.
+                if let Some((status, body)) = ctx.replay(&state).await? {
+                    return Ok((status, Json(body)));
+                }
+                return Err(match e {
+                    sless_domain::DomainError::NotFound(_) => function_not_found(&key),
+                    e => e.into(),
+                });
+            }
+        };
+        let cmd = Command {
+            stream: key.stream(),
+            expected_version: current.stream_version,
+            events: command::new_events(&ctx, &key, &events),
+            reconcile: Some(key.queue_key()),
+        };
+        let committed = command::commit(&state, &ctx, cmd, |appended| {
+            let body = json!({
+                "namespace": key.namespace,
+                "name": key.name,
+                "phase": "Deleted",
+                "position": appended.position,
+            });
+            (StatusCode::ACCEPTED, body)
+        })
+        .await;
+        match committed {
+            // Whatever landed in between, a function that still exists is
+            // still to be deleted.
+            Err(e) if e.status == StatusCode::CONFLICT && tries < 4 => tries += 1,
             answer => {
                 let (status, body) = answer?;
                 return Ok((status, Json(body)));

@@ -22,7 +22,12 @@ pub mod error;
 pub mod functions;
 pub mod health;
 pub mod invocations;
+pub mod jobs;
+pub mod namespaces;
+pub mod path;
 pub mod proxy;
+pub mod source;
+pub mod triggers;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -33,9 +38,10 @@ use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
+use axum::http::Uri;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{any, get, post, put};
 use hyper::body::{Frame, SizeHint};
 use sless_domain::archive::ArchiveLimits;
 use sless_store::PgPool;
@@ -129,16 +135,44 @@ pub fn router(state: AppState) -> Router {
         )
     };
     let v1 = Router::new()
+        .route("/namespaces/{ns}/ensure", post(namespaces::ensure))
         .route(
             "/namespaces/{ns}/functions",
             get(functions::list).post(functions::create),
         )
-        .route("/namespaces/{ns}/functions/{name}", get(functions::get))
+        .route(
+            "/namespaces/{ns}/functions/{name}",
+            get(functions::get).delete(functions::delete),
+        )
         .route(
             "/namespaces/{ns}/functions/{name}/invocations",
             get(invocations::list),
         )
+        .route(
+            "/namespaces/{ns}/triggers",
+            get(triggers::list).post(triggers::create),
+        )
+        .route(
+            "/namespaces/{ns}/triggers/{name}",
+            get(triggers::get)
+                .patch(triggers::patch)
+                .delete(triggers::delete),
+        )
+        .route("/namespaces/{ns}/jobs", post(jobs::create))
+        .route(
+            "/namespaces/{ns}/jobs/{name}",
+            get(jobs::get).delete(jobs::delete),
+        )
         .route_layer(answer_within(Duration::ZERO, true))
+        // These also wait on the blob store.
+        .route(
+            "/namespaces/{ns}/functions/{name}",
+            put(functions::update).layer(answer_within(Duration::ZERO, false)),
+        )
+        .route(
+            "/namespaces/{ns}/functions/{name}/source",
+            get(source::get).layer(answer_within(Duration::ZERO, false)),
+        )
         .route(
             "/namespaces/{ns}/functions/{name}/upload",
             post(functions::upload)
@@ -160,8 +194,22 @@ pub fn router(state: AppState) -> Router {
             shed_while_unavailable,
         ))
         .route("/healthz", get(health::healthz))
+        .fallback(no_such_route)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(1024 * 1024))
         .with_state(state)
+        // Outermost, so every answer carries it, refusals included.
+        .layer(middleware::from_fn(invocations::with_request_id))
+}
+
+/// A path no route has: a problem document like every other 404.
+async fn no_such_route(uri: Uri) -> ApiError {
+    ApiError::not_found(format!("no route for {}", uri.path()))
+}
+
+/// A route that exists, asked with a method it does not take.
+async fn method_not_allowed(method: axum::http::Method, uri: Uri) -> ApiError {
+    ApiError::method_not_allowed(format!("{} does not take {method}", uri.path()))
 }
 
 /// Sheds load while the database is unavailable.

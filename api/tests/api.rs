@@ -2,16 +2,24 @@
 //! `oneshot`, over a real PostgreSQL and a real S3 server.
 
 mod api {
+    pub mod requests;
     pub mod support;
 
     mod archives;
     mod auth;
     mod bad_input;
+    mod bad_input_routes;
     mod concurrency;
+    mod delete;
     mod functions;
     mod health;
     mod idempotency;
+    mod invocations;
+    mod namespaces;
     mod proxy;
+    mod routes;
+    mod source;
     mod tenancy;
+    mod update;
     mod upload;
 }

@@ -28,10 +28,21 @@ pub struct SourceVersion {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "data")]
 pub enum FunctionEvent {
+    /// Created, or created again after a delete (the stream goes on, and
+    /// so do its version numbers).
     FunctionCreated {
         spec: FunctionSpec,
     },
     FunctionUploaded(SourceVersion),
+    /// The user changed the spec; `spec` is the whole new spec. When the
+    /// runtime changed, a `FunctionUploaded` of the same source rebuilt for
+    /// the new runtime follows it in the same append.
+    FunctionSpecChanged {
+        spec: FunctionSpec,
+    },
+    /// The user deleted the function: what runs is removed, and the name
+    /// is free to be created again.
+    FunctionDeleted {},
     BuildStarted {
         version: u32,
     },
@@ -66,6 +77,8 @@ impl FunctionEvent {
         match self {
             FunctionEvent::FunctionCreated { .. } => "FunctionCreated",
             FunctionEvent::FunctionUploaded(_) => "FunctionUploaded",
+            FunctionEvent::FunctionSpecChanged { .. } => "FunctionSpecChanged",
+            FunctionEvent::FunctionDeleted {} => "FunctionDeleted",
             FunctionEvent::BuildStarted { .. } => "BuildStarted",
             FunctionEvent::BuildSucceeded { .. } => "BuildSucceeded",
             FunctionEvent::BuildFailed { .. } => "BuildFailed",
@@ -123,10 +136,30 @@ mod tests {
                 version: 1,
                 endpoint: "http://x".into(),
             },
+            FunctionEvent::FunctionSpecChanged {
+                spec: FunctionSpec {
+                    runtime: Runtime::Nodejs20,
+                    entrypoint: "index.handler".into(),
+                    memory_mb: 256,
+                    timeout_sec: 10,
+                    env_vars: Default::default(),
+                },
+            },
+            FunctionEvent::FunctionDeleted {},
         ];
         for e in events {
             let back = FunctionEvent::from_stored(e.type_name(), &e.data()).unwrap();
             assert_eq!(back, e);
         }
+    }
+
+    #[test]
+    fn a_deletion_is_stored_with_empty_data() {
+        let e = FunctionEvent::FunctionDeleted {};
+        assert_eq!(e.data(), serde_json::json!({}));
+        assert_eq!(
+            FunctionEvent::from_stored("FunctionDeleted", &serde_json::json!({})).unwrap(),
+            e
+        );
     }
 }

@@ -16,13 +16,21 @@ pub enum Phase {
     Building,
     Ready,
     Failed,
+    /// Deleted: nothing runs, and the name may be created again.
+    Deleted,
 }
 
 impl Phase {
+    pub const ALL: [Phase; 5] = [
+        Phase::Pending,
+        Phase::Building,
+        Phase::Ready,
+        Phase::Failed,
+        Phase::Deleted,
+    ];
+
     pub fn parse(s: &str) -> Option<Phase> {
-        [Phase::Pending, Phase::Building, Phase::Ready, Phase::Failed]
-            .into_iter()
-            .find(|p| p.as_str() == s)
+        Phase::ALL.into_iter().find(|p| p.as_str() == s)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -31,15 +39,23 @@ impl Phase {
             Phase::Building => "Building",
             Phase::Ready => "Ready",
             Phase::Failed => "Failed",
+            Phase::Deleted => "Deleted",
         }
     }
 }
 
 /// A function's state: a fold over its stream.
+///
+/// A deleted function keeps its stream: `FunctionDeleted` clears what runs
+/// and what is current, keeps the last spec (for the read model's row) and
+/// the list of versions, so that a function created again under the same
+/// name goes on numbering its uploads after the highest version the stream
+/// ever had. Version N of a stream always means one upload.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Function {
     /// Number of events applied (the stream version).
     pub stream_version: u64,
+    /// The spec users asked for (after a delete: the last one it had).
     pub spec: Option<FunctionSpec>,
     /// Every uploaded version, oldest first.
     pub versions: Vec<SourceVersion>,
@@ -54,11 +70,38 @@ pub struct Function {
     pub last_error: Option<String>,
     /// The version whose build or deploy failed last (cleared by a new upload).
     pub failed_version: Option<u32>,
+    /// The spec the deployment of `deployed_version` was started with. A
+    /// `FunctionDeployed` is appended against the stream version the
+    /// reconciler read, so the spec current then is the one it deployed.
+    pub deployed_spec: Option<FunctionSpec>,
 }
 
 impl Function {
+    /// True when the function was created and not deleted since.
     pub fn exists(&self) -> bool {
-        self.spec.is_some()
+        self.spec.is_some() && self.phase != Phase::Deleted
+    }
+
+    /// The number the next upload gets: one past the highest version the
+    /// stream ever had, deletes included.
+    pub fn next_version(&self) -> u32 {
+        self.versions.iter().map(|v| v.version).max().unwrap_or(0) + 1
+    }
+
+    /// The current source, when changing to `spec` needs it built again:
+    /// the build context (its Dockerfile, the install step) depends on the
+    /// runtime.
+    pub fn rebuild_for(&self, spec: &FunctionSpec) -> Option<&SourceVersion> {
+        let runtime = self.spec.as_ref()?.runtime;
+        if runtime == spec.runtime {
+            return None;
+        }
+        self.current()
+    }
+
+    /// True when what runs was started with the spec users want now.
+    pub fn deployed_with_current_spec(&self) -> bool {
+        self.deployed_spec.is_some() && self.deployed_spec == self.spec
     }
 
     /// The source version users want running now.
@@ -70,10 +113,42 @@ impl Function {
     /// Folds one event into the state.
     pub fn evolve(mut self, event: &FunctionEvent) -> Function {
         self.stream_version += 1;
+        let created = matches!(event, FunctionEvent::FunctionCreated { .. });
+        if !self.exists() && !created {
+            // Nothing happens to a function that does not exist (a worker's
+            // event can only land here if it raced a delete).
+            return self;
+        }
         match event {
             FunctionEvent::FunctionCreated { spec } => {
+                // A new life: only the stream's position and its version
+                // numbers carry over from before a delete.
+                self = Function {
+                    stream_version: self.stream_version,
+                    spec: Some(spec.clone()),
+                    versions: std::mem::take(&mut self.versions),
+                    ..Function::default()
+                };
+            }
+            FunctionEvent::FunctionSpecChanged { spec } => {
                 self.spec = Some(spec.clone());
-                self.phase = Phase::Pending;
+                // What runs no longer matches: it is redeployed (the
+                // reconciler compares `deployed_spec`), and a failure of the
+                // old spec is not this one's.
+                if matches!(self.phase, Phase::Ready | Phase::Failed) {
+                    self.phase = Phase::Pending;
+                }
+                self.last_error = None;
+                self.failed_version = None;
+            }
+            FunctionEvent::FunctionDeleted {} => {
+                self = Function {
+                    stream_version: self.stream_version,
+                    spec: self.spec.take(),
+                    versions: std::mem::take(&mut self.versions),
+                    phase: Phase::Deleted,
+                    ..Function::default()
+                };
             }
             FunctionEvent::FunctionUploaded(v) => {
                 self.versions.push(v.clone());
@@ -109,6 +184,7 @@ impl Function {
             FunctionEvent::FunctionDeployed { version, endpoint } => {
                 self.deployed_version = Some(*version);
                 self.endpoint = Some(endpoint.clone());
+                self.deployed_spec = self.spec.clone();
                 if self.current_version == Some(*version) {
                     self.phase = Phase::Ready;
                     self.last_error = None;
@@ -148,6 +224,16 @@ pub enum FunctionCommand {
     Upload {
         source: UploadedSource,
     },
+    /// Replace the spec. When the runtime changes and there is a current
+    /// version, `rebuilt` is that version's source with a build context made
+    /// for the new runtime (its blobs already stored; see
+    /// `Function::rebuild_for`): it becomes the next version.
+    ChangeSpec {
+        spec: FunctionSpec,
+        rebuilt: Option<UploadedSource>,
+    },
+    /// Delete the function: stop what runs, free the name.
+    Delete,
 }
 
 /// An upload's facts, before it gets its version number.
@@ -183,16 +269,56 @@ pub fn decide(state: &Function, command: FunctionCommand) -> Decision {
             if state.current().is_some_and(|c| c.sha256 == source.sha256) {
                 return Ok(vec![]);
             }
-            let version = state.versions.iter().map(|v| v.version).max().unwrap_or(0) + 1;
-            Ok(vec![FunctionEvent::FunctionUploaded(SourceVersion {
-                version,
-                sha256: source.sha256,
-                size: source.size,
-                files: source.files,
-                zip_key: source.zip_key,
-                context_sha256: source.context_sha256,
-                context_key: source.context_key,
-            })])
+            Ok(vec![FunctionEvent::FunctionUploaded(
+                source.into_version(state.next_version()),
+            )])
+        }
+        FunctionCommand::ChangeSpec { spec, rebuilt } => {
+            if !state.exists() {
+                return Err(DomainError::NotFound("function".into()));
+            }
+            spec.validate()?;
+            if state.spec.as_ref() == Some(&spec) {
+                return Ok(vec![]);
+            }
+            let rebuild = state.rebuild_for(&spec).map(|current| {
+                match rebuilt {
+                    Some(r) if r.sha256 == current.sha256 => Ok(r),
+                    Some(_) => Err(DomainError::Conflict(
+                        "the function's source changed while its runtime was being changed: read it again and retry".into(),
+                    )),
+                    None => Err(DomainError::Conflict(
+                        "a runtime change needs the current source rebuilt for the new runtime".into(),
+                    )),
+                }
+            });
+            let mut events = vec![FunctionEvent::FunctionSpecChanged { spec }];
+            if let Some(rebuilt) = rebuild.transpose()? {
+                events.push(FunctionEvent::FunctionUploaded(
+                    rebuilt.into_version(state.next_version()),
+                ));
+            }
+            Ok(events)
+        }
+        FunctionCommand::Delete => {
+            if !state.exists() {
+                return Err(DomainError::NotFound("function".into()));
+            }
+            Ok(vec![FunctionEvent::FunctionDeleted {}])
+        }
+    }
+}
+
+impl UploadedSource {
+    fn into_version(self, version: u32) -> SourceVersion {
+        SourceVersion {
+            version,
+            sha256: self.sha256,
+            size: self.size,
+            files: self.files,
+            zip_key: self.zip_key,
+            context_sha256: self.context_sha256,
+            context_key: self.context_key,
         }
     }
 }

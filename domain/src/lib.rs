@@ -1,20 +1,27 @@
 //! The pure core of sless: names, function specs, events, commands, the
-//! deciders that turn commands into events, and the rules an uploaded archive
-//! must follow.
+//! deciders that turn commands into events, the rules an uploaded archive
+//! must follow (and reading its build context back), and the rules of
+//! trigger and job requests (cron schedules, time zones).
 //!
 //! Architecture Invariant: this crate does no IO. It never depends on tokio,
 //! sqlx, an HTTP stack, or any other crate of this workspace; everything here
 //! is a function of its arguments and is tested without a database.
 
 pub mod archive;
+pub mod cron;
 pub mod events;
 pub mod function;
+pub mod job;
 pub mod names;
+pub mod namespace;
+pub mod source;
 pub mod spec;
+pub mod trigger;
 
 pub use events::{FunctionEvent, SourceVersion};
 pub use function::{Function, FunctionCommand, Phase, UploadedSource, decide};
-pub use names::{FunctionKey, FunctionName, Namespace};
+pub use names::{FunctionKey, FunctionName, JobName, Namespace, TriggerName};
+pub use namespace::NamespaceEvent;
 pub use spec::{FunctionSpec, Runtime};
 
 /// Why a command was refused or an input rejected.

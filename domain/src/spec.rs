@@ -53,9 +53,15 @@ impl FromStr for Runtime {
 }
 
 /// Limits on a function spec.
-pub const MEMORY_MB_RANGE: (u32, u32) = (64, 8192);
+pub const MEMORY_MB_RANGE: (u32, u32) = (64, 4096);
 pub const TIMEOUT_SEC_RANGE: (u32, u32) = (1, 900);
 pub const MAX_ENV_VARS: usize = 100;
+/// Longest environment variable name, in bytes.
+pub const MAX_ENV_NAME_BYTES: usize = 256;
+/// Largest value of one environment variable, in bytes.
+pub const MAX_ENV_VALUE_BYTES: usize = 32 * 1024;
+/// Largest total of all values of a function's (or a job's) environment.
+pub const MAX_ENV_TOTAL_BYTES: usize = 128 * 1024;
 
 /// The desired shape of a function, as the user gave it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,37 +82,79 @@ impl FunctionSpec {
         if !(lo..=hi).contains(&self.memory_mb) {
             return Err(DomainError::Invalid {
                 field: "memory_mb",
-                detail: format!("memory_mb must be between {lo} and {hi}"),
+                detail: format!(
+                    "memory_mb must be between {lo} and {hi} (got {})",
+                    self.memory_mb
+                ),
             });
         }
         let (lo, hi) = TIMEOUT_SEC_RANGE;
         if !(lo..=hi).contains(&self.timeout_sec) {
             return Err(DomainError::Invalid {
                 field: "timeout_sec",
-                detail: format!("timeout_sec must be between {lo} and {hi}"),
+                detail: format!(
+                    "timeout_sec must be between {lo} and {hi} (got {})",
+                    self.timeout_sec
+                ),
             });
         }
-        if self.env_vars.len() > MAX_ENV_VARS {
-            return Err(DomainError::Invalid {
-                field: "env_vars",
-                detail: format!("at most {MAX_ENV_VARS} environment variables"),
-            });
-        }
-        for key in self.env_vars.keys() {
-            let ok = !key.is_empty()
-                && !key.starts_with(|c: char| c.is_ascii_digit())
-                && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-            if !ok || key.starts_with("SLESS_") {
-                return Err(DomainError::Invalid {
-                    field: "env_vars",
-                    detail: format!(
-                        "{key:?} is not a valid environment variable name (letters, digits and '_', not starting with a digit, not starting with SLESS_)"
-                    ),
-                });
-            }
-        }
-        Ok(())
+        check_env("env_vars", &self.env_vars)
     }
+}
+
+/// Names the platform sets itself in a function's environment: a user may
+/// not set them.
+fn reserved_env_name(name: &str) -> bool {
+    name == "PORT" || name.starts_with("SLESS_") || name.starts_with("KUBERNETES_")
+}
+
+/// Checks an environment (a function's `env_vars`, a job's `env`): names
+/// match `^[A-Za-z_][A-Za-z0-9_]*$` and are not reserved (`PORT`, `SLESS_*`,
+/// `KUBERNETES_*`); a value is at most 32 KiB and holds no NUL byte; all
+/// values together are at most 128 KiB; at most 100 variables.
+pub fn check_env(field: &'static str, env: &BTreeMap<String, String>) -> Result<(), DomainError> {
+    let invalid = |detail: String| DomainError::Invalid { field, detail };
+    if env.len() > MAX_ENV_VARS {
+        return Err(invalid(format!(
+            "at most {MAX_ENV_VARS} environment variables (got {})",
+            env.len()
+        )));
+    }
+    let mut total = 0usize;
+    for (name, value) in env {
+        let well_formed = !name.is_empty()
+            && name.len() <= MAX_ENV_NAME_BYTES
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !well_formed {
+            return Err(invalid(format!(
+                "{name:?} is not a valid environment variable name: it must match ^[A-Za-z_][A-Za-z0-9_]*$ (at most {MAX_ENV_NAME_BYTES} characters)"
+            )));
+        }
+        if reserved_env_name(name) {
+            return Err(invalid(format!(
+                "{name:?} is reserved: PORT, SLESS_* and KUBERNETES_* are set by the platform"
+            )));
+        }
+        if value.len() > MAX_ENV_VALUE_BYTES {
+            return Err(invalid(format!(
+                "the value of {name} is {} bytes; the limit is {MAX_ENV_VALUE_BYTES}",
+                value.len()
+            )));
+        }
+        if value.contains('\0') {
+            return Err(invalid(format!(
+                "the value of {name} holds a NUL byte, which an environment cannot carry"
+            )));
+        }
+        total += value.len();
+    }
+    if total > MAX_ENV_TOTAL_BYTES {
+        return Err(invalid(format!(
+            "the values add up to {total} bytes; the limit is {MAX_ENV_TOTAL_BYTES}"
+        )));
+    }
+    Ok(())
 }
 
 /// `module.function` for Python; a dotted path of identifiers.
@@ -125,6 +173,21 @@ fn check_entrypoint(runtime: Runtime, entrypoint: &str) -> Result<(), DomainErro
             ),
         });
     }
+    if runtime == Runtime::Go123 {
+        // A Go entrypoint names an exported function of a library package
+        // (runtimes/README.md): `package.Function`.
+        let exported = parts.len() == 2
+            && parts[1].starts_with(|c: char| c.is_ascii_uppercase())
+            && parts[0] != "main";
+        if !exported {
+            return Err(DomainError::Invalid {
+                field: "entrypoint",
+                detail: format!(
+                    "{entrypoint:?} is not a valid entrypoint for go1.23: expected package.Function with an exported (capitalised) function of a package other than main, e.g. handler.Handle"
+                ),
+            });
+        }
+    }
     Ok(())
 }
 
@@ -139,6 +202,20 @@ mod tests {
             memory_mb: 128,
             timeout_sec: 30,
             env_vars: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_go_entrypoint_names_an_exported_function_of_a_library_package() {
+        let go = |entrypoint: &str| {
+            let mut s = spec();
+            s.runtime = Runtime::Go123;
+            s.entrypoint = entrypoint.into();
+            s.validate()
+        };
+        assert!(go("handler.Handle").is_ok());
+        for bad in ["handler.handle", "a.b.Handle", "main.Handle", "Handle"] {
+            assert!(go(bad).is_err(), "{bad}");
         }
     }
 
@@ -173,7 +250,43 @@ mod tests {
                     s.env_vars.insert("SLESS_PORT".into(), "v".into());
                 }),
             ),
+            ("memory_mb", Box::new(|s| s.memory_mb = 63)),
+            ("memory_mb", Box::new(|s| s.memory_mb = 4097)),
+            ("timeout_sec", Box::new(|s| s.timeout_sec = 901)),
+            (
+                "entrypoint",
+                Box::new(|s| s.entrypoint = "handler.ha\0ndle".into()),
+            ),
         ];
+        let env = |k: &str, v: String| -> Change {
+            let (k, v) = (k.to_owned(), v);
+            Box::new(move |s: &mut FunctionSpec| {
+                s.env_vars.insert(k.clone(), v.clone());
+            })
+        };
+        let mut cases = cases;
+        for (k, v) in [
+            ("PORT", "8080".to_owned()),
+            ("KUBERNETES_SERVICE_HOST", "x".to_owned()),
+            ("A-B", "v".to_owned()),
+            ("A B", "v".to_owned()),
+            ("", "v".to_owned()),
+            ("\u{417}", "v".to_owned()),
+            ("A\0", "v".to_owned()),
+            ("BIG", "x".repeat(MAX_ENV_VALUE_BYTES + 1)),
+            ("NUL", "a\0b".to_owned()),
+        ] {
+            cases.push(("env_vars", env(k, v)));
+        }
+        // Five values of 30 KiB: each fits, together they do not.
+        cases.push((
+            "env_vars",
+            Box::new(|s| {
+                for i in 0..5 {
+                    s.env_vars.insert(format!("V{i}"), "x".repeat(30 * 1024));
+                }
+            }),
+        ));
         for (field, change) in cases {
             let mut s = spec();
             change(&mut s);
@@ -182,5 +295,20 @@ mod tests {
                 other => panic!("expected invalid {field}, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn limits_are_inclusive_and_underscores_and_lower_case_names_are_fine() {
+        let mut s = spec();
+        s.memory_mb = 64;
+        s.timeout_sec = 900;
+        s.env_vars
+            .insert("_private".into(), "x".repeat(MAX_ENV_VALUE_BYTES));
+        s.env_vars.insert("lower_Case9".into(), "é ✓".into());
+        s.env_vars.insert("PORTS".into(), "not PORT itself".into());
+        assert_eq!(s.validate(), Ok(()));
+        s.memory_mb = 4096;
+        s.timeout_sec = 1;
+        assert_eq!(s.validate(), Ok(()));
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rand::Rng;
-use sless_domain::{Function, FunctionEvent, FunctionSpec, Runtime, SourceVersion};
+use sless_domain::{Function, FunctionEvent, FunctionSpec, Phase, Runtime, SourceVersion};
 use sless_projector::Projector;
 use sless_store::PgPool;
 use sless_store::eventlog::{self, Metadata, NewEvent};
@@ -71,7 +71,7 @@ async fn assert_read_models_equal_fold(pool: &PgPool) {
         let (_, rest) = stream.split_once('/').unwrap();
         let (ns, name) = rest.split_once('/').unwrap();
         let folded = fold(pool, &stream).await;
-        let row = readmodel::function_row(pool, ns, name)
+        let row = readmodel::function_row_any(pool, ns, name)
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("{stream} has no row"));
@@ -389,6 +389,102 @@ async fn run_wakes_up_for_an_append_while_it_sleeps() {
     projector.await.unwrap().unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_function_keeps_a_marked_row_and_a_new_life_goes_on_from_it() {
+    let db = TestDb::new().await;
+    let stream = "function/ns/f";
+    let append = async |expected: u64, events: &[FunctionEvent]| {
+        let mut tx = db.pool.begin().await.unwrap();
+        let new: Vec<_> = events.iter().map(|e| new_event(stream, e)).collect();
+        eventlog::append(&mut tx, stream, expected, &new)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    };
+    // A projector that remembers its rows across batches, and the plain step.
+    let mut remembering = Projector::new();
+    append(
+        0,
+        &[
+            FunctionEvent::FunctionCreated { spec: spec() },
+            uploaded(1),
+            FunctionEvent::FunctionDeployed {
+                version: 1,
+                endpoint: "http://f".into(),
+            },
+        ],
+    )
+    .await;
+    step_with(&mut remembering, &db.pool, 100).await;
+    append(3, &[FunctionEvent::FunctionDeleted {}]).await;
+    step_with(&mut remembering, &db.pool, 100).await;
+
+    assert_eq!(
+        readmodel::function_row(&db.pool, "ns", "f").await.unwrap(),
+        None,
+        "queries do not see a deleted function"
+    );
+    assert_eq!(
+        readmodel::function_rows(&db.pool, "ns").await.unwrap(),
+        vec![]
+    );
+    let row = readmodel::function_row_any(&db.pool, "ns", "f")
+        .await
+        .unwrap()
+        .expect("the row stays");
+    assert_eq!(row.phase, Phase::Deleted);
+    assert_eq!(
+        (
+            row.current_version,
+            row.deployed_version,
+            row.endpoint.as_deref()
+        ),
+        (None, None, None)
+    );
+    assert_eq!(row.stream_version, 4);
+    assert_read_models_equal_fold(&db.pool).await;
+
+    let node = FunctionSpec {
+        runtime: Runtime::Nodejs20,
+        entrypoint: "index.handler".into(),
+        ..spec()
+    };
+    append(
+        4,
+        &[
+            FunctionEvent::FunctionCreated { spec: node.clone() },
+            uploaded(2),
+        ],
+    )
+    .await;
+    // The plain step this time: it reads the deleted row from the table.
+    step_past_other_tests(&db.pool).await.unwrap();
+    let row = readmodel::function_row(&db.pool, "ns", "f")
+        .await
+        .unwrap()
+        .expect("alive again");
+    assert_eq!(row.spec, node);
+    assert_eq!((row.phase, row.current_version), (Phase::Pending, Some(2)));
+    assert_eq!(row.stream_version, 6);
+    append(
+        6,
+        &[FunctionEvent::FunctionSpecChanged {
+            spec: FunctionSpec {
+                memory_mb: 1024,
+                ..node
+            },
+        }],
+    )
+    .await;
+    sless_projector::catch_up(&db.pool).await.unwrap();
+    let row = readmodel::function_row(&db.pool, "ns", "f")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.spec.memory_mb, 1024);
+    assert_read_models_equal_fold(&db.pool).await;
+}
+
 /// 16 writers on 6 streams, ~10% of transactions rolled back, a projector
 /// running throughout: afterwards every read model equals a fold over the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -463,13 +559,21 @@ async fn concurrent_writers_with_rollbacks(remembering: bool) {
                 for i in 0..batch {
                     let e = if !next.exists() {
                         FunctionEvent::FunctionCreated { spec: spec() }
-                    } else if (w + i) % 3 == 0 {
-                        FunctionEvent::FunctionDeployed {
-                            version: next.current_version.unwrap_or(0),
-                            endpoint: format!("http://w{w}"),
-                        }
                     } else {
-                        uploaded(next.versions.len() as u32 + 1)
+                        match (w + i + commits) % 11 {
+                            0 => FunctionEvent::FunctionDeleted {},
+                            1 | 2 => FunctionEvent::FunctionSpecChanged {
+                                spec: FunctionSpec {
+                                    memory_mb: 64 + commits as u32,
+                                    ..spec()
+                                },
+                            },
+                            3..=5 => FunctionEvent::FunctionDeployed {
+                                version: next.current_version.unwrap_or(0),
+                                endpoint: format!("http://w{w}"),
+                            },
+                            _ => uploaded(next.next_version()),
+                        }
                     };
                     next = next.evolve(&e);
                     events.push(new_event(&stream, &e));

@@ -1,5 +1,10 @@
 //! Read models: the rows the projector keeps from the log and the API
 //! queries. Only the projector writes them.
+//!
+//! A deleted function keeps its row, in phase `Deleted` (the projector
+//! needs its stream version to go on when the name is created again), and
+//! its version rows. The queries the API and the invoke proxy make
+//! (`function_row`, `function_rows`) do not see deleted rows.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -39,6 +44,7 @@ impl FunctionRow {
             phase: self.phase,
             last_error: self.last_error.clone(),
             failed_version: None,
+            deployed_spec: None,
         }
     }
 
@@ -81,8 +87,24 @@ fn row_of(r: sqlx::postgres::PgRow) -> Result<FunctionRow> {
     })
 }
 
-/// One function's row, if the projector has seen it.
+/// One function's row, if the projector has seen it and it is not deleted.
 pub async fn function_row<'e>(
+    exec: impl PgExecutor<'e>,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<FunctionRow>> {
+    let row = sqlx::query(
+        "select * from functions where namespace = $1 and name = $2 and phase <> 'Deleted'",
+    )
+    .bind(namespace)
+    .bind(name)
+    .fetch_optional(exec)
+    .await?;
+    row.map(row_of).transpose()
+}
+
+/// One function's row as the projector keeps it, deleted or not.
+pub async fn function_row_any<'e>(
     exec: impl PgExecutor<'e>,
     namespace: &str,
     name: &str,
@@ -95,7 +117,8 @@ pub async fn function_row<'e>(
     row.map(row_of).transpose()
 }
 
-/// The rows of the given (namespace, name) pairs that exist. Takes no row
+/// The rows of the given (namespace, name) pairs that exist, deleted ones
+/// included (for the projector). Takes no row
 /// locks: only the projector writes these rows, and two copies of it are
 /// already kept apart by their checkpoint's row lock.
 pub async fn function_rows_by_key<'e>(
@@ -115,14 +138,16 @@ pub async fn function_rows_by_key<'e>(
     rows.into_iter().map(row_of).collect()
 }
 
-/// Every function of a namespace, by name.
+/// Every function of a namespace that is not deleted, by name.
 pub async fn function_rows<'e>(
     exec: impl PgExecutor<'e>,
     namespace: &str,
 ) -> Result<Vec<FunctionRow>> {
-    let rows = sqlx::query("select * from functions where namespace = $1 order by name")
-        .bind(namespace)
-        .fetch_all(exec)
-        .await?;
+    let rows = sqlx::query(
+        "select * from functions where namespace = $1 and phase <> 'Deleted' order by name",
+    )
+    .bind(namespace)
+    .fetch_all(exec)
+    .await?;
     rows.into_iter().map(row_of).collect()
 }

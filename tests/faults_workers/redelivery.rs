@@ -166,7 +166,10 @@ impl Run {
 
 fn summary(e: &FunctionEvent) -> String {
     let version = match e {
-        FunctionEvent::FunctionCreated { .. } | FunctionEvent::ReconcileAbandoned { .. } => None,
+        FunctionEvent::FunctionCreated { .. }
+        | FunctionEvent::FunctionSpecChanged { .. }
+        | FunctionEvent::FunctionDeleted {}
+        | FunctionEvent::ReconcileAbandoned { .. } => None,
         FunctionEvent::FunctionUploaded(v) => Some(v.version),
         FunctionEvent::BuildStarted { version }
         | FunctionEvent::BuildSucceeded { version, .. }

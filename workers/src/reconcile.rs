@@ -3,6 +3,12 @@
 //! runs, and converges, recording what happened as events. Running it twice
 //! has the effect of running it once, which is what makes a replay after an
 //! outage safe.
+//!
+//! What should run: the current version of a function that exists, started
+//! with its current spec. A spec change redeploys the built artifact (a
+//! runtime change comes with a new version, so it is built first); a
+//! deleted function, or one with nothing uploaded, has whatever runs for it
+//! removed.
 
 use sless_domain::{Function, FunctionEvent, FunctionKey};
 use sless_store::PgPool;
@@ -95,20 +101,22 @@ impl<D: Driver> Reconciler<D> {
         state: &Function,
     ) -> HandlerResult<Option<Recorded>> {
         let (Some(spec), Some(current)) = (state.spec.as_ref(), state.current()) else {
-            // Nothing uploaded (or nothing at all): nothing should run.
-            if !state.exists() {
-                self.driver.remove(key).await.map_err(infra)?;
-            }
+            // Deleted, never created, or nothing uploaded since it was
+            // (created again): nothing should run.
+            self.driver.remove(key).await.map_err(infra)?;
             return Ok(None);
         };
         if state.failed_version == Some(current.version) {
             return Ok(None); // waits for a new upload
         }
         let running = self.driver.status(key).await;
+        // Converged: the current version runs, where the log says, started
+        // with the spec the log has now (a spec change redeploys).
         let converged = running.as_ref().is_some_and(|d| {
             d.version == current.version
                 && state.deployed_version == Some(current.version)
                 && state.endpoint.as_deref() == Some(d.endpoint.as_str())
+                && state.deployed_with_current_spec()
         });
         if converged {
             return Ok(None);
@@ -155,9 +163,10 @@ impl<D: Driver> Reconciler<D> {
             };
             return self.record(item, key, state, ok).await.map(Some);
         }
-        // Newer work supersedes: never deploy a version that is no longer current.
+        // Newer work supersedes: never deploy a version that is no longer
+        // current, nor a spec that was changed since.
         let now = load(&self.pool, key).await?;
-        if now.current_version != Some(current.version) {
+        if now.current_version != Some(current.version) || now.spec != state.spec {
             return Ok(Some(Recorded::Stale));
         }
         let deployed = self

@@ -11,17 +11,17 @@ use super::support::*;
 
 const SUB: &str = "dave@example.com";
 
-struct Case {
-    what: &'static str,
+pub(super) struct Case {
+    pub what: &'static str,
     /// Extra request headers.
-    headers: Vec<(&'static str, String)>,
-    body: Vec<u8>,
-    status: StatusCode,
-    kind: &'static str,
-    field: Option<&'static str>,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub field: Option<&'static str>,
 }
 
-fn case(
+pub(super) fn case(
     what: &'static str,
     body: impl Into<Vec<u8>>,
     status: StatusCode,
@@ -47,9 +47,21 @@ async fn assert_refused_writing_nothing(
     content_type: Option<&str>,
     cases: Vec<Case>,
 ) -> Counts {
+    assert_refused_writing_nothing_with(env, Method::POST, uri, tok, content_type, cases).await
+}
+
+/// `assert_refused_writing_nothing` with any method.
+pub(super) async fn assert_refused_writing_nothing_with(
+    env: &Env,
+    method: Method,
+    uri: &str,
+    tok: &str,
+    content_type: Option<&str>,
+    cases: Vec<Case>,
+) -> Counts {
     let before = env.counts().await;
     for c in cases {
-        let mut req = request(Method::POST, uri, Some(tok));
+        let mut req = request(method.clone(), uri, Some(tok));
         if let Some(ct) = content_type {
             req = req.header(header::CONTENT_TYPE, ct);
         }
@@ -75,7 +87,7 @@ async fn assert_refused_writing_nothing(
 }
 
 /// A create body: the minimal valid spec with `change` merged over it.
-fn create_body(change: serde_json::Value) -> Vec<u8> {
+pub(super) fn create_body(change: serde_json::Value) -> Vec<u8> {
     let mut body = spec("good-name");
     for (k, v) in change.as_object().unwrap() {
         body[k] = v.clone();
@@ -259,6 +271,156 @@ async fn bad_create_requests_are_refused_and_write_nothing() {
         case(
             "reserved env var SLESS_",
             create_body(json!({ "env_vars": { "SLESS_TOKEN": "v" } })),
+            INVALID,
+            "invalid-field",
+            Some("env_vars"),
+        ),
+        case(
+            "name of 41 characters",
+            create_body(json!({ "name": "a".repeat(41) })),
+            INVALID,
+            "invalid-field",
+            Some("name"),
+        ),
+        case(
+            "name starting with a digit",
+            create_body(json!({ "name": "1st" })),
+            INVALID,
+            "invalid-field",
+            Some("name"),
+        ),
+        case(
+            "name with a Cyrillic look-alike of e",
+            create_body(json!({ "name": "h\u{435}llo" })),
+            INVALID,
+            "invalid-field",
+            Some("name"),
+        ),
+        case(
+            "name with a fullwidth letter",
+            create_body(json!({ "name": "\u{ff41}bc" })),
+            INVALID,
+            "invalid-field",
+            Some("name"),
+        ),
+        case(
+            "name with a slash",
+            create_body(json!({ "name": "a/b" })),
+            INVALID,
+            "invalid-field",
+            Some("name"),
+        ),
+        case(
+            "name ..",
+            create_body(json!({ "name": ".." })),
+            INVALID,
+            "invalid-field",
+            Some("name"),
+        ),
+        case(
+            "name with a NUL byte",
+            create_body(json!({ "name": "a\u{0}b" })),
+            INVALID,
+            "invalid-field",
+            Some("name"),
+        ),
+        case(
+            "unknown runtime go1.19",
+            create_body(json!({ "runtime": "go1.19" })),
+            INVALID,
+            "invalid-field",
+            Some("runtime"),
+        ),
+        case(
+            "runtime that is not a string",
+            create_body(json!({ "runtime": 3 })),
+            INVALID,
+            "invalid-field",
+            Some("runtime"),
+        ),
+        case(
+            "entrypoint with a NUL byte",
+            create_body(json!({ "entrypoint": "handler.ha\u{0}ndle" })),
+            INVALID,
+            "invalid-field",
+            Some("entrypoint"),
+        ),
+        case(
+            "memory 63 MB",
+            create_body(json!({ "memory_mb": 63 })),
+            INVALID,
+            "invalid-field",
+            Some("memory_mb"),
+        ),
+        case(
+            "memory 4097 MB",
+            create_body(json!({ "memory_mb": 4097 })),
+            INVALID,
+            "invalid-field",
+            Some("memory_mb"),
+        ),
+        case(
+            "timeout 901 s",
+            create_body(json!({ "timeout_sec": 901 })),
+            INVALID,
+            "invalid-field",
+            Some("timeout_sec"),
+        ),
+        case(
+            "timeout 1.5 s",
+            create_body(json!({ "timeout_sec": 1.5 })),
+            INVALID,
+            "invalid-field",
+            Some("timeout_sec"),
+        ),
+        case(
+            "reserved env var PORT",
+            create_body(json!({ "env_vars": { "PORT": "8080" } })),
+            INVALID,
+            "invalid-field",
+            Some("env_vars"),
+        ),
+        case(
+            "reserved env var KUBERNETES_SERVICE_HOST",
+            create_body(json!({ "env_vars": { "KUBERNETES_SERVICE_HOST": "x" } })),
+            INVALID,
+            "invalid-field",
+            Some("env_vars"),
+        ),
+        case(
+            "env var name with a NUL byte",
+            create_body(json!({ "env_vars": { "A\u{0}": "v" } })),
+            INVALID,
+            "invalid-field",
+            Some("env_vars"),
+        ),
+        case(
+            "env var name with a non-ASCII letter",
+            create_body(json!({ "env_vars": { "\u{c4}PFEL": "v" } })),
+            INVALID,
+            "invalid-field",
+            Some("env_vars"),
+        ),
+        case(
+            "env var value with a NUL byte",
+            create_body(json!({ "env_vars": { "A": "x\u{0}y" } })),
+            INVALID,
+            "invalid-field",
+            Some("env_vars"),
+        ),
+        case(
+            "env var value over 32 KiB",
+            create_body(json!({ "env_vars": { "A": "x".repeat(32 * 1024 + 1) } })),
+            INVALID,
+            "invalid-field",
+            Some("env_vars"),
+        ),
+        case(
+            "env var values over 128 KiB together",
+            create_body(json!({ "env_vars": {
+                "A": "x".repeat(32 * 1024), "B": "x".repeat(32 * 1024),
+                "C": "x".repeat(32 * 1024), "D": "x".repeat(32 * 1024), "E": "x"
+            } })),
             INVALID,
             "invalid-field",
             Some("env_vars"),

@@ -4,6 +4,7 @@
 use axum::http::StatusCode;
 use serde_json::json;
 
+use super::requests::{delete, put_json, source_uri};
 use super::support::*;
 
 const ALICE: &str = "alice@example.com";
@@ -50,6 +51,23 @@ async fn another_users_namespace_is_404_for_every_route_and_writes_nothing() {
                 zip.clone(),
                 ZIP,
             ),
+        ),
+        (
+            "update",
+            put_json(
+                &function_uri(&alice_ns, "hello"),
+                Some(&bob),
+                r#"{"memory_mb": 256}"#,
+            ),
+        ),
+        (
+            "delete",
+            delete(&function_uri(&alice_ns, "hello"), Some(&bob)),
+        ),
+        ("source", get(&source_uri(&alice_ns, "hello"), Some(&bob))),
+        (
+            "ensure",
+            post_json(&format!("/v1/namespaces/{alice_ns}/ensure"), Some(&bob), ""),
         ),
     ];
     for (what, req) in attempts {

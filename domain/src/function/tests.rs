@@ -180,3 +180,263 @@ fn abandoned_reconcile_fails_the_function_with_the_error() {
             .contains("after 5 attempts: s3 unreachable")
     );
 }
+
+fn ready_at_v1() -> Vec<FunctionEvent> {
+    vec![
+        FunctionEvent::FunctionCreated { spec: spec() },
+        uploaded(1, "a"),
+        FunctionEvent::BuildStarted { version: 1 },
+        FunctionEvent::BuildSucceeded {
+            version: 1,
+            artifact: "dir".into(),
+        },
+        FunctionEvent::FunctionDeployed {
+            version: 1,
+            endpoint: "http://e".into(),
+        },
+    ]
+}
+
+fn change(spec: FunctionSpec) -> FunctionCommand {
+    FunctionCommand::ChangeSpec {
+        spec,
+        rebuilt: None,
+    }
+}
+
+#[test]
+fn changing_the_spec_records_the_whole_new_spec_and_redeploys() {
+    let state = given(&ready_at_v1());
+    assert!(state.deployed_with_current_spec());
+    let mut new = spec();
+    new.memory_mb = 512;
+    new.env_vars.insert("K".into(), "v".into());
+    let then = decide(&state, change(new.clone())).unwrap();
+    assert_eq!(
+        then,
+        vec![FunctionEvent::FunctionSpecChanged { spec: new.clone() }]
+    );
+    let after = then.iter().fold(state, Function::evolve);
+    assert_eq!(after.spec.as_ref(), Some(&new));
+    assert_eq!(after.phase, Phase::Pending, "until it is redeployed");
+    assert!(!after.deployed_with_current_spec());
+    assert_eq!(
+        after.deployed_version,
+        Some(1),
+        "the old one serves meanwhile"
+    );
+    assert_eq!(after.built, Some((1, "dir".into())), "no rebuild needed");
+    let redeployed = after.evolve(&FunctionEvent::FunctionDeployed {
+        version: 1,
+        endpoint: "http://e2".into(),
+    });
+    assert_eq!(redeployed.phase, Phase::Ready);
+    assert!(redeployed.deployed_with_current_spec());
+}
+
+#[test]
+fn an_unchanged_spec_appends_nothing() {
+    let state = given(&ready_at_v1());
+    assert_eq!(decide(&state, change(spec())).unwrap(), vec![]);
+}
+
+#[test]
+fn changing_the_spec_of_a_missing_or_deleted_function_is_not_found() {
+    for events in [
+        vec![],
+        vec![
+            FunctionEvent::FunctionCreated { spec: spec() },
+            FunctionEvent::FunctionDeleted {},
+        ],
+    ] {
+        let err = decide(&given(&events), change(spec())).unwrap_err();
+        assert!(matches!(err, DomainError::NotFound(_)), "{err:?}");
+    }
+}
+
+#[test]
+fn changing_to_an_invalid_spec_is_refused() {
+    let mut bad = spec();
+    bad.timeout_sec = 901;
+    let err = decide(&given(&ready_at_v1()), change(bad)).unwrap_err();
+    assert!(matches!(
+        err,
+        DomainError::Invalid {
+            field: "timeout_sec",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_spec_change_gives_a_failed_deploy_another_chance() {
+    let state = given(&[
+        FunctionEvent::FunctionCreated { spec: spec() },
+        uploaded(1, "a"),
+        FunctionEvent::DeployFailed {
+            version: 1,
+            error: "no module named handler".into(),
+            log_tail: String::new(),
+        },
+    ]);
+    assert_eq!(state.failed_version, Some(1));
+    let mut fixed = spec();
+    fixed.entrypoint = "main.handle".into();
+    let then = decide(&state, change(fixed)).unwrap();
+    let after = then.iter().fold(state, Function::evolve);
+    assert_eq!(after.phase, Phase::Pending);
+    assert_eq!(after.failed_version, None);
+    assert_eq!(after.last_error, None);
+}
+
+#[test]
+fn a_runtime_change_makes_the_current_source_rebuilt_for_it_the_next_version() {
+    let state = given(&ready_at_v1());
+    let mut node = spec();
+    node.runtime = Runtime::Nodejs20;
+    let rebuilt = UploadedSource {
+        context_sha256: "ctx-node".into(),
+        context_key: "contexts/ctx-node.tar.gz".into(),
+        ..source("a")
+    };
+    let then = decide(
+        &state,
+        FunctionCommand::ChangeSpec {
+            spec: node.clone(),
+            rebuilt: Some(rebuilt.clone()),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        then,
+        vec![
+            FunctionEvent::FunctionSpecChanged { spec: node.clone() },
+            FunctionEvent::FunctionUploaded(rebuilt.clone().into_version(2)),
+        ]
+    );
+    let after = then.iter().fold(state.clone(), Function::evolve);
+    assert_eq!(after.current_version, Some(2));
+    assert_eq!(after.current().unwrap().sha256, "a", "the same source");
+    assert_eq!(after.current().unwrap().context_sha256, "ctx-node");
+    assert_eq!(after.phase, Phase::Pending);
+
+    // Without the rebuilt source, or with another source, it is refused.
+    let err = decide(&state, change(node.clone())).unwrap_err();
+    assert!(matches!(err, DomainError::Conflict(_)), "{err:?}");
+    let other = UploadedSource {
+        sha256: "b".into(),
+        ..rebuilt
+    };
+    let err = decide(
+        &state,
+        FunctionCommand::ChangeSpec {
+            spec: node,
+            rebuilt: Some(other),
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(err, DomainError::Conflict(_)), "{err:?}");
+}
+
+#[test]
+fn a_runtime_change_before_any_upload_is_only_a_spec_change() {
+    let state = given(&[FunctionEvent::FunctionCreated { spec: spec() }]);
+    let mut go = spec();
+    go.runtime = Runtime::Go123;
+    go.entrypoint = "handler.Handle".into();
+    assert_eq!(state.rebuild_for(&go), None);
+    let then = decide(&state, change(go.clone())).unwrap();
+    assert_eq!(then, vec![FunctionEvent::FunctionSpecChanged { spec: go }]);
+}
+
+#[test]
+fn deleting_records_the_deletion_and_nothing_runs_or_is_current_after_it() {
+    let state = given(&ready_at_v1());
+    let then = decide(&state, FunctionCommand::Delete).unwrap();
+    assert_eq!(then, vec![FunctionEvent::FunctionDeleted {}]);
+    let after = then.iter().fold(state, Function::evolve);
+    assert!(!after.exists());
+    assert_eq!(after.phase, Phase::Deleted);
+    assert_eq!(after.current(), None);
+    assert_eq!(
+        (after.deployed_version, after.endpoint.as_deref()),
+        (None, None)
+    );
+    assert_eq!(
+        after.spec,
+        Some(spec()),
+        "the last spec stays for the record"
+    );
+    assert_eq!(after.stream_version, 6);
+
+    // Deleting again, uploading or changing it: not found.
+    for command in [
+        FunctionCommand::Delete,
+        FunctionCommand::Upload {
+            source: source("b"),
+        },
+        change(spec()),
+    ] {
+        let err = decide(&after, command).unwrap_err();
+        assert!(matches!(err, DomainError::NotFound(_)), "{err:?}");
+    }
+}
+
+#[test]
+fn a_function_created_again_after_a_delete_numbers_its_uploads_after_the_old_ones() {
+    let mut events = ready_at_v1();
+    events.push(uploaded(2, "b"));
+    events.push(FunctionEvent::FunctionDeleted {});
+    let state = given(&events);
+    let mut node = spec();
+    node.runtime = Runtime::Nodejs20;
+    let created = decide(&state, FunctionCommand::Create { spec: node.clone() }).unwrap();
+    assert_eq!(
+        created,
+        vec![FunctionEvent::FunctionCreated { spec: node.clone() }]
+    );
+    let state = created.iter().fold(state, Function::evolve);
+    assert!(state.exists());
+    assert_eq!(state.phase, Phase::Pending);
+    assert_eq!(state.spec, Some(node));
+    assert_eq!(state.current_version, None, "nothing uploaded in this life");
+    assert_eq!(state.built, None);
+    // The same bytes as the old current version are a new upload now.
+    let then = decide(
+        &state,
+        FunctionCommand::Upload {
+            source: source("b"),
+        },
+    )
+    .unwrap();
+    assert_eq!(then, vec![uploaded(3, "b")]);
+}
+
+#[test]
+fn a_workers_event_that_raced_a_delete_changes_nothing() {
+    let mut events = ready_at_v1();
+    events.push(FunctionEvent::FunctionDeleted {});
+    let deleted = given(&events);
+    for late in [
+        FunctionEvent::FunctionDeployed {
+            version: 1,
+            endpoint: "http://late".into(),
+        },
+        FunctionEvent::ReconcileAbandoned {
+            attempts: 3,
+            error: "x".into(),
+        },
+        FunctionEvent::BuildStarted { version: 1 },
+    ] {
+        let after = deleted.clone().evolve(&late);
+        assert_eq!(after.stream_version, deleted.stream_version + 1);
+        assert_eq!(
+            Function {
+                stream_version: deleted.stream_version,
+                ..after
+            },
+            deleted,
+            "{late:?}"
+        );
+    }
+}

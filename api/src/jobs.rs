@@ -1,0 +1,78 @@
+//! `/v1/namespaces/{ns}/jobs`: one-shot runs of a function.
+//!
+//! Routed, authenticated, scoped to the caller's namespace and validated
+//! like every other route; a valid request answers 501 `not-implemented`
+//! until the job runner lands (issue 6), and nothing is written either way.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use sless_domain::JobName;
+use sless_domain::job::JobSpec;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::functions::parse_json;
+use crate::path::PathParams;
+
+/// The body of `POST /v1/namespaces/{ns}/jobs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateJob {
+    pub name: String,
+    /// The function it runs.
+    pub function: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment of the run, by the rules of a function's `env_vars`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+fn not_yet() -> ApiError {
+    ApiError::not_implemented(
+        "jobs are not implemented yet: they come with issue 6 (triggers, cron schedules and one-shot jobs); nothing was written",
+    )
+}
+
+/// A job named in the path: a name that cannot be a job's is not found.
+fn path_name(name: &str) -> ApiResult<JobName> {
+    JobName::parse(name).map_err(|_| ApiError::not_found(format!("job {name:?} not found")))
+}
+
+pub async fn create(
+    State(_state): State<AppState>,
+    caller: Caller,
+    PathParams(ns): PathParams<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<StatusCode> {
+    caller.namespace(&ns)?;
+    let req: CreateJob = parse_json(&body?)?;
+    JobSpec::parse(&req.name, &req.function, req.args, req.env)?;
+    Err(not_yet())
+}
+
+pub async fn get(
+    State(_state): State<AppState>,
+    caller: Caller,
+    PathParams((ns, name)): PathParams<(String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.namespace(&ns)?;
+    path_name(&name)?;
+    Err(not_yet())
+}
+
+pub async fn delete(
+    State(_state): State<AppState>,
+    caller: Caller,
+    PathParams((ns, name)): PathParams<(String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.namespace(&ns)?;
+    path_name(&name)?;
+    Err(not_yet())
+}

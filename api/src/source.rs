@@ -1,0 +1,69 @@
+//! `GET /v1/namespaces/{ns}/functions/{name}/source`: the files of the
+//! current version, as JSON.
+//!
+//! Read from the version's build context in the blob store, without the
+//! Dockerfile sless generated: the files of the user's zip. Text files
+//! (UTF-8, no NUL bytes) are inlined until `INLINE_LIMIT` bytes are;
+//! binary files are marked and never inlined; text files past the limit
+//! are listed with `truncated: true` and no content.
+
+use axum::Json;
+use axum::extract::State;
+use serde_json::json;
+use sless_domain::source::{SourceFile, list_context};
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::functions::{function_not_found, load, path_key};
+use crate::path::PathParams;
+
+/// Bytes of file content one answer inlines at most.
+pub const INLINE_LIMIT: u64 = 1024 * 1024;
+
+fn file_view(f: &SourceFile) -> serde_json::Value {
+    let mut v = json!({
+        "path": f.path,
+        "size": f.size,
+        "binary": f.binary,
+        "truncated": f.truncated,
+    });
+    if let Some(content) = &f.content {
+        v["content"] = json!(content);
+    }
+    v
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams((ns, name)): PathParams<(String, String)>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let key = path_key(&caller, &ns, &name)?;
+    // The log, not the read model: an upload shows here as soon as it is accepted.
+    let f = load(&state, &key).await?;
+    if !f.exists() {
+        return Err(function_not_found(&key));
+    }
+    let Some(current) = f.current().cloned() else {
+        return Err(ApiError::not_found(format!(
+            "function {:?} has no source yet: upload a zip first",
+            key.name.as_str()
+        )));
+    };
+    let context = state.blobs.get(&current.context_key).await?;
+    let listing = tokio::task::spawn_blocking(move || list_context(&context, INLINE_LIMIT))
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the source: {e}")))?
+        .map_err(|e| ApiError::internal(format!("the stored build context cannot be read: {e}")))?;
+    Ok(Json(json!({
+        "namespace": key.namespace,
+        "name": key.name,
+        "version": current.version,
+        "sha256": current.sha256,
+        "files": listing.files.iter().map(file_view).collect::<Vec<_>>(),
+        "truncated": listing.truncated,
+        "inlined_bytes": listing.inlined_bytes,
+        "inline_limit": INLINE_LIMIT,
+    })))
+}
