@@ -28,7 +28,7 @@ use crate::path::PathParams;
 type Answer = (StatusCode, Json<serde_json::Value>);
 
 /// The body of `POST /v1/namespaces/{ns}/functions`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateFunction {
     pub name: String,
@@ -147,6 +147,11 @@ pub(crate) fn function_not_found(key: &FunctionKey) -> ApiError {
     ))
 }
 
+#[utoipa::path(post, path = "/namespaces/{ns}/functions", tag = "functions",
+    summary = "Create a function",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    request_body = CreateFunction,
+    responses((status = 201, description = "Created; upload its source next", body = crate::openapi::FunctionView)))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -198,6 +203,10 @@ pub async fn create(
     Ok((status, Json(body)))
 }
 
+#[utoipa::path(get, path = "/namespaces/{ns}/functions", tag = "functions",
+    summary = "List the namespace's functions",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")),
+    responses((status = 200, description = "The functions", body = crate::openapi::FunctionList)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -209,6 +218,10 @@ pub async fn list(
     Ok(Json(json!({ "items": items })))
 }
 
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}", tag = "functions",
+    summary = "Get a function",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function")),
+    responses((status = 200, description = "The function", body = crate::openapi::FunctionView)))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
@@ -257,6 +270,13 @@ fn check_zip_content_type(headers: &HeaderMap) -> ApiResult<()> {
     }
 }
 
+#[utoipa::path(post, path = "/namespaces/{ns}/functions/{name}/upload", tag = "functions",
+    summary = "Upload the function's source as a zip; a build follows",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    request_body(content = crate::openapi::ZipArchive, content_type = "application/zip", description = "The source directory, zipped"),
+    responses(
+        (status = 200, description = "The same zip as the current version: nothing changed", body = crate::openapi::Uploaded),
+        (status = 202, description = "Accepted: a new version, built next", body = crate::openapi::Uploaded)))]
 pub async fn upload(
     State(state): State<AppState>,
     caller: Caller,
@@ -397,7 +417,7 @@ pub async fn upload(
 /// The body of `PUT /v1/namespaces/{ns}/functions/{name}`: the fields to
 /// change. A field left out keeps its value; `env_vars`, when given,
 /// replaces the whole environment. `name`, when given, must be the path's.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateFunction {
     pub name: Option<String>,
@@ -466,6 +486,13 @@ async fn rebuild_for_runtime(
 /// current source again for the new runtime, which becomes the next version
 /// (`FunctionUploaded` in the same append) and is built before it deploys.
 /// A spec that changes nothing answers 200 and appends nothing.
+#[utoipa::path(put, path = "/namespaces/{ns}/functions/{name}", tag = "functions",
+    summary = "Change a function's spec; a deployed function is redeployed",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    request_body = UpdateFunction,
+    responses(
+        (status = 200, description = "Nothing changed (`unchanged`)", body = crate::openapi::FunctionView),
+        (status = 202, description = "Accepted: the change is applied next", body = crate::openapi::FunctionView)))]
 pub async fn update(
     State(state): State<AppState>,
     caller: Caller,
@@ -576,6 +603,10 @@ pub async fn update(
 /// The function is gone from list and get at once (404), its invoke URL
 /// answers 404, and the name may be created again; the stream goes on, and
 /// so do its version numbers.
+#[utoipa::path(delete, path = "/namespaces/{ns}/functions/{name}", tag = "functions",
+    summary = "Delete a function; its name may be created again",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    responses((status = 202, description = "Accepted: it stops running next", body = crate::openapi::Deleted)))]
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,

@@ -8,10 +8,18 @@ use serde_json::json;
 
 use crate::AppState;
 
+#[utoipa::path(get, path = "/healthz", tag = "meta", summary = "The process is up",
+    responses((status = 200, description = "Up", body = crate::openapi::Health)))]
 pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
 
+#[utoipa::path(get, path = "/readyz", tag = "meta", summary = "The database answers and its migrations are current",
+    responses(
+        (status = 200, description = "Ready", body = crate::openapi::Readiness),
+        (status = 503, description = "Not ready, or the database is unavailable", content(
+            (crate::openapi::Readiness = "application/json"),
+            (crate::openapi::Problem = "application/problem+json")))))]
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<serde_json::Value>) {
     let db = sqlx::query("select 1").execute(&state.pool).await;
     let migrations = match &db {

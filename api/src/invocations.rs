@@ -436,6 +436,12 @@ fn view(r: &Invocation) -> Value {
 /// `GET /v1/namespaces/{ns}/functions/{name}/invocations`: one page of a
 /// function's records, newest first, and the cursor of the next page (null
 /// on the last).
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/invocations", tag = "functions",
+    summary = "The function's invocation records, newest first",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Records per page (default 100)"),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
+    responses((status = 200, description = "One page of records", body = crate::openapi::InvocationPage)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,

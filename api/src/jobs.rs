@@ -21,7 +21,7 @@ use crate::functions::parse_json;
 use crate::path::PathParams;
 
 /// The body of `POST /v1/namespaces/{ns}/jobs`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateJob {
     pub name: String,
@@ -45,6 +45,7 @@ fn path_name(name: &str) -> ApiResult<JobName> {
     JobName::parse(name).map_err(|_| ApiError::not_found(format!("job {name:?} not found")))
 }
 
+#[utoipa::path(post, path = "/namespaces/{ns}/jobs", tag = "jobs", summary = "Create a one-shot job", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")), request_body = CreateJob, responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
 pub async fn create(
     State(_state): State<AppState>,
     caller: Caller,
@@ -57,6 +58,7 @@ pub async fn create(
     Err(not_yet())
 }
 
+#[utoipa::path(get, path = "/namespaces/{ns}/jobs/{name}", tag = "jobs", summary = "Get a job (status, output)", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job")), responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
 pub async fn get(
     State(_state): State<AppState>,
     caller: Caller,
@@ -67,6 +69,7 @@ pub async fn get(
     Err(not_yet())
 }
 
+#[utoipa::path(delete, path = "/namespaces/{ns}/jobs/{name}", tag = "jobs", summary = "Delete a job", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job")), responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
 pub async fn delete(
     State(_state): State<AppState>,
     caller: Caller,

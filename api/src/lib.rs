@@ -24,6 +24,7 @@ pub mod health;
 pub mod invocations;
 pub mod jobs;
 pub mod namespaces;
+pub mod openapi;
 pub mod path;
 pub mod proxy;
 pub mod source;
@@ -34,19 +35,21 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::http::Uri;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post, put};
+use axum::routing::any;
+use axum::{Extension, Router};
 use hyper::body::{Frame, SizeHint};
 use sless_domain::archive::ArchiveLimits;
 use sless_store::PgPool;
 use sless_store::blobs::BlobStore;
 use tokio::sync::oneshot;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
+use utoipa_axum::routes;
 
 use crate::error::{ApiError, DATABASE_UNAVAILABLE, DatabaseUnavailable};
 
@@ -134,69 +137,47 @@ pub fn router(state: AppState) -> Router {
             within_deadline,
         )
     };
-    let v1 = Router::new()
-        .route("/namespaces/{ns}/ensure", post(namespaces::ensure))
-        .route(
-            "/namespaces/{ns}/functions",
-            get(functions::list).post(functions::create),
-        )
-        .route(
-            "/namespaces/{ns}/functions/{name}",
-            get(functions::get).delete(functions::delete),
-        )
-        .route(
-            "/namespaces/{ns}/functions/{name}/invocations",
-            get(invocations::list),
-        )
-        .route(
-            "/namespaces/{ns}/triggers",
-            get(triggers::list).post(triggers::create),
-        )
-        .route(
-            "/namespaces/{ns}/triggers/{name}",
-            get(triggers::get)
-                .patch(triggers::patch)
-                .delete(triggers::delete),
-        )
-        .route("/namespaces/{ns}/jobs", post(jobs::create))
-        .route(
-            "/namespaces/{ns}/jobs/{name}",
-            get(jobs::get).delete(jobs::delete),
-        )
+    let v1 = OpenApiRouter::new()
+        .routes(routes!(namespaces::ensure))
+        .routes(routes!(functions::list, functions::create))
+        .routes(routes!(functions::get, functions::delete))
+        .routes(routes!(invocations::list))
+        .routes(routes!(triggers::list, triggers::create))
+        .routes(routes!(triggers::get, triggers::patch, triggers::delete))
+        .routes(routes!(jobs::create))
+        .routes(routes!(jobs::get, jobs::delete))
         .route_layer(answer_within(Duration::ZERO, true))
         // These also wait on the blob store.
-        .route(
-            "/namespaces/{ns}/functions/{name}",
-            put(functions::update).layer(answer_within(Duration::ZERO, false)),
-        )
-        .route(
-            "/namespaces/{ns}/functions/{name}/source",
-            get(source::get).layer(answer_within(Duration::ZERO, false)),
-        )
-        .route(
-            "/namespaces/{ns}/functions/{name}/upload",
-            post(functions::upload)
+        .routes(routes!(functions::update).layer(answer_within(Duration::ZERO, false)))
+        .routes(routes!(source::get).layer(answer_within(Duration::ZERO, false)))
+        .routes(
+            routes!(functions::upload)
                 .layer(DefaultBodyLimit::max(upload_limit))
                 .layer(answer_within(d.upload_per_mib, false)),
         );
-    Router::new()
+    // The proxy passes every method on, whichever the document lists.
+    let (router, doc) = OpenApiRouter::new()
         .nest("/v1", v1)
-        .route("/fn/{ns}/{name}", any(proxy::invoke_root))
-        .route("/fn/{ns}/{name}/", any(proxy::invoke_root))
-        .route("/fn/{ns}/{name}/{*rest}", any(proxy::invoke_path))
-        .route(
-            "/readyz",
-            get(health::readyz).layer(answer_within(Duration::ZERO, true)),
-        )
+        .routes(routes!(proxy::invoke_root).map(|_| any(proxy::invoke_root)))
+        .routes(routes!(proxy::invoke_root_slash).map(|_| any(proxy::invoke_root_slash)))
+        .routes(routes!(proxy::invoke_path).map(|_| any(proxy::invoke_path)))
+        .routes(routes!(health::readyz).layer(answer_within(Duration::ZERO, true)))
         // Everything above needs the database.
         .route_layer(middleware::from_fn_with_state(
             state.breaker.clone(),
             shed_while_unavailable,
         ))
-        .route("/healthz", get(health::healthz))
+        .routes(routes!(health::healthz))
+        .routes(routes!(openapi::document))
+        .split_for_parts();
+    let doc: Arc<str> = serde_json::to_string(&openapi::finish(doc))
+        .expect("the OpenAPI document serializes")
+        .into();
+    router
         .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(1024 * 1024))
+        .layer(Extension(doc))
         .with_state(state)
         // Outermost, so every answer carries it, refusals included.
         .layer(middleware::from_fn(invocations::with_request_id))
@@ -435,6 +416,7 @@ mod tests {
 
     use axum::body::Body;
     use axum::http::Request;
+    use axum::routing::post;
     use tower::ServiceExt;
 
     use super::*;

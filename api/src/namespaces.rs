@@ -24,6 +24,10 @@ use crate::command::{self, Command, RequestContext};
 use crate::error::ApiResult;
 use crate::path::PathParams;
 
+#[utoipa::path(post, path = "/namespaces/{ns}/ensure", tag = "namespaces",
+    summary = "Create the namespace if it does not exist (idempotent)",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")),
+    responses((status = 200, description = "The namespace exists", body = crate::openapi::Ensured)))]
 pub async fn ensure(
     State(state): State<AppState>,
     caller: Caller,

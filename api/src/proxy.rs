@@ -130,10 +130,26 @@ pub fn client() -> HttpClient {
     HttpClient::new(ProxyLimits::default())
 }
 
+#[utoipa::path(method(get, post, put, delete, patch, head, options, trace), path = "/fn/{ns}/{name}", tag = "invoke", summary = "Invoke a function (no auth)",
+    params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function")),
+    request_body(content = crate::openapi::AnyBody, content_type = "*/*", description = "Passed to the function as is"),
+    responses((status = "default", description = "The function's answer, as it gave it")))]
 pub async fn invoke_root(State(state): State<AppState>, req: Request) -> Response {
     invoke(state, req).await
 }
 
+#[utoipa::path(method(get, post, put, delete, patch, head, options, trace), path = "/fn/{ns}/{name}/", tag = "invoke", summary = "Invoke a function (no auth)",
+    params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function")),
+    request_body(content = crate::openapi::AnyBody, content_type = "*/*", description = "Passed to the function as is"),
+    responses((status = "default", description = "The function's answer, as it gave it")))]
+pub async fn invoke_root_slash(State(state): State<AppState>, req: Request) -> Response {
+    invoke(state, req).await
+}
+
+#[utoipa::path(method(get, post, put, delete, patch, head, options, trace), path = "/fn/{ns}/{name}/{*rest}", tag = "invoke", summary = "Invoke a function at a sub-path (no auth)",
+    params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function"), ("rest" = String, Path, description = "The path the function sees, after its prefix")),
+    request_body(content = crate::openapi::AnyBody, content_type = "*/*", description = "Passed to the function as is"),
+    responses((status = "default", description = "The function's answer, as it gave it")))]
 pub async fn invoke_path(State(state): State<AppState>, req: Request) -> Response {
     invoke(state, req).await
 }

@@ -34,6 +34,10 @@ fn file_view(f: &SourceFile) -> serde_json::Value {
     v
 }
 
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/source", tag = "functions",
+    summary = "The current version's source files",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function")),
+    responses((status = 200, description = "The source files, text inlined up to a limit", body = crate::openapi::SourceView)))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,

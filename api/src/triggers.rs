@@ -20,7 +20,7 @@ use crate::functions::parse_json;
 use crate::path::PathParams;
 
 /// The body of `POST /v1/namespaces/{ns}/triggers`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTrigger {
     pub name: String,
@@ -38,7 +38,7 @@ pub struct CreateTrigger {
 }
 
 /// The body of `PATCH /v1/namespaces/{ns}/triggers/{name}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchTrigger {
     pub enabled: bool,
@@ -55,6 +55,7 @@ fn path_name(name: &str) -> ApiResult<TriggerName> {
     TriggerName::parse(name).map_err(|_| ApiError::not_found(format!("trigger {name:?} not found")))
 }
 
+#[utoipa::path(get, path = "/namespaces/{ns}/triggers", tag = "triggers", summary = "List triggers", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")), responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
 pub async fn list(
     State(_state): State<AppState>,
     caller: Caller,
@@ -64,6 +65,7 @@ pub async fn list(
     Err(not_yet())
 }
 
+#[utoipa::path(post, path = "/namespaces/{ns}/triggers", tag = "triggers", summary = "Create a trigger", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")), request_body = CreateTrigger, responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
 pub async fn create(
     State(_state): State<AppState>,
     caller: Caller,
@@ -83,6 +85,7 @@ pub async fn create(
     Err(not_yet())
 }
 
+#[utoipa::path(get, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers", summary = "Get a trigger", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger")), responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
 pub async fn get(
     State(_state): State<AppState>,
     caller: Caller,
@@ -93,6 +96,7 @@ pub async fn get(
     Err(not_yet())
 }
 
+#[utoipa::path(patch, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers", summary = "Enable or disable a trigger", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger")), request_body = PatchTrigger, responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
 pub async fn patch(
     State(_state): State<AppState>,
     caller: Caller,
@@ -105,6 +109,7 @@ pub async fn patch(
     Err(not_yet())
 }
 
+#[utoipa::path(delete, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers", summary = "Delete a trigger", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger")), responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
 pub async fn delete(
     State(_state): State<AppState>,
     caller: Caller,

@@ -16,6 +16,7 @@ mod api {
     mod idempotency;
     mod invocations;
     mod namespaces;
+    mod openapi;
     mod proxy;
     mod routes;
     mod source;

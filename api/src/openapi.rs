@@ -1,0 +1,401 @@
+//! The OpenAPI 3.1 document of the HTTP surface, served at
+//! `GET /openapi.json`.
+//!
+//! The document is generated from the router itself: every route is added
+//! with `utoipa_axum::routes!`, which takes its path and methods from the
+//! handler's `#[utoipa::path]`, so a route cannot be served without being
+//! documented, nor documented without being served. What every route of a
+//! kind shares is added here, in `finish`: the bearer scheme on `/v1`, and
+//! the problem documents (see `error`) each route can answer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::http::header;
+use axum::response::IntoResponse;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::path::{Operation, PathItem};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{
+    ContentBuilder, InfoBuilder, ObjectBuilder, OpenApi, Ref, RefOr, Required, ResponseBuilder,
+    Type,
+};
+
+use crate::error::PROBLEM_JSON;
+
+/// The name of the bearer security scheme.
+pub const BEARER: &str = "bearer";
+
+/// An error answer (RFC 9457), `application/problem+json`.
+#[derive(Serialize, ToSchema)]
+pub struct Problem {
+    /// `https://sless.dev/problems/{kind}`, stable per kind of error.
+    #[serde(rename = "type")]
+    #[schema(example = "https://sless.dev/problems/invalid-field")]
+    pub kind: String,
+    pub title: String,
+    /// The HTTP status, repeated.
+    pub status: u16,
+    pub detail: String,
+    /// The offending field of the request (a body member such as
+    /// `env_vars.A`, a query parameter, or a header such as
+    /// `Idempotency-Key`), when one is at fault.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// A function as the API shows it.
+#[derive(Serialize, ToSchema)]
+pub struct FunctionView {
+    pub namespace: String,
+    pub name: String,
+    /// `python3.11`, `nodejs20` or `go1.23`.
+    pub runtime: Option<String>,
+    pub entrypoint: Option<String>,
+    pub memory_mb: Option<u32>,
+    pub timeout_sec: Option<u32>,
+    pub env_vars: Option<BTreeMap<String, String>>,
+    /// `Pending`, `Building`, `Ready`, `Failed` or `Deleted`.
+    pub phase: String,
+    /// The latest uploaded version, null before the first upload.
+    pub version: Option<u32>,
+    /// The version that runs, null while none does.
+    pub deployed_version: Option<u32>,
+    pub last_error: Option<String>,
+    /// Where the function is invoked (`/fn/{ns}/{name}`).
+    pub url: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+    /// Position of the event a command appended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<i64>,
+    /// True when an update changed nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unchanged: Option<bool>,
+    /// Where to follow an accepted change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_url: Option<String>,
+}
+
+/// The functions of a namespace.
+#[derive(Serialize, ToSchema)]
+pub struct FunctionList {
+    pub items: Vec<FunctionView>,
+}
+
+/// The answer to an upload: the version it made (or, for the same zip
+/// again, the version it already is).
+#[derive(Serialize, ToSchema)]
+pub struct Uploaded {
+    pub version: u32,
+    /// Hex SHA-256 of the zip.
+    pub sha256: String,
+    /// Bytes of the zip.
+    pub size: u64,
+    /// Files in the zip.
+    pub files: u64,
+    /// Where to follow the build.
+    pub status_url: String,
+    /// Position of the event the upload appended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<i64>,
+    /// True when the zip is the current version's: nothing was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unchanged: Option<bool>,
+}
+
+/// The answer to a delete: the function is on its way out.
+#[derive(Serialize, ToSchema)]
+pub struct Deleted {
+    pub namespace: String,
+    pub name: String,
+    /// `Deleted`.
+    pub phase: String,
+    pub position: i64,
+}
+
+/// The answer to `ensure`.
+#[derive(Serialize, ToSchema)]
+pub struct Ensured {
+    pub namespace: String,
+    /// False when the namespace existed already.
+    pub created: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<i64>,
+}
+
+/// One file of a function's source.
+#[derive(Serialize, ToSchema)]
+pub struct SourceFileView {
+    pub path: String,
+    pub size: u64,
+    pub binary: bool,
+    /// True when `content` holds only the start of the file, or nothing.
+    pub truncated: bool,
+    /// UTF-8 text content, left out for binary files and past the inline limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// A function's current source.
+#[derive(Serialize, ToSchema)]
+pub struct SourceView {
+    pub namespace: String,
+    pub name: String,
+    pub version: u32,
+    /// Hex SHA-256 of the uploaded zip.
+    pub sha256: String,
+    pub files: Vec<SourceFileView>,
+    /// True when some files' content was left out.
+    pub truncated: bool,
+    pub inlined_bytes: u64,
+    pub inline_limit: u64,
+}
+
+/// One invocation record.
+#[derive(Serialize, ToSchema)]
+pub struct InvocationView {
+    pub id: String,
+    pub namespace: String,
+    pub function: String,
+    /// The deployed version that answered; null when none did.
+    pub version: Option<u32>,
+    pub started_at: String,
+    pub duration_ms: f64,
+    /// The HTTP status the caller got.
+    pub status: u16,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub cold: bool,
+    pub error: Option<String>,
+    pub request_id: String,
+}
+
+/// One page of invocation records, newest first.
+#[derive(Serialize, ToSchema)]
+pub struct InvocationPage {
+    pub items: Vec<InvocationView>,
+    /// The `cursor` of the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// `/healthz`.
+#[derive(Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`.
+    pub status: String,
+}
+
+/// `/readyz`.
+#[derive(Serialize, ToSchema)]
+pub struct Readiness {
+    /// `ready` or `not ready`.
+    pub status: String,
+    /// `ok`, or what the database said.
+    pub database: String,
+    /// `current`, `behind` or `unknown`.
+    pub migrations: String,
+}
+
+/// `GET /openapi.json`: this document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "meta",
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API", content_type = "application/json")),
+)]
+pub async fn document(Extension(doc): Extension<Arc<str>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        doc.to_string(),
+    )
+}
+
+/// The problems a route can answer: the kinds, by status.
+fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'static str>> {
+    let mut p: BTreeMap<u16, Vec<&'static str>> = BTreeMap::new();
+    let mut add = |status: u16, kinds: &[&'static str]| {
+        p.entry(status).or_default().extend_from_slice(kinds);
+    };
+    add(500, &["internal"]);
+    if path == "/healthz" || path == "/openapi.json" {
+        return p;
+    }
+    add(503, &["database-unavailable"]);
+    if path == "/readyz" {
+        add(503, &["deadline-exceeded"]);
+        return p;
+    }
+    if path.starts_with("/fn/") {
+        add(400, &["invalid-path"]);
+        add(404, &["not-found"]);
+        add(413, &["payload-too-large"]);
+        add(431, &["headers-too-large"]);
+        add(502, &["function-unreachable"]);
+        add(503, &["function-not-ready"]);
+        add(504, &["function-timeout"]);
+        return p;
+    }
+    // /v1: every route needs a token, and names a namespace (another
+    // user's is not found) and mostly a function.
+    add(401, &["unauthorized"]);
+    add(404, &["not-found"]);
+    add(503, &["deadline-exceeded"]);
+    let upload = path.ends_with("/upload");
+    if upload {
+        add(503, &["blob-store-unavailable"]);
+        add(413, &["archive-too-large"]);
+        add(415, &["unsupported-media-type"]);
+        add(422, &["invalid-archive"]);
+    }
+    if path.ends_with("/source") || method == "put" {
+        add(503, &["blob-store-unavailable"]);
+    }
+    if has_body || upload {
+        add(400, &["malformed-request"]);
+        add(408, &["body-timeout"]);
+        add(413, &["payload-too-large"]);
+        add(422, &["invalid-field"]);
+    }
+    let is_trigger_or_job = path.contains("/triggers") || path.contains("/jobs");
+    if is_trigger_or_job {
+        // Valid requests are answered 501 until triggers and jobs are built.
+        add(501, &["not-implemented"]);
+    } else if method != "get" {
+        add(409, &["version-conflict", "conflict"]);
+        add(422, &["idempotency-key-reused"]);
+        if method == "post" && path.ends_with("/functions") {
+            add(409, &["already-exists"]);
+        }
+    }
+    if path.ends_with("/invocations") {
+        add(422, &["invalid-field"]);
+    }
+    p
+}
+
+fn reason(status: u16) -> &'static str {
+    axum::http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Error")
+}
+
+fn problem_response(status: u16, kinds: &[&str]) -> utoipa::openapi::Response {
+    let mut kinds: Vec<&str> = kinds.to_vec();
+    kinds.dedup();
+    let mut r = ResponseBuilder::new()
+        .description(format!(
+            "{}: a problem document of kind {}",
+            reason(status),
+            kinds.join(", ")
+        ))
+        .content(
+            PROBLEM_JSON,
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        );
+    let string = || ObjectBuilder::new().schema_type(Type::String).build();
+    if status == 401 {
+        r = r.header(
+            "WWW-Authenticate",
+            HeaderBuilder::new()
+                .schema(string())
+                .description(Some("`Bearer`, with the reason a token was refused"))
+                .build(),
+        );
+    }
+    if status == 503 {
+        r = r.header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(ObjectBuilder::new().schema_type(Type::Integer).build())
+                .description(Some("Seconds after which a retry may succeed"))
+                .build(),
+        );
+    }
+    r.build()
+}
+
+fn operations(item: &mut PathItem) -> [(&'static str, Option<&mut Operation>); 8] {
+    [
+        ("get", item.get.as_mut()),
+        ("put", item.put.as_mut()),
+        ("post", item.post.as_mut()),
+        ("delete", item.delete.as_mut()),
+        ("options", item.options.as_mut()),
+        ("head", item.head.as_mut()),
+        ("patch", item.patch.as_mut()),
+        ("trace", item.trace.as_mut()),
+    ]
+}
+
+/// Completes the document the router collected: info, the bearer scheme
+/// on `/v1`, every route's problem answers, and OpenAPI's spelling of the
+/// proxy's wildcard segment.
+pub fn finish(mut doc: OpenApi) -> OpenApi {
+    doc.info = InfoBuilder::new()
+        .title("sless")
+        .version(env!("CARGO_PKG_VERSION"))
+        .description(Some(
+            "The sless control plane: functions, their source and invocations under `/v1` \
+             (bearer token), the public invoke proxy under `/fn`, and health.",
+        ))
+        .build();
+    let components = doc.components.get_or_insert_with(Default::default);
+    components.security_schemes.insert(
+        BEARER.to_owned(),
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .bearer_format("JWT")
+                .build(),
+        ),
+    );
+    components.schemas.insert(
+        "Problem".to_owned(),
+        <Problem as utoipa::PartialSchema>::schema(),
+    );
+    let paths = std::mem::take(&mut doc.paths.paths);
+    for (path, mut item) in paths {
+        let path = path.replace("{*rest}", "{rest}");
+        for (method, op) in operations(&mut item) {
+            let Some(op) = op else { continue };
+            if path.starts_with("/v1/") {
+                op.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
+            }
+            if path.starts_with("/fn/")
+                && let Some(body) = op.request_body.as_mut()
+            {
+                // The proxy passes on whatever comes, nothing included.
+                body.required = Some(Required::False);
+            }
+            let has_body = op.request_body.is_some();
+            for (status, kinds) in problems(method, &path, has_body) {
+                // A route's own description of a status (readyz's 503) stays.
+                op.responses
+                    .responses
+                    .entry(status.to_string())
+                    .or_insert_with(|| RefOr::T(problem_response(status, &kinds)));
+            }
+        }
+        doc.paths.paths.insert(path, item);
+    }
+    doc
+}
+
+/// A zip archive, as the body of an upload.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct ZipArchive(pub Vec<u8>);
+
+/// Any body, passed on as it is.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct AnyBody(pub Vec<u8>);
