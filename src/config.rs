@@ -163,6 +163,9 @@ fn tokens_from(get: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<TokenSett
     })
 }
 
+/// The shortest HS256 secret accepted: 256 bits.
+pub const MIN_SECRET_BYTES: usize = 32;
+
 impl TokenSettings {
     /// Whether `SLESS_JWT_SECRET` is set.
     pub fn has_secret(&self) -> bool {
@@ -180,10 +183,11 @@ impl TokenSettings {
                  tokens with that shared secret; or set SLESS_JWT_ALGORITHM=RS256 or ES256 with \
                  SLESS_JWT_PUBLIC_KEY_FILE or SLESS_JWKS_FILE",
             )?;
-            if self.secret.is_some() && secret.len() < 32 {
-                tracing::warn!(
-                    "SLESS_JWT_SECRET is shorter than 32 bytes: an HS256 secret should have at \
-                     least 256 bits (e.g. openssl rand -hex 32)"
+            if secret.len() < MIN_SECRET_BYTES {
+                bail!(
+                    "SLESS_JWT_SECRET has {} bytes: an HS256 secret needs at least \
+                     {MIN_SECRET_BYTES} (256 bits; e.g. openssl rand -hex 32)",
+                    secret.len()
                 );
             }
             keys.add_secret(secret.as_bytes())
@@ -269,8 +273,8 @@ pub fn invocations() -> anyhow::Result<RecorderConfig> {
 }
 
 /// What the invoke proxy forwards, from `SLESS_PROXY_MAX_BODY_BYTES` (6 MiB),
-/// `SLESS_PROXY_MAX_HEADERS` (64, at most 100: the HTTP server refuses more
-/// before the proxy sees them) and `SLESS_PROXY_MAX_HEADER_BYTES` (16 KiB).
+/// `SLESS_PROXY_MAX_HEADERS` (64, at most 100: the API refuses more before
+/// the proxy sees them) and `SLESS_PROXY_MAX_HEADER_BYTES` (16 KiB).
 pub fn proxy_limits() -> anyhow::Result<ProxyLimits> {
     let d = ProxyLimits::default();
     let limits = ProxyLimits {
@@ -282,6 +286,34 @@ pub fn proxy_limits() -> anyhow::Result<ProxyLimits> {
         bail!("SLESS_PROXY_MAX_HEADERS must be between 1 and 100");
     }
     Ok(limits)
+}
+
+/// How many uploads are checked at once, from `SLESS_UPLOAD_CONCURRENCY`
+/// (4), and how long one waits for its turn, `SLESS_UPLOAD_WAIT_SECS` (30).
+pub fn upload_gate() -> anyhow::Result<sless_api::upload::UploadGate> {
+    use sless_api::upload::UploadGate;
+    let concurrency = number("SLESS_UPLOAD_CONCURRENCY", UploadGate::DEFAULT_CONCURRENCY)?;
+    if !(1..=1024).contains(&concurrency) {
+        bail!("SLESS_UPLOAD_CONCURRENCY must be between 1 and 1024");
+    }
+    let wait: f64 = number(
+        "SLESS_UPLOAD_WAIT_SECS",
+        UploadGate::DEFAULT_WAIT.as_secs_f64(),
+    )?;
+    if !(0.0..=3600.0).contains(&wait) {
+        bail!("SLESS_UPLOAD_WAIT_SECS must be between 0 and 3600");
+    }
+    Ok(UploadGate::new(concurrency, Duration::from_secs_f64(wait)))
+}
+
+/// Versions kept per function besides the live one, from
+/// `SLESS_VERSION_RETENTION` (50).
+pub fn keep_versions() -> anyhow::Result<usize> {
+    let keep = number("SLESS_VERSION_RETENTION", sless_api::DEFAULT_KEEP_VERSIONS)?;
+    if !(1..=100_000).contains(&keep) {
+        bail!("SLESS_VERSION_RETENTION must be between 1 and 100000");
+    }
+    Ok(keep)
 }
 
 pub fn python() -> String {
@@ -313,6 +345,9 @@ mod tests {
         format!("{e:#}")
     }
 
+    /// What `sless dev` generates: 32 random bytes, hex.
+    const DEV_SECRET: &str = "5f1d0c8e2b7a49e6a3c4d2f18b9e7a60c1d2e3f405a6b7c8d9e0f1a2b3c4d5e6";
+
     fn key(name: &str) -> String {
         format!("{KEYS}/{name}")
     }
@@ -321,11 +356,15 @@ mod tests {
     fn hs256_is_the_default_and_needs_a_secret_outside_dev() {
         let t = tokens_with(&[]).unwrap();
         assert_eq!(t.algorithm, TokenAlgorithm::Hs256);
-        assert!(t.auth(Some("dev-data-dir-secret")).is_ok());
+        assert!(t.auth(Some(DEV_SECRET)).is_ok());
         let e = format!("{:#}", t.auth(None).unwrap_err());
         assert!(e.contains("SLESS_JWT_SECRET is not set"), "{e}");
-        let t = tokens_with(&[("SLESS_JWT_SECRET", "a-secret-of-the-deployment")]).unwrap();
+        let t =
+            tokens_with(&[("SLESS_JWT_SECRET", "a-secret-of-the-deployment-32-bytes")]).unwrap();
         assert!(t.auth(None).is_ok());
+        let t = tokens_with(&[("SLESS_JWT_SECRET", "a-secret-of-31-bytes-0123456789")]).unwrap();
+        let e = format!("{:#}", t.auth(Some(DEV_SECRET)).unwrap_err());
+        assert!(e.contains("SLESS_JWT_SECRET has 31 bytes"), "{e}");
     }
 
     #[test]
@@ -472,7 +511,7 @@ mod tests {
             ),
         ];
         for (what, vars, want) in cases {
-            let e = refusal(&vars, Some("dev-secret"));
+            let e = refusal(&vars, Some(DEV_SECRET));
             assert!(e.contains(want), "{what}: {e}");
         }
         let e = refusal(

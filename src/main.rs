@@ -26,7 +26,9 @@ enum Command {
     /// driver, and (unless DATABASE_URL / S3_ENDPOINT are set) a private
     /// PostgreSQL and S3 server in the data directory.
     Dev(ServeArgs),
-    /// The same as `dev`; reads DATABASE_URL, S3_* and SLESS_JWT_SECRET when set.
+    /// Like `dev`, but tokens must be configured (SLESS_JWT_SECRET, or
+    /// SLESS_JWT_ALGORITHM with public keys) and none is printed; reads
+    /// DATABASE_URL and S3_* when set.
     Serve(ServeArgs),
     /// Only the HTTP API (needs DATABASE_URL, S3_*, SLESS_JWT_SECRET).
     Api {
@@ -86,9 +88,8 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async {
         match cli.command {
-            Command::Dev(args) | Command::Serve(args) => {
-                serve::all_in_one(args.data_dir, args.listen).await
-            }
+            Command::Dev(args) => serve::all_in_one(args.data_dir, args.listen, true).await,
+            Command::Serve(args) => serve::all_in_one(args.data_dir, args.listen, false).await,
             Command::Api { listen } => serve::api(listen).await,
             Command::Worker { data_dir } => serve::worker(data_dir).await,
             Command::Projector => serve::projector().await,

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use serde_json::json;
 use sless_api::{AppState, Auth};
 use sless_domain::Namespace;
@@ -42,31 +41,25 @@ async fn serve_http(
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let app = sless_api::router(state);
-    // The invoke proxy streams a response: its head and its body go out in
-    // separate writes. With Nagle's algorithm on, the body would wait for
-    // the client to acknowledge the head, which a client delays by up to
-    // 40 ms on a keep-alive connection.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY could not be set");
-        }
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await?;
+    sless_api::serve::serve(listener, app, async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })
+    .await?;
     Ok(())
 }
 
-/// Every role in one process: the embedded default.
-pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result<()> {
+/// Every role in one process: the embedded default. `dev` checks tokens
+/// with the data directory's secret unless `SLESS_JWT_SECRET` or public keys
+/// are configured, and prints a token for the user `dev`; `serve` needs
+/// token settings of its own and prints none.
+pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
     let data_dir = data_dir.canonicalize()?;
     let secrets = embedded::DevSecrets::load_or_create(&data_dir)?;
     // Token settings are checked before anything starts: a bad one stops here.
-    let auth = config::tokens()?.auth(Some(&secrets.jwt_secret))?;
+    let dev_secret = dev.then_some(secrets.jwt_secret.as_str());
+    let auth = config::tokens()?.auth(dev_secret)?;
 
     let (pg, url) = match config::database_url() {
         Some(url) => (None, url),
@@ -130,7 +123,7 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result
     let state = app_state(pool.clone(), blobs, auth.clone())?;
     let recorder = state.invocations.clone();
     let http = tokio::spawn(serve_http(listener, state, stop.clone()));
-    announce(&data_dir, addr, &auth)?;
+    announce(&data_dir, addr, &auth, dev)?;
 
     stop_signal().await;
     eprintln!("stopping sless");
@@ -151,12 +144,14 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr) -> anyhow::Result
     Ok(())
 }
 
-/// Prints how to reach this instance and writes `dev.json`. With HS256 it
-/// signs a token for the user `dev`; with public keys, tokens come from the
-/// identity provider that holds the private keys (`token` is null).
-fn announce(data_dir: &Path, addr: SocketAddr, auth: &Auth) -> anyhow::Result<()> {
+/// Prints how to reach this instance and writes `dev.json`. For `dev` with
+/// HS256 it signs a token for the user `dev`; otherwise tokens come from
+/// whoever holds the signing keys (`token` is null).
+fn announce(data_dir: &Path, addr: SocketAddr, auth: &Auth, dev: bool) -> anyhow::Result<()> {
     let sub = "dev";
-    let token = auth.issue(sub, Duration::from_secs(365 * 86_400), false);
+    let token = dev
+        .then(|| auth.issue(sub, Duration::from_secs(365 * 86_400), false))
+        .flatten();
     let ns = Namespace::for_subject(sub);
     let url = format!("http://{addr}");
     let info = json!({ "url": url, "token": token, "namespace": ns });
@@ -167,7 +162,7 @@ fn announce(data_dir: &Path, addr: SocketAddr, auth: &Auth) -> anyhow::Result<()
     let Some(token) = token else {
         println!(
             "sless is running at {url}\n\
-             tokens:    {} tokens from your identity provider (SLESS_JWT_ALGORITHM)\n\
+             tokens:    {} tokens signed by your identity provider or `sless token`\n\
              (also in {})\n",
             auth.algorithm(),
             path.display()
@@ -193,6 +188,8 @@ fn app_state(pool: PgPool, blobs: BlobStore, auth: Auth) -> anyhow::Result<AppSt
     let mut state = AppState::new(pool.clone(), blobs, auth);
     state.http = sless_api::proxy::HttpClient::new(proxy_limits);
     state.invocations = sless_api::invocations::Recorder::start(pool, invocations);
+    state.uploads = config::upload_gate()?;
+    state.keep_versions = config::keep_versions()?;
     Ok(state)
 }
 

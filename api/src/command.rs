@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use sless_store::eventlog::{self, Appended, Metadata, NewEvent};
 use sless_store::idempotency::{self, StoredAnswer};
-use sless_store::queue;
+use sless_store::{queue, retention};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -124,7 +124,37 @@ pub struct Command {
     pub events: Vec<NewEvent>,
     /// The function whose reconcile the events call for, if any.
     pub reconcile: Option<String>,
+    /// Blobs the events name, which must still be stored when they commit
+    /// (see `sless_store::retention`).
+    pub blobs: Vec<String>,
+    /// Blobs of pruned versions, to delete once the events commit unless
+    /// something else still uses them.
+    pub collect: Vec<String>,
 }
+
+impl Command {
+    /// Appends `events` to `stream`, expected at `expected_version`.
+    pub fn new(stream: String, expected_version: u64, events: Vec<NewEvent>) -> Command {
+        Command {
+            stream,
+            expected_version,
+            events,
+            reconcile: None,
+            blobs: Vec::new(),
+            collect: Vec::new(),
+        }
+    }
+
+    /// Also asks for a reconcile of the function `key` (a queue key).
+    pub fn reconcile(mut self, key: String) -> Command {
+        self.reconcile = Some(key);
+        self
+    }
+}
+
+/// The problem kind of a command whose blob was collected while it was
+/// being made: store the blob again and retry.
+pub const BLOB_COLLECTED: &str = "blob-collected";
 
 /// Appends, enqueues and stores the answer in one transaction; returns the
 /// answer (or, if a concurrent retry with the same key won, that one's).
@@ -147,6 +177,19 @@ pub async fn commit(
         && !cmd.events.is_empty()
     {
         queue::enqueue_reconcile(&mut *tx, key).await?;
+    }
+    for key in &cmd.blobs {
+        retention::lock_shared(&mut tx, key).await?;
+        if !state.blobs.exists(key).await? {
+            return Err(ApiError::unavailable(
+                BLOB_COLLECTED,
+                "Blob collected",
+                format!("the stored blob {key} was deleted while this request was made; retry"),
+            ));
+        }
+    }
+    for key in &cmd.collect {
+        retention::enqueue_collect(&mut tx, key).await?;
     }
     let (status, body) = answer(appended);
     if let Some((key, hash)) = &ctx.idempotency {

@@ -7,10 +7,10 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use serde::Deserialize;
 use serde_json::json;
-use sless_domain::archive::{self, ValidArchive};
+use sless_domain::archive;
 use sless_domain::{
     Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName, FunctionSpec, Runtime,
     SourceVersion, UploadedSource, decide,
@@ -25,18 +25,26 @@ use crate::command::{self, Command, RequestContext};
 use crate::error::{ApiError, ApiResult};
 use crate::path::PathParams;
 
-type Answer = (StatusCode, Json<serde_json::Value>);
+pub(crate) type Answer = (StatusCode, Json<serde_json::Value>);
 
 /// The body of `POST /v1/namespaces/{ns}/functions`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateFunction {
+    /// A DNS-1123 label of at most 40 characters, starting with a letter.
+    #[schema(pattern = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")]
     pub name: String,
+    /// `python3.11`, `nodejs20` or `go1.23`.
+    #[schema(pattern = r"^(python3\.11|nodejs20|go1\.23)$")]
     pub runtime: String,
+    /// `module.function` (Python, Node.js) or `package.Function` (Go).
+    #[schema(min_length = 3)]
     pub entrypoint: String,
     #[serde(default = "default_memory")]
+    #[schema(minimum = 64, maximum = 4096)]
     pub memory_mb: u32,
     #[serde(default = "default_timeout")]
+    #[schema(minimum = 1, maximum = 900)]
     pub timeout_sec: u32,
     #[serde(default)]
     pub env_vars: BTreeMap<String, String>,
@@ -108,7 +116,7 @@ fn view_of_row(r: &FunctionRow) -> serde_json::Value {
     })
 }
 
-fn view_of_state(key: &FunctionKey, f: &Function) -> serde_json::Value {
+pub(crate) fn view_of_state(key: &FunctionKey, f: &Function) -> serde_json::Value {
     let spec = f.spec.as_ref();
     json!({
         "namespace": key.namespace,
@@ -193,6 +201,8 @@ pub async fn create(
         expected_version: current.stream_version,
         events: command::new_events(&ctx, &key, &events),
         reconcile: None,
+        blobs: Vec::new(),
+        collect: Vec::new(),
     };
     let (status, body) = command::commit(&state, &ctx, cmd, |appended| {
         let mut view = view_of_state(&key, &after);
@@ -241,189 +251,21 @@ pub async fn get(
     Ok(Json(view_of_state(&key, &f)))
 }
 
-fn check_zip_content_type(headers: &HeaderMap) -> ApiResult<()> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let mime = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    if matches!(
-        mime.as_str(),
-        "application/zip" | "application/x-zip-compressed" | "application/octet-stream"
-    ) {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported-media-type",
-            "Unsupported media type",
-            format!(
-                "upload the zip as the raw body with Content-Type: application/zip (got {ct:?})"
-            ),
-        )
-        .with_field("Content-Type"))
-    }
-}
-
-#[utoipa::path(post, path = "/namespaces/{ns}/functions/{name}/upload", tag = "functions",
-    summary = "Upload the function's source as a zip; a build follows",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
-    request_body(content = crate::openapi::ZipArchive, content_type = "application/zip", description = "The source directory, zipped"),
-    responses(
-        (status = 200, description = "The same zip as the current version: nothing changed", body = crate::openapi::Uploaded),
-        (status = 202, description = "Accepted: a new version, built next", body = crate::openapi::Uploaded)))]
-pub async fn upload(
-    State(state): State<AppState>,
-    caller: Caller,
-    PathParams((ns, name)): PathParams<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Answer> {
-    let key = path_key(&caller, &ns, &name)?;
-    let body = body.map_err(|r| match ApiError::from(r) {
-        e if e.status == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-            e.status,
-            "archive-too-large",
-            "Archive too large",
-            format!(
-                "the upload is larger than the limit of {} bytes",
-                state.limits.max_zip_bytes
-            ),
-        ),
-        e => e,
-    })?;
-    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
-    if let Some((status, body)) = ctx.replay(&state).await? {
-        return Ok((status, Json(body)));
-    }
-    check_zip_content_type(&headers)?;
-    let current = load(&state, &key).await?;
-    // A deleted function keeps its last spec in the fold: not found all the same.
-    let spec = current
-        .spec
-        .clone()
-        .filter(|_| current.exists())
-        .ok_or_else(|| function_not_found(&key))?;
-    let limits = state.limits;
-    let (archive, mut context, zip_bytes) =
-        tokio::task::spawn_blocking(move || -> ApiResult<(ValidArchive, Vec<u8>, Bytes)> {
-            let archive = archive::validate_zip(&body, &limits)?;
-            let context = archive.build_context(spec.runtime);
-            Ok((archive, context, body))
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("archive check: {e}")))??;
-    let source = UploadedSource {
-        sha256: archive.sha256.clone(),
-        size: archive.size,
-        files: archive.files.len() as u32,
-        zip_key: blobs::zip_key(&archive.sha256),
-        context_sha256: archive::sha256_hex(&context),
-        context_key: String::new(),
-    };
-    let source = UploadedSource {
-        context_key: blobs::context_key(&source.context_sha256),
-        ..source
-    };
-    // The request names no version it expects. When only a worker's events (a
-    // build starting, say) landed between our read and our append, decide
-    // again on the newer state instead of answering 409; another upload in
-    // between is a real conflict and stays one.
-    let mut current = current;
-    let mut stored = false;
-    let mut tries = 0;
-    loop {
-        let events = decide(
-            &current,
-            FunctionCommand::Upload {
-                source: source.clone(),
-            },
-        )?;
-        let Some(FunctionEvent::FunctionUploaded(version)) = events.first().cloned() else {
-            // Identical to the current version: nothing new to store or build,
-            // unless a concurrent retry of this very request made that version.
-            if let Some((status, body)) = ctx.replay(&state).await? {
-                return Ok((status, Json(body)));
-            }
-            let v = current
-                .current()
-                .expect("an identical upload has a current version");
-            let body = json!({
-                "version": v.version, "sha256": v.sha256, "size": v.size, "files": v.files,
-                "unchanged": true, "status_url": function_path(&key),
-            });
-            return Ok((StatusCode::OK, Json(body)));
-        };
-        // The blobs go first: the event that references them must never exist without them.
-        if !stored {
-            state
-                .blobs
-                .put_if_absent(&source.zip_key, zip_bytes.to_vec(), "application/zip")
-                .await?;
-            state
-                .blobs
-                .put_if_absent(
-                    &source.context_key,
-                    std::mem::take(&mut context),
-                    "application/gzip",
-                )
-                .await?;
-            stored = true;
-        }
-        let cmd = Command {
-            stream: key.stream(),
-            expected_version: current.stream_version,
-            events: command::new_events(&ctx, &key, &events),
-            reconcile: Some(key.queue_key()),
-        };
-        let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let body = json!({
-                "version": version.version,
-                "sha256": version.sha256,
-                "size": version.size,
-                "files": version.files,
-                "position": appended.position,
-                "status_url": function_path(&key),
-            });
-            (StatusCode::ACCEPTED, body)
-        })
-        .await;
-
-        match committed {
-            Err(e) if e.status == StatusCode::CONFLICT && tries < 4 => {
-                let newer = load(&state, &key).await?;
-                let source_of = |f: &Function| f.current().map(|v| v.version);
-                if source_of(&newer) != source_of(&current) || newer.spec != current.spec {
-                    return Err(e);
-                }
-                tries += 1;
-                current = newer;
-            }
-            answer => {
-                let (status, body) = answer?;
-                return Ok((status, Json(body)));
-            }
-        }
-    }
-}
-
 /// The body of `PUT /v1/namespaces/{ns}/functions/{name}`: the fields to
 /// change. A field left out keeps its value; `env_vars`, when given,
 /// replaces the whole environment. `name`, when given, must be the path's.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateFunction {
+    #[schema(pattern = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")]
     pub name: Option<String>,
+    #[schema(pattern = r"^(python3\.11|nodejs20|go1\.23)$")]
     pub runtime: Option<String>,
+    #[schema(min_length = 3)]
     pub entrypoint: Option<String>,
+    #[schema(minimum = 64, maximum = 4096)]
     pub memory_mb: Option<u32>,
+    #[schema(minimum = 1, maximum = 900)]
     pub timeout_sec: Option<u32>,
     pub env_vars: Option<BTreeMap<String, String>>,
 }
@@ -560,12 +402,30 @@ pub async fn update(
             view["unchanged"] = json!(true);
             return Ok((StatusCode::OK, Json(view)));
         }
+        // A runtime change makes a new version: retention applies, and its
+        // repacked context must still be stored when the events commit.
+        let mut events = events;
+        let (_, collect) = crate::versions::retain(&state, &current, &mut events);
+        let blobs = events
+            .iter()
+            .filter_map(|e| match e {
+                FunctionEvent::FunctionUploaded(v) => {
+                    Some([v.zip_key.clone(), v.context_key.clone()])
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
         let after = events.iter().fold(current.clone(), Function::evolve);
         let cmd = Command {
-            stream: key.stream(),
-            expected_version: current.stream_version,
-            events: command::new_events(&ctx, &key, &events),
-            reconcile: Some(key.queue_key()),
+            blobs,
+            collect,
+            ..Command::new(
+                key.stream(),
+                current.stream_version,
+                command::new_events(&ctx, &key, &events),
+            )
+            .reconcile(key.queue_key())
         };
         let committed = command::commit(&state, &ctx, cmd, |appended| {
             let mut view = view_of_state(&key, &after);
@@ -641,6 +501,8 @@ pub async fn delete(
             expected_version: current.stream_version,
             events: command::new_events(&ctx, &key, &events),
             reconcile: Some(key.queue_key()),
+            blobs: Vec::new(),
+            collect: Vec::new(),
         };
         let committed = command::commit(&state, &ctx, cmd, |appended| {
             let body = json!({

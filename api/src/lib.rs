@@ -27,8 +27,11 @@ pub mod namespaces;
 pub mod openapi;
 pub mod path;
 pub mod proxy;
+pub mod serve;
 pub mod source;
 pub mod triggers;
+pub mod upload;
+pub mod versions;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -41,7 +44,7 @@ use axum::http::StatusCode;
 use axum::http::Uri;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
+use axum::routing::on;
 use axum::{Extension, Router};
 use hyper::body::{Frame, SizeHint};
 use sless_domain::archive::ArchiveLimits;
@@ -69,7 +72,14 @@ pub struct AppState {
     pub endpoints: Arc<proxy::Endpoints>,
     /// Invocation records, written off the request path.
     pub invocations: invocations::Recorder,
+    /// How many uploads are checked at once.
+    pub uploads: upload::UploadGate,
+    /// Versions kept per function besides the live one.
+    pub keep_versions: usize,
 }
+
+/// Versions of a function kept besides the live one, by default.
+pub const DEFAULT_KEEP_VERSIONS: usize = 50;
 
 /// How long the API gives a request before it answers 503 itself.
 ///
@@ -116,6 +126,8 @@ impl AppState {
             breaker: Arc::default(),
             endpoints: Arc::new(proxy::Endpoints::new(Duration::from_secs(1))),
             invocations,
+            uploads: upload::UploadGate::default(),
+            keep_versions: DEFAULT_KEEP_VERSIONS,
         }
     }
 }
@@ -142,6 +154,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(functions::list, functions::create))
         .routes(routes!(functions::get, functions::delete))
         .routes(routes!(invocations::list))
+        .routes(routes!(versions::list))
+        .routes(routes!(versions::rollback))
         .routes(routes!(triggers::list, triggers::create))
         .routes(routes!(triggers::get, triggers::patch, triggers::delete))
         .routes(routes!(jobs::create))
@@ -150,17 +164,22 @@ pub fn router(state: AppState) -> Router {
         // These also wait on the blob store.
         .routes(routes!(functions::update).layer(answer_within(Duration::ZERO, false)))
         .routes(routes!(source::get).layer(answer_within(Duration::ZERO, false)))
+        .routes(routes!(versions::source).layer(answer_within(Duration::ZERO, false)))
+        .routes(routes!(versions::archive).layer(answer_within(Duration::ZERO, false)))
+        .routes(routes!(versions::diff).layer(answer_within(Duration::ZERO, false)))
         .routes(
-            routes!(functions::upload)
+            routes!(upload::upload)
                 .layer(DefaultBodyLimit::max(upload_limit))
                 .layer(answer_within(d.upload_per_mib, false)),
         );
-    // The proxy passes every method on, whichever the document lists.
+    // The proxy passes on the methods of `proxy::METHODS`; others get 405.
     let (router, doc) = OpenApiRouter::new()
         .nest("/v1", v1)
-        .routes(routes!(proxy::invoke_root).map(|_| any(proxy::invoke_root)))
-        .routes(routes!(proxy::invoke_root_slash).map(|_| any(proxy::invoke_root_slash)))
-        .routes(routes!(proxy::invoke_path).map(|_| any(proxy::invoke_path)))
+        .routes(routes!(proxy::invoke_root).map(|_| on(proxy::METHODS, proxy::invoke_root)))
+        .routes(
+            routes!(proxy::invoke_root_slash).map(|_| on(proxy::METHODS, proxy::invoke_root_slash)),
+        )
+        .routes(routes!(proxy::invoke_path).map(|_| on(proxy::METHODS, proxy::invoke_path)))
         .routes(routes!(health::readyz).layer(answer_within(Duration::ZERO, true)))
         // Everything above needs the database.
         .route_layer(middleware::from_fn_with_state(
@@ -179,6 +198,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(1024 * 1024))
         .layer(Extension(doc))
         .with_state(state)
+        .layer(middleware::from_fn(serve::limit_headers))
         // Outermost, so every answer carries it, refusals included.
         .layer(middleware::from_fn(invocations::with_request_id))
 }

@@ -65,6 +65,8 @@ pub async fn ensure(
             })
             .collect(),
         reconcile: None,
+        blobs: Vec::new(),
+        collect: Vec::new(),
     };
     let committed = command::commit(&state, &ctx, cmd, |appended| {
         let mut body = answer(true);

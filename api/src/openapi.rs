@@ -157,6 +157,73 @@ pub struct SourceView {
     pub inline_limit: u64,
 }
 
+/// One kept version of a function's source.
+#[derive(Serialize, ToSchema)]
+pub struct VersionView {
+    pub version: u32,
+    /// Hex SHA-256 of the uploaded zip.
+    pub sha256: String,
+    /// Bytes of the zip.
+    pub size: u64,
+    /// Files in the zip.
+    pub files: u32,
+    /// The runtime its build context was packed for (absent for versions
+    /// recorded before it was kept).
+    pub runtime: Option<String>,
+    /// The token subject that uploaded it.
+    pub uploaded_by: Option<String>,
+    pub uploaded_at: chrono::DateTime<chrono::Utc>,
+    /// The version users want running.
+    pub live: bool,
+    /// The version that runs now.
+    pub deployed: bool,
+}
+
+/// A function's kept versions, newest first.
+#[derive(Serialize, ToSchema)]
+pub struct VersionList {
+    pub namespace: String,
+    pub name: String,
+    pub live_version: Option<u32>,
+    pub deployed_version: Option<u32>,
+    /// How many versions are kept besides the live one.
+    pub retention: usize,
+    pub items: Vec<VersionView>,
+}
+
+/// How one file differs between two versions.
+#[derive(Serialize, ToSchema)]
+pub struct FileDiffView {
+    pub path: String,
+    /// `added`, `removed` or `modified`.
+    pub change: String,
+    /// Not UTF-8 text on either side: no diff shown.
+    pub binary: bool,
+    /// The unified diff (`--- a/path`, `+++ b/path`, hunks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    /// A text file whose diff was left out for the answer's limit.
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size_before: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size_after: Option<u64>,
+}
+
+/// What changed from one version to another.
+#[derive(Serialize, ToSchema)]
+pub struct VersionDiff {
+    pub namespace: String,
+    pub name: String,
+    pub from: u32,
+    pub to: u32,
+    /// The files that differ, by path.
+    pub files: Vec<FileDiffView>,
+    pub truncated: bool,
+    pub diff_bytes: u64,
+    pub diff_limit: u64,
+}
+
 /// One invocation record.
 #[derive(Serialize, ToSchema)]
 pub struct InvocationView {
@@ -223,6 +290,8 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
         p.entry(status).or_default().extend_from_slice(kinds);
     };
     add(500, &["internal"]);
+    // `serve::limit_headers` answers before any route.
+    add(431, &["headers-too-large"]);
     if path == "/healthz" || path == "/openapi.json" {
         return p;
     }
@@ -235,7 +304,6 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
         add(400, &["invalid-path"]);
         add(404, &["not-found"]);
         add(413, &["payload-too-large"]);
-        add(431, &["headers-too-large"]);
         add(502, &["function-unreachable"]);
         add(503, &["function-not-ready"]);
         add(504, &["function-timeout"]);
@@ -248,12 +316,16 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
     add(503, &["deadline-exceeded"]);
     let upload = path.ends_with("/upload");
     if upload {
-        add(503, &["blob-store-unavailable"]);
+        add(503, &["blob-store-unavailable", "uploads-busy"]);
         add(413, &["archive-too-large"]);
         add(415, &["unsupported-media-type"]);
         add(422, &["invalid-archive"]);
     }
-    if path.ends_with("/source") || method == "put" {
+    if path.ends_with("/source")
+        || path.ends_with("/archive")
+        || path.contains("/diff/")
+        || method == "put"
+    {
         add(503, &["blob-store-unavailable"]);
     }
     if has_body || upload {

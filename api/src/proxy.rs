@@ -1,4 +1,4 @@
-//! `ANY /fn/{ns}/{name}[/...]`: the public invoke proxy. Forwards the request
+//! `/fn/{ns}/{name}[/...]`: the public invoke proxy. Forwards the request
 //! to the function's running endpoint and streams both bodies.
 //!
 //! Where a function runs comes from the read model, remembered for
@@ -9,6 +9,7 @@
 //! A function deleted or replaced is seen within that ttl.
 //!
 //! What is refused, and how (every refusal is a problem document):
+//! - a method other than those of `METHODS` (TRACE, CONNECT, others): 405;
 //! - a `{ns}` that cannot be a user's namespace (`sless-` and 16 hex
 //!   digits), a `{name}` that cannot be a function's, or a path under the
 //!   wrapper's reserved `/__sless`: 404, without a lookup;
@@ -25,9 +26,11 @@
 //! - an upstream that cannot be reached: 502; one that has not answered
 //!   within the function's `timeout_sec`: 504.
 //!
-//! (A request over the HTTP server's own limits, more than 100 header
-//! fields or a head larger than its read buffer, is refused by the server
-//! before it reaches the router: 431 without a body.)
+//! (A request with more than `serve::MAX_REQUEST_HEADERS` header fields
+//! gets the API's own 431 problem document before it reaches the proxy; one
+//! past the HTTP parser's limits, `serve::HEADER_PARSE_LIMIT` fields or a
+//! head larger than its read buffer, is refused by the parser: 431 without
+//! a body.)
 //!
 //! Hop-by-hop headers (RFC 9110 §7.6.1: those of `HOP_BY_HOP` and any named
 //! in `Connection`) are stripped both ways. The request's `X-Request-Id`
@@ -83,8 +86,8 @@ pub struct ProxyLimits {
     /// Request body bytes (default 6 MiB).
     pub max_body_bytes: u64,
     /// Request header fields, each value of a repeated one counted, but not
-    /// `X-Request-Id` (default 64; below the HTTP server's own limit of 100,
-    /// so that a request over it gets this proxy's problem document).
+    /// `X-Request-Id` (default 64; at most the API's own limit,
+    /// `serve::MAX_REQUEST_HEADERS`).
     pub max_headers: usize,
     /// Request header bytes, names and values, but not `X-Request-Id`
     /// (default 16 KiB).
@@ -100,6 +103,17 @@ impl Default for ProxyLimits {
         }
     }
 }
+
+/// The methods a function is invoked with. TRACE (which would echo the
+/// request, credentials included, back to a script), CONNECT and methods
+/// of no standard get 405 without reaching the function.
+pub const METHODS: axum::routing::MethodFilter = axum::routing::MethodFilter::GET
+    .or(axum::routing::MethodFilter::HEAD)
+    .or(axum::routing::MethodFilter::POST)
+    .or(axum::routing::MethodFilter::PUT)
+    .or(axum::routing::MethodFilter::PATCH)
+    .or(axum::routing::MethodFilter::DELETE)
+    .or(axum::routing::MethodFilter::OPTIONS);
 
 type Pool =
     hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
@@ -130,7 +144,7 @@ pub fn client() -> HttpClient {
     HttpClient::new(ProxyLimits::default())
 }
 
-#[utoipa::path(method(get, post, put, delete, patch, head, options, trace), path = "/fn/{ns}/{name}", tag = "invoke", summary = "Invoke a function (no auth)",
+#[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}", tag = "invoke", summary = "Invoke a function (no auth)",
     params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function")),
     request_body(content = crate::openapi::AnyBody, content_type = "*/*", description = "Passed to the function as is"),
     responses((status = "default", description = "The function's answer, as it gave it")))]
@@ -138,7 +152,7 @@ pub async fn invoke_root(State(state): State<AppState>, req: Request) -> Respons
     invoke(state, req).await
 }
 
-#[utoipa::path(method(get, post, put, delete, patch, head, options, trace), path = "/fn/{ns}/{name}/", tag = "invoke", summary = "Invoke a function (no auth)",
+#[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}/", tag = "invoke", summary = "Invoke a function (no auth)",
     params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function")),
     request_body(content = crate::openapi::AnyBody, content_type = "*/*", description = "Passed to the function as is"),
     responses((status = "default", description = "The function's answer, as it gave it")))]
@@ -146,7 +160,7 @@ pub async fn invoke_root_slash(State(state): State<AppState>, req: Request) -> R
     invoke(state, req).await
 }
 
-#[utoipa::path(method(get, post, put, delete, patch, head, options, trace), path = "/fn/{ns}/{name}/{*rest}", tag = "invoke", summary = "Invoke a function at a sub-path (no auth)",
+#[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}/{*rest}", tag = "invoke", summary = "Invoke a function at a sub-path (no auth)",
     params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function"), ("rest" = String, Path, description = "The path the function sees, after its prefix")),
     request_body(content = crate::openapi::AnyBody, content_type = "*/*", description = "Passed to the function as is"),
     responses((status = "default", description = "The function's answer, as it gave it")))]

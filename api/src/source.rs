@@ -11,6 +11,7 @@ use axum::Json;
 use axum::extract::State;
 use serde_json::json;
 use sless_domain::source::{SourceFile, list_context};
+use sless_domain::{FunctionKey, SourceVersion};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -55,19 +56,28 @@ pub async fn get(
             key.name.as_str()
         )));
     };
-    let context = state.blobs.get(&current.context_key).await?;
+    Ok(Json(files_of(&state, &key, &current).await?))
+}
+
+/// The answer listing the files of `version` of the function `key`.
+pub(crate) async fn files_of(
+    state: &AppState,
+    key: &FunctionKey,
+    version: &SourceVersion,
+) -> ApiResult<serde_json::Value> {
+    let context = state.blobs.get(&version.context_key).await?;
     let listing = tokio::task::spawn_blocking(move || list_context(&context, INLINE_LIMIT))
         .await
         .map_err(|e| ApiError::internal(format!("reading the source: {e}")))?
         .map_err(|e| ApiError::internal(format!("the stored build context cannot be read: {e}")))?;
-    Ok(Json(json!({
+    Ok(json!({
         "namespace": key.namespace,
         "name": key.name,
-        "version": current.version,
-        "sha256": current.sha256,
+        "version": version.version,
+        "sha256": version.sha256,
         "files": listing.files.iter().map(file_view).collect::<Vec<_>>(),
         "truncated": listing.truncated,
         "inlined_bytes": listing.inlined_bytes,
         "inline_limit": INLINE_LIMIT,
-    })))
+    }))
 }

@@ -23,8 +23,10 @@ use crate::path::PathParams;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTrigger {
+    #[schema(pattern = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")]
     pub name: String,
     /// The function it runs.
+    #[schema(pattern = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")]
     pub function: String,
     /// `http` or `cron`.
     #[serde(rename = "type")]

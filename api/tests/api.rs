@@ -19,6 +19,7 @@ mod api {
     mod openapi;
     mod proxy;
     mod routes;
+    mod serving;
     mod source;
     mod tenancy;
     mod update;

@@ -83,6 +83,7 @@ fn new_event(name: &str, version: u64) -> anyhow::Result<(String, NewEvent)> {
             zip_key: "blobs/zips/x.zip".into(),
             context_sha256: "c".into(),
             context_key: "blobs/contexts/c.tar.gz".into(),
+            runtime: None,
         })
     };
     let metadata = Metadata {

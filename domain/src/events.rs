@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::FunctionSpec;
+use crate::spec::{FunctionSpec, Runtime};
 
 /// One uploaded version of a function's source, as the log records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,6 +22,10 @@ pub struct SourceVersion {
     pub context_sha256: String,
     /// S3 key of the build context (tar.gz of the files plus a Dockerfile).
     pub context_key: String,
+    /// The runtime the build context was packed for (absent in events
+    /// recorded before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
 }
 
 /// Everything that can happen to a function.
@@ -64,6 +68,17 @@ pub enum FunctionEvent {
         error: String,
         log_tail: String,
     },
+    /// A user made an earlier version current again: it is built (or its
+    /// build reused) and deployed like a new upload, without a new number.
+    FunctionRolledBack {
+        version: u32,
+    },
+    /// Versions dropped by retention: no longer listed or deployable. Their
+    /// blobs are deleted after this event commits, unless another version
+    /// (of any function) still uses them.
+    VersionsPruned {
+        versions: Vec<u32>,
+    },
     /// The work queue gave up on the function after its retries ran out.
     ReconcileAbandoned {
         attempts: i32,
@@ -85,6 +100,8 @@ impl FunctionEvent {
             FunctionEvent::FunctionDeployed { .. } => "FunctionDeployed",
             FunctionEvent::DeployFailed { .. } => "DeployFailed",
             FunctionEvent::ReconcileAbandoned { .. } => "ReconcileAbandoned",
+            FunctionEvent::FunctionRolledBack { .. } => "FunctionRolledBack",
+            FunctionEvent::VersionsPruned { .. } => "VersionsPruned",
         }
     }
 
@@ -108,7 +125,6 @@ impl FunctionEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::Runtime;
 
     #[test]
     fn events_round_trip_through_type_and_data() {
@@ -130,7 +146,12 @@ mod tests {
                 zip_key: "z".into(),
                 context_sha256: "cd".into(),
                 context_key: "c".into(),
+                runtime: Some(Runtime::Python311),
             }),
+            FunctionEvent::FunctionRolledBack { version: 1 },
+            FunctionEvent::VersionsPruned {
+                versions: vec![1, 2],
+            },
             FunctionEvent::BuildStarted { version: 1 },
             FunctionEvent::FunctionDeployed {
                 version: 1,

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::DomainError;
 use crate::events::{FunctionEvent, SourceVersion};
-use crate::spec::FunctionSpec;
+use crate::spec::{FunctionSpec, Runtime};
 
 /// Where a function is in its life, as users see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -57,8 +57,13 @@ pub struct Function {
     pub stream_version: u64,
     /// The spec users asked for (after a delete: the last one it had).
     pub spec: Option<FunctionSpec>,
-    /// Every uploaded version, oldest first.
+    /// Every uploaded version not pruned, oldest first.
     pub versions: Vec<SourceVersion>,
+    /// The highest version number the stream ever gave (pruned ones too).
+    pub last_version: u32,
+    /// The highest version number given before the function was last
+    /// created: versions up to it belong to an earlier life of the name.
+    pub earlier_lives: u32,
     /// The version users want running (the latest upload).
     pub current_version: Option<u32>,
     /// The version that runs now, and where.
@@ -85,7 +90,12 @@ impl Function {
     /// The number the next upload gets: one past the highest version the
     /// stream ever had, deletes included.
     pub fn next_version(&self) -> u32 {
-        self.versions.iter().map(|v| v.version).max().unwrap_or(0) + 1
+        self.last_version + 1
+    }
+
+    /// Version `v`, unless it never existed or was pruned.
+    pub fn version(&self, v: u32) -> Option<&SourceVersion> {
+        self.versions.iter().find(|s| s.version == v)
     }
 
     /// The current source, when changing to `spec` needs it built again:
@@ -127,6 +137,8 @@ impl Function {
                     stream_version: self.stream_version,
                     spec: Some(spec.clone()),
                     versions: std::mem::take(&mut self.versions),
+                    last_version: self.last_version,
+                    earlier_lives: self.last_version,
                     ..Function::default()
                 };
             }
@@ -146,16 +158,27 @@ impl Function {
                     stream_version: self.stream_version,
                     spec: self.spec.take(),
                     versions: std::mem::take(&mut self.versions),
+                    last_version: self.last_version,
                     phase: Phase::Deleted,
                     ..Function::default()
                 };
             }
             FunctionEvent::FunctionUploaded(v) => {
                 self.versions.push(v.clone());
+                self.last_version = self.last_version.max(v.version);
                 self.current_version = Some(v.version);
                 self.phase = Phase::Pending;
                 self.last_error = None;
                 self.failed_version = None;
+            }
+            FunctionEvent::FunctionRolledBack { version } => {
+                self.current_version = Some(*version);
+                self.phase = Phase::Pending;
+                self.last_error = None;
+                self.failed_version = None;
+            }
+            FunctionEvent::VersionsPruned { versions } => {
+                self.versions.retain(|v| !versions.contains(&v.version));
             }
             FunctionEvent::BuildStarted { version } => {
                 if self.current_version == Some(*version) {
@@ -234,6 +257,10 @@ pub enum FunctionCommand {
     },
     /// Delete the function: stop what runs, free the name.
     Delete,
+    /// Make an earlier version current again.
+    Rollback {
+        version: u32,
+    },
 }
 
 /// An upload's facts, before it gets its version number.
@@ -265,12 +292,26 @@ pub fn decide(state: &Function, command: FunctionCommand) -> Decision {
             if !state.exists() {
                 return Err(DomainError::NotFound("function".into()));
             }
-            // An identical re-upload of what is current changes nothing.
-            if state.current().is_some_and(|c| c.sha256 == source.sha256) {
-                return Ok(vec![]);
+            // The same files packed for the same runtime as a version kept
+            // (of this life of the name): no new version. What is current
+            // already changes nothing; an earlier one becomes current again.
+            let same = state
+                .versions
+                .iter()
+                .rev()
+                .take_while(|v| v.version > state.earlier_lives)
+                .find(|v| v.context_sha256 == source.context_sha256);
+            if let Some(v) = same {
+                if state.current_version == Some(v.version) {
+                    return Ok(vec![]);
+                }
+                return Ok(vec![FunctionEvent::FunctionRolledBack {
+                    version: v.version,
+                }]);
             }
+            let runtime = state.spec.as_ref().map(|s| s.runtime);
             Ok(vec![FunctionEvent::FunctionUploaded(
-                source.into_version(state.next_version()),
+                source.into_version(state.next_version(), runtime),
             )])
         }
         FunctionCommand::ChangeSpec { spec, rebuilt } => {
@@ -281,6 +322,7 @@ pub fn decide(state: &Function, command: FunctionCommand) -> Decision {
             if state.spec.as_ref() == Some(&spec) {
                 return Ok(vec![]);
             }
+            let runtime = spec.runtime;
             let rebuild = state.rebuild_for(&spec).map(|current| {
                 match rebuilt {
                     Some(r) if r.sha256 == current.sha256 => Ok(r),
@@ -295,7 +337,7 @@ pub fn decide(state: &Function, command: FunctionCommand) -> Decision {
             let mut events = vec![FunctionEvent::FunctionSpecChanged { spec }];
             if let Some(rebuilt) = rebuild.transpose()? {
                 events.push(FunctionEvent::FunctionUploaded(
-                    rebuilt.into_version(state.next_version()),
+                    rebuilt.into_version(state.next_version(), Some(runtime)),
                 ));
             }
             Ok(events)
@@ -306,12 +348,57 @@ pub fn decide(state: &Function, command: FunctionCommand) -> Decision {
             }
             Ok(vec![FunctionEvent::FunctionDeleted {}])
         }
+        FunctionCommand::Rollback { version } => {
+            if !state.exists() {
+                return Err(DomainError::NotFound("function".into()));
+            }
+            let Some(target) = state.version(version) else {
+                let detail = if version >= 1 && version <= state.last_version {
+                    format!("version {version} was pruned by retention; its source is gone")
+                } else {
+                    format!(
+                        "version {version} does not exist; the function has versions 1 to {}",
+                        state.last_version
+                    )
+                };
+                return Err(DomainError::Invalid {
+                    field: "version",
+                    detail,
+                });
+            };
+            let runtime = state.spec.as_ref().map(|s| s.runtime);
+            if let (Some(packed), Some(now)) = (target.runtime, runtime)
+                && packed != now
+            {
+                return Err(DomainError::Conflict(format!(
+                    "version {version} was packed for {packed} but the function now runs {now}: \
+                     change its runtime to {packed} first (PUT), then roll back"
+                )));
+            }
+            if state.current_version == Some(version) {
+                return Ok(vec![]);
+            }
+            Ok(vec![FunctionEvent::FunctionRolledBack { version }])
+        }
     }
 }
 
+/// The versions retention drops from `state`: all but the newest `keep`
+/// and the current one. `None` when nothing goes.
+pub fn prune_versions(state: &Function, keep: usize) -> Option<FunctionEvent> {
+    let newest = state.versions.len().saturating_sub(keep.max(1));
+    let versions: Vec<u32> = state.versions[..newest]
+        .iter()
+        .map(|v| v.version)
+        .filter(|v| state.current_version != Some(*v))
+        .collect();
+    (!versions.is_empty()).then_some(FunctionEvent::VersionsPruned { versions })
+}
+
 impl UploadedSource {
-    fn into_version(self, version: u32) -> SourceVersion {
+    fn into_version(self, version: u32, runtime: Option<Runtime>) -> SourceVersion {
         SourceVersion {
+            runtime,
             version,
             sha256: self.sha256,
             size: self.size,

@@ -9,6 +9,7 @@
 
 pub mod archive;
 pub mod cron;
+pub mod diff;
 pub mod events;
 pub mod function;
 pub mod job;
@@ -19,7 +20,7 @@ pub mod spec;
 pub mod trigger;
 
 pub use events::{FunctionEvent, SourceVersion};
-pub use function::{Function, FunctionCommand, Phase, UploadedSource, decide};
+pub use function::{Function, FunctionCommand, Phase, UploadedSource, decide, prune_versions};
 pub use names::{FunctionKey, FunctionName, JobName, Namespace, TriggerName};
 pub use namespace::NamespaceEvent;
 pub use spec::{FunctionSpec, Runtime};

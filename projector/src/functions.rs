@@ -112,6 +112,7 @@ impl Functions {
         load_missing(tx, &mut rows).await?;
 
         let mut versions = Vec::new();
+        let mut pruned: Vec<(&str, &str, i32)> = Vec::new();
         for d in batch {
             let event = &d.stored;
             let work = rows.get_mut(d.key()).expect("every key has its work");
@@ -143,17 +144,27 @@ impl Functions {
             }
             row.updated_at = event.recorded_at;
             work.changed = true;
-            if let FunctionEvent::FunctionUploaded(v) = &d.event {
-                versions.push(NewVersion {
+            match &d.event {
+                FunctionEvent::FunctionUploaded(v) => versions.push(NewVersion {
                     key: d.key(),
                     slash: d.slash,
                     version: v,
                     by: event.actor.as_deref(),
                     at: event.recorded_at,
-                });
+                }),
+                FunctionEvent::VersionsPruned { versions: gone } => {
+                    let key = d.key();
+                    let (ns, name) = (&key[..d.slash], &key[d.slash + 1..]);
+                    pruned.extend(gone.iter().map(|v| (ns, name, *v as i32)));
+                }
+                _ => {}
             }
         }
         write(tx, &rows, &mut versions).await?;
+        if !pruned.is_empty() {
+            // After the inserts: a version may come and go in one batch.
+            delete_versions(tx, &pruned).await?;
+        }
         Ok(Applied { rows })
     }
 }
@@ -325,10 +336,11 @@ with updated as (
         unnest($27::int[]), unnest($28::timestamptz[]), unnest($29::timestamptz[])
 ), versions as (
     insert into function_versions (namespace, name, version, sha256, size, files, zip_key,
-        context_sha256, context_key, uploaded_by, uploaded_at)
+        context_sha256, context_key, uploaded_by, uploaded_at, runtime)
     select unnest($30::text[]), unnest($31::text[]), unnest($32::int[]), unnest($33::text[]),
         unnest($34::bigint[]), unnest($35::int[]), unnest($36::text[]), unnest($37::text[]),
-        unnest($38::text[]), unnest($39::text[]), unnest($40::timestamptz[])
+        unnest($38::text[]), unnest($39::text[]), unnest($40::timestamptz[]),
+        unnest($41::text[])
 )
 select count(*) from updated";
 
@@ -402,6 +414,7 @@ async fn write(
         .bind(&v.context_key)
         .bind(&v.by)
         .bind(&v.at)
+        .bind(&v.runtime)
         .fetch_one(&mut *tx)
         .await?;
     if updated != updates.len() as i64 {
@@ -411,6 +424,25 @@ async fn write(
             updates.len()
         ))));
     }
+    Ok(())
+}
+
+/// Deletes the version rows retention pruned.
+async fn delete_versions(tx: &mut PgConnection, pruned: &[(&str, &str, i32)]) -> Result<()> {
+    let ns: Vec<&str> = pruned.iter().map(|p| p.0).collect();
+    let name: Vec<&str> = pruned.iter().map(|p| p.1).collect();
+    let version: Vec<i32> = pruned.iter().map(|p| p.2).collect();
+    sqlx::query(
+        "delete from function_versions v
+         using (select unnest($1::text[]) as namespace, unnest($2::text[]) as name,
+                       unnest($3::int[]) as version) p
+         where v.namespace = p.namespace and v.name = p.name and v.version = p.version",
+    )
+    .bind(&ns)
+    .bind(&name)
+    .bind(&version)
+    .execute(&mut *tx)
+    .await?;
     Ok(())
 }
 
@@ -427,6 +459,7 @@ struct VersionColumns<'a> {
     context_key: Vec<&'a str>,
     by: Vec<Option<&'a str>>,
     at: Vec<DateTime<Utc>>,
+    runtime: Vec<Option<&'static str>>,
 }
 
 impl<'a> VersionColumns<'a> {
@@ -444,6 +477,10 @@ impl<'a> VersionColumns<'a> {
             context_key: text(|v| &v.version.context_key),
             by: versions.iter().map(|v| v.by).collect(),
             at: versions.iter().map(|v| v.at).collect(),
+            runtime: versions
+                .iter()
+                .map(|v| v.version.runtime.map(|r| r.as_str()))
+                .collect(),
         }
     }
 }

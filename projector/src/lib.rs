@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// The checkpoint name of the read-model projector.
-pub const NAME: &str = "read_models";
+pub const NAME: &str = eventlog::READ_MODELS;
 
 /// Events applied per transaction at most, by `catch_up` and `run`. Large
 /// enough that a catch-up pays for its round trips and its row writes once

@@ -32,6 +32,7 @@ fn uploaded(version: u32) -> FunctionEvent {
         zip_key: format!("blobs/zips/{version}.zip"),
         context_sha256: format!("c{version}"),
         context_key: format!("blobs/contexts/c{version}.tar.gz"),
+        runtime: None,
     })
 }
 
@@ -287,11 +288,16 @@ async fn applying_the_same_events_twice_changes_nothing() {
 
 /// One step of `projector` that did something (see `step_past_other_tests`).
 async fn step_with(projector: &mut Projector, pool: &PgPool, limit: i64) -> sless_projector::Step {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let s = projector.step(pool, limit).await.expect("projector step");
         if s.applied > 0 || !s.held_back {
             return s;
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "held back for 30 s by another transaction"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }

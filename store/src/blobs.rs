@@ -95,7 +95,12 @@ impl BlobStore {
     }
 
     /// Stores `bytes` under a content-addressed `key`, unless it is already there.
-    pub async fn put_if_absent(&self, key: &str, bytes: Vec<u8>, content_type: &str) -> Result<()> {
+    pub async fn put_if_absent(
+        &self,
+        key: &str,
+        bytes: impl Into<bytes::Bytes>,
+        content_type: &str,
+    ) -> Result<()> {
         if self.exists(key).await? {
             return Ok(());
         }
@@ -104,10 +109,22 @@ impl BlobStore {
             .bucket(&self.bucket)
             .key(key)
             .content_type(content_type)
-            .body(ByteStream::from(bytes))
+            .body(ByteStream::from(bytes.into()))
             .send()
             .await
             .map_err(|e| blob_err("put", key, e))?;
+        Ok(())
+    }
+
+    /// Deletes the object `key` (nothing happens when it is not there).
+    pub async fn delete(&self, key: &str) -> Result<()> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| blob_err("delete", key, e))?;
         Ok(())
     }
 

@@ -24,6 +24,9 @@ use sqlx::{AssertSqlSafe, PgConnection, PgExecutor, Row};
 
 use crate::{Error, Result};
 
+/// The checkpoint of the projector that keeps the read models.
+pub const READ_MODELS: &str = "read_models";
+
 /// Who caused an event and in answer to what.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Metadata {

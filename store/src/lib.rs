@@ -14,6 +14,7 @@ pub mod idempotency;
 pub mod invocations;
 pub mod queue;
 pub mod readmodel;
+pub mod retention;
 
 use std::time::Duration;
 

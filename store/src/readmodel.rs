@@ -45,6 +45,9 @@ impl FunctionRow {
             last_error: self.last_error.clone(),
             failed_version: None,
             deployed_spec: None,
+            // Not kept in the row (the projector does not decide).
+            last_version: 0,
+            earlier_lives: 0,
         }
     }
 
@@ -150,4 +153,64 @@ pub async fn function_rows<'e>(
     .fetch_all(exec)
     .await?;
     rows.into_iter().map(row_of).collect()
+}
+
+/// One kept version of a function, as `function_versions` holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VersionRow {
+    pub version: u32,
+    pub sha256: String,
+    pub size: u64,
+    pub files: u32,
+    pub zip_key: String,
+    pub context_sha256: String,
+    pub context_key: String,
+    pub runtime: Option<String>,
+    pub uploaded_by: Option<String>,
+    pub uploaded_at: DateTime<Utc>,
+}
+
+/// The kept versions of a function, newest first (versions of the name
+/// before a delete included: the stream, and its numbering, goes on).
+pub async fn version_rows<'e>(
+    exec: impl PgExecutor<'e>,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<VersionRow>> {
+    let rows = sqlx::query(
+        "select version, sha256, size, files, zip_key, context_sha256, context_key, runtime,
+                uploaded_by, uploaded_at
+         from function_versions where namespace = $1 and name = $2 order by version desc",
+    )
+    .bind(namespace)
+    .bind(name)
+    .fetch_all(exec)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| VersionRow {
+            version: r.get::<i32, _>("version") as u32,
+            sha256: r.get("sha256"),
+            size: r.get::<i64, _>("size") as u64,
+            files: r.get::<i32, _>("files") as u32,
+            zip_key: r.get("zip_key"),
+            context_sha256: r.get("context_sha256"),
+            context_key: r.get("context_key"),
+            runtime: r.get("runtime"),
+            uploaded_by: r.get("uploaded_by"),
+            uploaded_at: r.get("uploaded_at"),
+        })
+        .collect())
+}
+
+/// Whether a kept version of any function still uses the blob `key` (as
+/// its zip or its build context).
+pub async fn blob_in_use<'e>(exec: impl PgExecutor<'e>, key: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar(
+        "select exists(select 1 from function_versions where zip_key = $1)
+             or exists(select 1 from function_versions where context_key = $1)",
+    )
+    .bind(key)
+    .fetch_one(exec)
+    .await?)
 }

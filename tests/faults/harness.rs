@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use crate::checker::{Checker, Effect, Op, Request};
 use crate::{Proc, sless, zip_files};
 
-pub const SECRET: &[u8] = b"fault-suite-secret";
+pub const SECRET: &[u8] = b"fault-suite-secret-of-at-least-32-bytes";
 
 /// How long a client waits for one attempt before calling it indeterminate.
 /// Longer than every deadline of the API, so a timeout here is a hang there.

@@ -212,6 +212,7 @@ async fn upload_without_context(stack: &Stack, key: &FunctionKey) {
         zip_key: blobs::zip_key(&sha),
         context_sha256: sha.clone(),
         context_key: blobs::context_key(&sha),
+        runtime: None,
     });
     let metadata = Metadata {
         actor: "f7".into(),

@@ -108,6 +108,7 @@ fn uploaded(version: u32) -> FunctionEvent {
         zip_key: sless_store::blobs::zip_key(&sha),
         context_sha256: sha.clone(),
         context_key: sless_store::blobs::context_key(&sha),
+        runtime: None,
     })
 }
 

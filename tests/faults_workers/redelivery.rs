@@ -169,8 +169,10 @@ fn summary(e: &FunctionEvent) -> String {
         FunctionEvent::FunctionCreated { .. }
         | FunctionEvent::FunctionSpecChanged { .. }
         | FunctionEvent::FunctionDeleted {}
-        | FunctionEvent::ReconcileAbandoned { .. } => None,
+        | FunctionEvent::ReconcileAbandoned { .. }
+        | FunctionEvent::VersionsPruned { .. } => None,
         FunctionEvent::FunctionUploaded(v) => Some(v.version),
+        FunctionEvent::FunctionRolledBack { version } => Some(*version),
         FunctionEvent::BuildStarted { version }
         | FunctionEvent::BuildSucceeded { version, .. }
         | FunctionEvent::BuildFailed { version, .. }

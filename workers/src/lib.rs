@@ -5,6 +5,7 @@
 //! never import the API or the projector. What they learn, they append to
 //! the log as events.
 
+pub mod collect;
 pub mod driver;
 pub mod local;
 pub mod reconcile;

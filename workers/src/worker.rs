@@ -418,6 +418,10 @@ impl<D: Driver> Worker<D> {
             // Boxed: a reconcile's state is large, and every item's task
             // would otherwise carry (and copy) room for it.
             reconcile::KIND => Box::pin(self.reconciler.reconcile(item)).await,
+            crate::collect::KIND => {
+                let r = &self.reconciler;
+                crate::collect::collect(&r.pool, &r.blobs, item).await
+            }
             queue::NOOP => Ok(()),
             other => Err(HandlerError::Fatal(format!("unknown work kind {other:?}"))),
         }

@@ -271,7 +271,7 @@ async fn names_that_cannot_be_a_users_function_are_404_without_a_lookup() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn too_many_or_too_large_headers_are_431_and_a_declared_body_over_the_limit_413() {
+async fn too_many_or_too_large_headers_are_431_a_declared_body_over_the_limit_413_and_trace_405() {
     let env = Env::new().await;
     let up = Upstream::echo().await;
     deployed(&env, SUB, "echo", 30, &up.url).await;
@@ -324,6 +324,22 @@ async fn too_many_or_too_large_headers_are_431_and_a_declared_body_over_the_limi
                 .unwrap(),
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload-too-large",
+        ),
+        (
+            "TRACE",
+            request(Method::TRACE, &path, None)
+                .body(Body::empty())
+                .unwrap(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+        ),
+        (
+            "a method of no standard",
+            request(Method::from_bytes(b"QUERY").unwrap(), &path, None)
+                .body(Body::empty())
+                .unwrap(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
         ),
     ];
     for (what, req, status, kind) in cases {

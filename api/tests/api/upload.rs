@@ -188,3 +188,62 @@ async fn the_same_zip_for_two_functions_is_stored_once() {
         vec![format!("{}/one", ns(SUB)), format!("{}/two", ns(SUB))]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_that_finds_no_turn_is_503_with_retry_after_and_writes_nothing() {
+    let mut env = Env::new().await;
+    let gate = sless_api::upload::UploadGate::new(1, std::time::Duration::from_millis(200));
+    env.app = super::proxy::app_with(&env, |s| s.uploads = gate.clone());
+    assert_eq!(env.create(SUB, "busy").await.status, StatusCode::CREATED);
+    let before = env.counts().await;
+
+    // Another upload holds the only turn.
+    let held = gate.permits().clone().acquire_owned().await.unwrap();
+    let refused = env.upload(SUB, "busy", &handler_zip("v1")).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.content_type(), PROBLEM_JSON);
+    assert!(
+        refused.body["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("uploads-busy"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert_eq!(
+        env.counts().await,
+        before,
+        "a refused upload writes nothing"
+    );
+
+    // Its turn comes once the other upload is done.
+    let waiting = {
+        let env_app = env.app.clone();
+        tokio::spawn(async move {
+            send(
+                &env_app,
+                post_zip(
+                    &upload_uri(&ns(SUB), "busy"),
+                    Some(&token(SUB)),
+                    handler_zip("v1"),
+                    ZIP,
+                ),
+            )
+            .await
+        })
+    };
+    drop(held);
+    let accepted = waiting.await.unwrap();
+    assert_eq!(accepted.status, StatusCode::ACCEPTED, "{}", accepted.body);
+    assert_eq!(
+        gate.permits().available_permits(),
+        1,
+        "the turn is given back"
+    );
+}

@@ -38,6 +38,7 @@ fn uploaded(version: u32, sha: &str) -> FunctionEvent {
         zip_key: s.zip_key,
         context_sha256: s.context_sha256,
         context_key: s.context_key,
+        runtime: Some(Runtime::Python311),
     })
 }
 
@@ -311,7 +312,9 @@ fn a_runtime_change_makes_the_current_source_rebuilt_for_it_the_next_version() {
         then,
         vec![
             FunctionEvent::FunctionSpecChanged { spec: node.clone() },
-            FunctionEvent::FunctionUploaded(rebuilt.clone().into_version(2)),
+            FunctionEvent::FunctionUploaded(
+                rebuilt.clone().into_version(2, Some(Runtime::Nodejs20))
+            ),
         ]
     );
     let after = then.iter().fold(state.clone(), Function::evolve);
@@ -409,7 +412,11 @@ fn a_function_created_again_after_a_delete_numbers_its_uploads_after_the_old_one
         },
     )
     .unwrap();
-    assert_eq!(then, vec![uploaded(3, "b")]);
+    let FunctionEvent::FunctionUploaded(mut want) = uploaded(3, "b") else {
+        unreachable!()
+    };
+    want.runtime = Some(Runtime::Nodejs20);
+    assert_eq!(then, vec![FunctionEvent::FunctionUploaded(want)]);
 }
 
 #[test]
@@ -439,4 +446,149 @@ fn a_workers_event_that_raced_a_delete_changes_nothing() {
             "{late:?}"
         );
     }
+}
+
+fn upload(state: &Function, sha: &str) -> Vec<FunctionEvent> {
+    decide(
+        state,
+        FunctionCommand::Upload {
+            source: source(sha),
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn uploads_record_the_runtime_they_were_packed_for() {
+    let state = given(&[FunctionEvent::FunctionCreated { spec: spec() }]);
+    let events = upload(&state, "a");
+    let [FunctionEvent::FunctionUploaded(v)] = events.as_slice() else {
+        panic!("an upload: {events:?}")
+    };
+    assert_eq!(v.runtime, Some(Runtime::Python311));
+}
+
+#[test]
+fn reuploading_an_earlier_versions_files_rolls_back_to_it_without_a_new_number() {
+    let state = given(&[
+        FunctionEvent::FunctionCreated { spec: spec() },
+        uploaded(1, "a"),
+        uploaded(2, "b"),
+    ]);
+    assert_eq!(
+        upload(&state, "a"),
+        [FunctionEvent::FunctionRolledBack { version: 1 }]
+    );
+    assert_eq!(upload(&state, "b"), [], "the current one changes nothing");
+    let after = Function::fold(&[
+        FunctionEvent::FunctionCreated { spec: spec() },
+        uploaded(1, "a"),
+        uploaded(2, "b"),
+        FunctionEvent::FunctionRolledBack { version: 1 },
+    ]);
+    assert_eq!(after.current_version, Some(1));
+    assert_eq!(after.phase, Phase::Pending);
+    assert_eq!(after.next_version(), 3);
+}
+
+#[test]
+fn rolling_back_makes_a_kept_version_current_and_refuses_what_cannot_be() {
+    let mut events = ready_at_v1();
+    events.push(uploaded(2, "b"));
+    events.push(FunctionEvent::VersionsPruned { versions: vec![] });
+    let state = given(&events);
+    let rollback = |version| decide(&state, FunctionCommand::Rollback { version });
+    assert_eq!(
+        rollback(1).unwrap(),
+        [FunctionEvent::FunctionRolledBack { version: 1 }]
+    );
+    assert_eq!(rollback(2).unwrap(), [], "already current");
+    let missing = rollback(3).unwrap_err();
+    assert!(
+        matches!(&missing, DomainError::Invalid { field: "version", detail } if detail.contains("does not exist")),
+        "{missing}"
+    );
+
+    let mut pruned = events.clone();
+    pruned.push(FunctionEvent::VersionsPruned { versions: vec![1] });
+    let state = given(&pruned);
+    let gone = decide(&state, FunctionCommand::Rollback { version: 1 }).unwrap_err();
+    assert!(
+        matches!(&gone, DomainError::Invalid { detail, .. } if detail.contains("pruned")),
+        "{gone}"
+    );
+    let mut deleted = events.clone();
+    deleted.push(FunctionEvent::FunctionDeleted {});
+    let state = given(&deleted);
+    assert!(matches!(
+        decide(&state, FunctionCommand::Rollback { version: 1 }),
+        Err(DomainError::NotFound(_))
+    ));
+}
+
+#[test]
+fn rolling_back_across_a_runtime_change_is_refused_until_the_runtime_matches() {
+    let mut python_v1 = source("a");
+    python_v1.context_sha256 = "ctx-python".into();
+    let mut state = given(&[FunctionEvent::FunctionCreated { spec: spec() }]);
+    for e in decide(&state, FunctionCommand::Upload { source: python_v1 }).unwrap() {
+        state = state.evolve(&e);
+    }
+    let mut node = spec();
+    node.runtime = Runtime::Nodejs20;
+    let rebuilt = UploadedSource {
+        context_sha256: "ctx-node".into(),
+        ..source("a")
+    };
+    for e in decide(
+        &state,
+        FunctionCommand::ChangeSpec {
+            spec: node,
+            rebuilt: Some(rebuilt),
+        },
+    )
+    .unwrap()
+    {
+        state = state.evolve(&e);
+    }
+    assert_eq!(state.current().unwrap().runtime, Some(Runtime::Nodejs20));
+    let e = decide(&state, FunctionCommand::Rollback { version: 1 }).unwrap_err();
+    assert!(
+        matches!(&e, DomainError::Conflict(m) if m.contains("packed for python3.11")),
+        "{e}"
+    );
+}
+
+#[test]
+fn retention_prunes_the_oldest_but_never_the_current_version() {
+    let mut events = vec![FunctionEvent::FunctionCreated { spec: spec() }];
+    for (v, sha) in (1..=5).zip(["a", "b", "c", "d", "e"]) {
+        events.push(uploaded(v, sha));
+    }
+    let state = given(&events);
+    assert_eq!(
+        prune_versions(&state, 3),
+        Some(FunctionEvent::VersionsPruned {
+            versions: vec![1, 2]
+        })
+    );
+    assert_eq!(prune_versions(&state, 5), None);
+    assert_eq!(prune_versions(&state, 50), None);
+
+    events.push(FunctionEvent::FunctionRolledBack { version: 1 });
+    let state = given(&events);
+    assert_eq!(
+        prune_versions(&state, 2),
+        Some(FunctionEvent::VersionsPruned {
+            versions: vec![2, 3]
+        }),
+        "the live version stays, beyond the newest two"
+    );
+    events.push(FunctionEvent::VersionsPruned {
+        versions: vec![2, 3],
+    });
+    let state = given(&events);
+    let kept: Vec<u32> = state.versions.iter().map(|v| v.version).collect();
+    assert_eq!(kept, [1, 4, 5]);
+    assert_eq!(state.next_version(), 6, "numbers are never given again");
 }

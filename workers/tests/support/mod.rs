@@ -141,6 +141,7 @@ impl Harness {
             files: files.len() as u32,
             zip_key: blobs::zip_key(&fake_zip_sha),
             context_key: blobs::context_key(&context_sha256),
+            runtime: None,
             context_sha256,
         };
         self.append(key, &[FunctionEvent::FunctionUploaded(v)], true)

@@ -1,0 +1,108 @@
+//! Serving the router over TCP: HTTP/1.1 connections, `TCP_NODELAY`, the
+//! request header limits, and a graceful stop.
+//!
+//! A request with more header fields than `MAX_REQUEST_HEADERS` gets a 431
+//! problem document from `limit_headers`, like every other refusal. The
+//! HTTP parser must therefore accept more fields than that limit: it is
+//! configured for `HEADER_PARSE_LIMIT`. Past that many fields the parser
+//! itself answers 431, without a body, before any of our code runs.
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+
+use crate::error::ApiError;
+use crate::invocations::X_REQUEST_ID;
+
+/// Header fields a request may carry (each value of a repeated field
+/// counted). The invoke proxy has a lower limit of its own
+/// (`proxy::ProxyLimits::max_headers`).
+pub const MAX_REQUEST_HEADERS: usize = 100;
+
+/// Header fields the HTTP parser reads before it gives up with a bare 431.
+pub const HEADER_PARSE_LIMIT: usize = 1024;
+
+/// How long a client has to send a request's head once it started.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Middleware: 431 with a problem document for a request over
+/// `MAX_REQUEST_HEADERS` header fields.
+pub async fn limit_headers(req: Request, next: Next) -> Response {
+    if req.headers().len() <= MAX_REQUEST_HEADERS {
+        return next.run(req).await;
+    }
+    // `X-Request-Id` is bounded on its own and may have been added by the API.
+    let count = req
+        .headers()
+        .iter()
+        .filter(|(name, _)| *name != X_REQUEST_ID)
+        .count();
+    if count > MAX_REQUEST_HEADERS {
+        return ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers-too-large",
+            "Request headers too large",
+            format!("the request has {count} header fields; the limit is {MAX_REQUEST_HEADERS}"),
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// Serves `app` on `listener` until `stop` resolves, then stops accepting
+/// and waits for the open connections to finish the request they are on.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    stop: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .max_headers(HEADER_PARSE_LIMIT)
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let graceful = GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let (tcp, _peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before
+                    // it was accepted: the listener itself is fine.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        // The invoke proxy streams a response: its head and its body go
+        // out in separate writes. With Nagle's algorithm on, the body would
+        // wait for the client to acknowledge the head, which a client
+        // delays by up to 40 ms on a keep-alive connection.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY could not be set");
+        }
+        let service = TowerToHyperService::new(app.clone());
+        let conn = builder.serve_connection(TokioIo::new(tcp), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::trace!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
