@@ -40,7 +40,8 @@ enum Command {
         #[arg(long, env = "SLESS_DATA_DIR", default_value = "./.sless-worker")]
         data_dir: PathBuf,
     },
-    /// Only the projector (needs DATABASE_URL).
+    /// Only the projector: read models and version manifests (needs
+    /// DATABASE_URL and S3_*).
     Projector,
     /// Apply database migrations and exit (needs DATABASE_URL).
     Migrate,

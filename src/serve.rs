@@ -102,6 +102,12 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> any
         Duration::from_secs(1),
         stop.clone(),
     ));
+    let manifests = tokio::spawn(sless_projector::manifests::run(
+        pool.clone(),
+        blobs.clone(),
+        Duration::from_secs(1),
+        stop.clone(),
+    ));
     let worker = Worker {
         pool: pool.clone(),
         reconciler: Reconciler {
@@ -132,6 +138,7 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> any
     recorder.shutdown().await;
     let _ = worker.await;
     let _ = projector.await;
+    let _ = manifests.await;
     driver.shutdown().await;
     pool.close().await;
     if let Some(s3) = s3 {
@@ -242,12 +249,25 @@ pub async fn worker(data_dir: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The read models, and the version manifests in S3.
 pub async fn projector() -> anyhow::Result<()> {
     let pool = pool_from_env(4).await?;
+    let blobs = BlobStore::new(&config::require_s3()?);
     let (tx, rx) = watch::channel(false);
-    let task = tokio::spawn(sless_projector::run(pool, Duration::from_secs(1), rx));
+    let task = tokio::spawn(sless_projector::run(
+        pool.clone(),
+        Duration::from_secs(1),
+        rx.clone(),
+    ));
+    let manifests = tokio::spawn(sless_projector::manifests::run(
+        pool,
+        blobs,
+        Duration::from_secs(1),
+        rx,
+    ));
     stop_signal().await;
     let _ = tx.send(true);
     task.await??;
+    manifests.await??;
     Ok(())
 }

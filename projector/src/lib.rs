@@ -17,6 +17,7 @@
 
 mod doorbell;
 mod functions;
+pub mod manifests;
 
 use std::time::Duration;
 

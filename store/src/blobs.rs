@@ -104,6 +104,16 @@ impl BlobStore {
         if self.exists(key).await? {
             return Ok(());
         }
+        self.put(key, bytes, content_type).await
+    }
+
+    /// Stores `bytes` under `key`, replacing what is there.
+    pub async fn put(
+        &self,
+        key: &str,
+        bytes: impl Into<bytes::Bytes>,
+        content_type: &str,
+    ) -> Result<()> {
         self.client
             .put_object()
             .bucket(&self.bucket)
