@@ -41,6 +41,8 @@ async fn serve_http(
     state: AppState,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    // The audit log's live tails would hold the graceful shutdown open.
+    let tails = state.tails.clone();
     let app = sless_api::router(state);
     // The invoke proxy streams a response: its head and its body go out in
     // separate writes. With Nagle's algorithm on, the body would wait for
@@ -54,6 +56,7 @@ async fn serve_http(
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|s| *s).await;
+            tails.close();
         })
         .await?;
     Ok(())
