@@ -40,9 +40,12 @@ async fn serve_http(
     state: AppState,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    // The audit log's live tails would hold the graceful shutdown open.
+    let tails = state.tails.clone();
     let app = sless_api::router(state);
     sless_api::serve::serve(listener, app, async move {
         let _ = stop.wait_for(|s| *s).await;
+        tails.close();
     })
     .await?;
     Ok(())

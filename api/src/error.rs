@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | `malformed-request` | 400 | the body is not JSON (or not readable) |
 //! | `unauthorized` | 401 | no token, or a token that was refused |
+//! | `forbidden` | 403 | a route for admin tokens only (the audit log of every namespace) |
 //! | `not-found` | 404 | no such route, function, version, or another user's namespace |
 //! | `method-not-allowed` | 405 | the route exists, not with this method |
 //! | `body-timeout` | 408 | the body did not arrive in time |
@@ -105,6 +106,11 @@ impl ApiError {
             "Missing or invalid token",
             detail,
         )
+    }
+
+    /// 403: a route that names no namespace, for admin tokens only.
+    pub fn forbidden(detail: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "forbidden", "Forbidden", detail)
     }
 
     pub fn not_found(detail: impl Into<String>) -> ApiError {

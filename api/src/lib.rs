@@ -4,7 +4,7 @@
 //! Handlers validate a request against the current state of one aggregate
 //! (read from its stream), decide, and append the resulting events together
 //! with the work they cause, in one transaction. Queries read the read
-//! models the projector keeps.
+//! models the projector keeps; the audit log (`events`) reads the event log.
 //!
 //! Every request of the JSON API is answered within a deadline (`Deadlines`),
 //! counted from when its body has arrived: a database or blob store that
@@ -19,6 +19,7 @@
 pub mod auth;
 pub mod command;
 pub mod error;
+pub mod events;
 pub mod functions;
 pub mod health;
 pub mod invocations;
@@ -76,6 +77,8 @@ pub struct AppState {
     pub uploads: upload::UploadGate,
     /// Versions kept per function besides the live one.
     pub keep_versions: usize,
+    /// The audit log's live tails, ended together at shutdown.
+    pub tails: events::Tails,
 }
 
 /// Versions of a function kept besides the live one, by default.
@@ -128,6 +131,7 @@ impl AppState {
             invocations,
             uploads: upload::UploadGate::default(),
             keep_versions: DEFAULT_KEEP_VERSIONS,
+            tails: events::Tails::default(),
         }
     }
 }
@@ -160,6 +164,10 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(triggers::get, triggers::patch, triggers::delete))
         .routes(routes!(jobs::create))
         .routes(routes!(jobs::get, jobs::delete))
+        .routes(routes!(events::list))
+        .routes(routes!(events::list_all))
+        // Answers once the tail has its start; the events follow in the body.
+        .routes(routes!(events::tail))
         .route_layer(answer_within(Duration::ZERO, true))
         // These also wait on the blob store.
         .routes(routes!(functions::update).layer(answer_within(Duration::ZERO, false)))

@@ -251,6 +251,38 @@ pub struct InvocationPage {
     pub next_cursor: Option<String>,
 }
 
+/// One event of the audit log.
+#[derive(Serialize, ToSchema)]
+pub struct EventEntry {
+    /// The event's place in the log: later appends have larger positions.
+    pub position: i64,
+    pub namespace: String,
+    /// The aggregate it belongs to (`function/{ns}/{name}`, `namespace/{ns}`).
+    pub stream: String,
+    /// Its number within the stream, from 1.
+    pub version: i64,
+    /// What happened (`FunctionCreated`, `FunctionUploaded`, ...).
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// Who caused it: the token's `sub`, or `system:<role>` for sless itself.
+    pub actor: Option<String>,
+    /// The `X-Request-Id` of the request that caused it, if one did.
+    pub request_id: Option<String>,
+    /// When it was recorded (RFC 3339).
+    pub time: String,
+    /// The event's own fields.
+    #[schema(value_type = Object)]
+    pub data: serde_json::Value,
+}
+
+/// One page of the audit log.
+#[derive(Serialize, ToSchema)]
+pub struct EventPage {
+    pub items: Vec<EventEntry>,
+    /// The `after` of the next page; null on the last.
+    pub next: Option<String>,
+}
+
 /// `/healthz`.
 #[derive(Serialize, ToSchema)]
 pub struct Health {
@@ -345,8 +377,14 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
             add(409, &["already-exists"]);
         }
     }
-    if path.ends_with("/invocations") {
+    if path.ends_with("/invocations")
+        || path.ends_with("/events")
+        || path.ends_with("/events/stream")
+    {
         add(422, &["invalid-field"]);
+    }
+    if path == "/v1/events" {
+        add(403, &["forbidden"]);
     }
     p
 }
@@ -416,8 +454,8 @@ pub fn finish(mut doc: OpenApi) -> OpenApi {
         .title("sless")
         .version(env!("CARGO_PKG_VERSION"))
         .description(Some(
-            "The sless control plane: functions, their source and invocations under `/v1` \
-             (bearer token), the public invoke proxy under `/fn`, and health.",
+            "The sless control plane: functions, their source, invocations and the audit log \
+             under `/v1` (bearer token), the public invoke proxy under `/fn`, and health.",
         ))
         .build();
     let components = doc.components.get_or_insert_with(Default::default);

@@ -11,6 +11,9 @@ mod api {
     mod bad_input_routes;
     mod concurrency;
     mod delete;
+    mod events;
+    mod events_plan;
+    mod events_tail;
     mod functions;
     mod health;
     mod idempotency;

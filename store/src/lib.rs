@@ -1,5 +1,6 @@
-//! Everything sless keeps: the Postgres event log, the work queue, projector
-//! checkpoints and idempotency keys, and the S3 blob store for sources.
+//! Everything sless keeps: the Postgres event log (and its audit queries),
+//! the work queue, projector checkpoints and idempotency keys, and the S3
+//! blob store for sources.
 //!
 //! Store functions take a connection or transaction from the caller, so the
 //! caller owns the transaction: an API handler appends events and enqueues
@@ -8,6 +9,7 @@
 //! Architecture Invariant: store depends on `sless-domain` only among our
 //! crates; it knows nothing of HTTP, workers or projections.
 
+pub mod audit;
 pub mod blobs;
 pub mod eventlog;
 pub mod idempotency;
