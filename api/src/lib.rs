@@ -16,6 +16,7 @@
 //! never imports the projector or the workers, and it never talks to a
 //! driver. Errors become HTTP answers in exactly one place (`error`).
 
+pub mod admin;
 pub mod auth;
 pub mod command;
 pub mod error;
@@ -69,6 +70,9 @@ pub struct AppState {
     pub endpoints: Arc<proxy::Endpoints>,
     /// Invocation records, written off the request path.
     pub invocations: invocations::Recorder,
+    /// Replays for the admin routes, filled by the binary (`admin`); `None`
+    /// answers them 501.
+    pub maintenance: Option<Arc<dyn admin::Maintenance>>,
 }
 
 /// How long the API gives a request before it answers 503 itself.
@@ -116,6 +120,7 @@ impl AppState {
             breaker: Arc::default(),
             endpoints: Arc::new(proxy::Endpoints::new(Duration::from_secs(1))),
             invocations,
+            maintenance: None,
         }
     }
 }
@@ -146,6 +151,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(triggers::get, triggers::patch, triggers::delete))
         .routes(routes!(jobs::create))
         .routes(routes!(jobs::get, jobs::delete))
+        .routes(routes!(admin::start_replay, admin::last_replay))
+        .routes(routes!(admin::reconcile))
         .route_layer(answer_within(Duration::ZERO, true))
         // These also wait on the blob store.
         .routes(routes!(functions::update).layer(answer_within(Duration::ZERO, false)))

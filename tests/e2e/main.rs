@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `sless` binary, started as a process.
 
 mod dev;
+mod replay;
 mod runtimes;
 #[path = "../support/mod.rs"]
 mod support;
