@@ -1,13 +1,16 @@
 //! The `sless` binary: wires the crates into roles. `sless dev` runs every
 //! role in one process with embedded PostgreSQL and S3; `sless api`,
-//! `worker`, `projector` and `migrate` run one role each for scale.
+//! `worker`, `projector` and `migrate` run one role each for scale;
+//! `replay` and `reconcile` are operations (see `ops`).
 
 mod config;
 mod embedded;
+mod ops;
 mod serve;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -45,8 +48,27 @@ enum Command {
     Projector,
     /// Apply database migrations and exit (needs DATABASE_URL).
     Migrate,
-    /// Enqueue a reconcile of every function, so what runs converges with the log.
-    Reconcile,
+    /// Rebuild every read model from the start of the log into fresh tables,
+    /// compare checksums with the live ones, and swap them in. Exit status:
+    /// 0 equal, 1 some differed (named; the rebuilt ones are live now unless
+    /// --verify), 2 failed (nothing changed).
+    Replay {
+        /// Only rebuild and compare; change nothing.
+        #[arg(long)]
+        verify: bool,
+        #[command(flatten)]
+        target: OpsTarget,
+        /// Events per transaction while rebuilding.
+        #[arg(long, default_value_t = sless_projector::replay::REPLAY_BATCH)]
+        batch: i64,
+    },
+    /// Enqueue a reconcile of every function, so what runs converges with
+    /// the log: deleted functions are removed, missing processes started,
+    /// stale versions replaced.
+    Reconcile {
+        #[command(flatten)]
+        target: OpsTarget,
+    },
     /// Print an HS256 token for a user of a dev instance, signed with
     /// SLESS_JWT_SECRET or else the data directory's secret, with the
     /// configured issuer and audience.
@@ -65,6 +87,15 @@ enum Command {
     },
 }
 
+/// The database an operation acts on.
+#[derive(clap::Args)]
+pub struct OpsTarget {
+    /// The data directory of a `sless dev` instance, running or stopped;
+    /// without it, DATABASE_URL.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// Where the embedded database, blobs, builds and logs live.
@@ -75,36 +106,62 @@ pub struct ServeArgs {
     listen: SocketAddr,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    // An operation prints what it does itself; its long statements (a
+    // replay's checksums) are expected, not worth a warning.
+    let default_filter = match cli.command {
+        Command::Replay { .. } | Command::Reconcile { .. } => "info,sqlx=error,aws=warn,hyper=warn",
+        _ => "info,sqlx=warn,aws=warn,hyper=warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn,aws=warn,hyper=warn".into()),
+                .unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
         match cli.command {
-            Command::Dev(args) => serve::all_in_one(args.data_dir, args.listen, true).await,
-            Command::Serve(args) => serve::all_in_one(args.data_dir, args.listen, false).await,
-            Command::Api { listen } => serve::api(listen).await,
-            Command::Worker { data_dir } => serve::worker(data_dir).await,
-            Command::Projector => serve::projector().await,
+            Command::Dev(args) => serve::all_in_one(args.data_dir, args.listen, true).await?,
+            Command::Serve(args) => serve::all_in_one(args.data_dir, args.listen, false).await?,
+            Command::Api { listen } => serve::api(listen).await?,
+            Command::Worker { data_dir } => serve::worker(data_dir).await?,
+            Command::Projector => serve::projector().await?,
             Command::Migrate => {
                 let pool = sless_store::connect(&config::require_database_url()?, 2).await?;
                 sless_store::migrate(&pool).await?;
                 println!("migrations applied");
-                Ok(())
             }
-            Command::Reconcile => {
-                let pool = sless_store::connect(&config::require_database_url()?, 2).await?;
-                let n = sless_store::queue::enqueue_reconcile_all(&pool).await?;
-                println!("enqueued a reconcile for {n} functions");
-                Ok(())
+            Command::Replay {
+                verify,
+                target,
+                batch,
+            } => {
+                let db = ops::Database::open(target.data_dir.as_deref()).await;
+                let code = match db {
+                    Ok(db) => {
+                        let code = ops::replay(&db, verify, batch).await;
+                        if let Err(e) = db.close().await {
+                            eprintln!("stopping the instance's database: {e:#}");
+                        }
+                        code
+                    }
+                    Err(e) => Err(e),
+                };
+                return Ok(code.unwrap_or_else(|e| {
+                    eprintln!("sless replay failed, nothing was changed: {e:#}");
+                    ExitCode::from(2)
+                }));
+            }
+            Command::Reconcile { target } => {
+                let db = ops::Database::open(target.data_dir.as_deref()).await?;
+                let done = ops::reconcile(&db).await;
+                db.close().await?;
+                done?;
             }
             Command::Token {
                 data_dir,
@@ -130,9 +187,9 @@ fn main() -> anyhow::Result<()> {
                     .issue(&sub, Duration::from_secs(days * 86_400), admin)
                     .context("an HS256 token")?;
                 println!("{token}");
-                Ok(())
             }
         }
+        Ok(ExitCode::SUCCESS)
     })
     .context("sless")
 }

@@ -197,9 +197,10 @@ fn app_state(pool: PgPool, blobs: BlobStore, auth: Auth) -> anyhow::Result<AppSt
     let invocations = config::invocations()?;
     let mut state = AppState::new(pool.clone(), blobs, auth);
     state.http = sless_api::proxy::HttpClient::new(proxy_limits);
-    state.invocations = sless_api::invocations::Recorder::start(pool, invocations);
+    state.invocations = sless_api::invocations::Recorder::start(pool.clone(), invocations);
     state.uploads = config::upload_gate()?;
     state.keep_versions = config::keep_versions()?;
+    state.maintenance = Some(Arc::new(crate::ops::ReplayMaintenance { pool }));
     Ok(state)
 }
 

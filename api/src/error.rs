@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `malformed-request` | 400 | the body is not JSON (or not readable) |
 //! | `unauthorized` | 401 | no token, or a token that was refused |
-//! | `forbidden` | 403 | a route for admin tokens only (the audit log of every namespace) |
+//! | `forbidden` | 403 | a route for admin tokens only (the audit log of every namespace, replay, reconcile) |
 //! | `not-found` | 404 | no such route, function, version, or another user's namespace |
 //! | `method-not-allowed` | 405 | the route exists, not with this method |
 //! | `body-timeout` | 408 | the body did not arrive in time |

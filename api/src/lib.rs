@@ -16,6 +16,7 @@
 //! never imports the projector or the workers, and it never talks to a
 //! driver. Errors become HTTP answers in exactly one place (`error`).
 
+pub mod admin;
 pub mod auth;
 pub mod command;
 pub mod error;
@@ -79,6 +80,9 @@ pub struct AppState {
     pub keep_versions: usize,
     /// The audit log's live tails, ended together at shutdown.
     pub tails: events::Tails,
+    /// Replays for the admin routes, filled by the binary (`admin`); `None`
+    /// answers them 501.
+    pub maintenance: Option<Arc<dyn admin::Maintenance>>,
 }
 
 /// Versions of a function kept besides the live one, by default.
@@ -132,6 +136,7 @@ impl AppState {
             uploads: upload::UploadGate::default(),
             keep_versions: DEFAULT_KEEP_VERSIONS,
             tails: events::Tails::default(),
+            maintenance: None,
         }
     }
 }
@@ -168,6 +173,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(events::list_all))
         // Answers once the tail has its start; the events follow in the body.
         .routes(routes!(events::tail))
+        .routes(routes!(admin::start_replay, admin::last_replay))
+        .routes(routes!(admin::reconcile))
         .route_layer(answer_within(Duration::ZERO, true))
         // These also wait on the blob store.
         .routes(routes!(functions::update).layer(answer_within(Duration::ZERO, false)))

@@ -346,6 +346,22 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
     add(401, &["unauthorized"]);
     add(404, &["not-found"]);
     add(503, &["deadline-exceeded"]);
+    if path.starts_with("/v1/admin/") {
+        add(403, &["forbidden"]);
+        if path.ends_with("/replay") {
+            add(501, &["not-implemented"]);
+            if method == "post" {
+                add(409, &["conflict"]);
+            }
+        }
+        if has_body {
+            add(400, &["malformed-request"]);
+            add(408, &["body-timeout"]);
+            add(413, &["payload-too-large"]);
+            add(422, &["invalid-field"]);
+        }
+        return p;
+    }
     let upload = path.ends_with("/upload");
     if upload {
         add(503, &["blob-store-unavailable", "uploads-busy"]);

@@ -12,6 +12,7 @@
 //! query. During a catch-up, the cache spares the read of every row.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use sless_domain::{Function, FunctionEvent, SourceVersion};
@@ -65,13 +66,66 @@ pub(crate) struct Applied {
     rows: HashMap<String, Work>,
 }
 
+/// The tables of the functions read model: the live ones, or the copies a
+/// replay builds before it swaps them in (see `replay`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tables {
+    pub(crate) functions: String,
+    pub(crate) versions: String,
+}
+
+impl Tables {
+    /// The live tables, which queries read.
+    pub(crate) fn live() -> Tables {
+        Tables {
+            functions: "functions".into(),
+            versions: "function_versions".into(),
+        }
+    }
+
+    /// The tables with `suffix` appended to each name.
+    pub(crate) fn suffixed(suffix: &str) -> Tables {
+        let live = Tables::live();
+        Tables {
+            functions: format!("{}{suffix}", live.functions),
+            versions: format!("{}{suffix}", live.versions),
+        }
+    }
+
+    /// Every table, in a fixed order.
+    pub(crate) fn all(&self) -> [&str; 2] {
+        [&self.functions, &self.versions]
+    }
+}
+
 /// The functions read model, with the cache of its rows.
-#[derive(Default)]
 pub(crate) struct Functions {
+    tables: Tables,
+    /// `WRITE` for these tables.
+    write: Arc<str>,
     cache: HashMap<String, Row>,
 }
 
+impl Default for Functions {
+    fn default() -> Self {
+        Functions::on(Tables::live())
+    }
+}
+
 impl Functions {
+    /// The read model kept in `tables`, with nothing cached.
+    pub(crate) fn on(tables: Tables) -> Functions {
+        let write = WRITE
+            .replace("{functions}", &tables.functions)
+            .replace("{versions}", &tables.versions)
+            .into();
+        Functions {
+            tables,
+            write,
+            cache: HashMap::new(),
+        }
+    }
+
     /// Forgets every cached row (someone else may have written since).
     pub(crate) fn forget(&mut self) {
         self.cache.clear();
@@ -109,7 +163,7 @@ impl Functions {
         if batch.is_empty() {
             return Ok(Applied { rows });
         }
-        load_missing(tx, &mut rows).await?;
+        load_missing(tx, &self.tables.functions, &mut rows).await?;
 
         let mut versions = Vec::new();
         let mut pruned: Vec<(&str, &str, i32)> = Vec::new();
@@ -160,10 +214,10 @@ impl Functions {
                 _ => {}
             }
         }
-        write(tx, &rows, &mut versions).await?;
+        write(tx, &self.write, &rows, &mut versions).await?;
         if !pruned.is_empty() {
             // After the inserts: a version may come and go in one batch.
-            delete_versions(tx, &pruned).await?;
+            delete_versions(tx, &self.tables, &pruned).await?;
         }
         Ok(Applied { rows })
     }
@@ -229,7 +283,11 @@ fn decode_one(json: &mut String, event: &StoredEvent) -> Result<FunctionEvent> {
 }
 
 /// Reads the stored rows of the functions that are not cached.
-async fn load_missing(tx: &mut PgConnection, rows: &mut HashMap<String, Work>) -> Result<()> {
+async fn load_missing(
+    tx: &mut PgConnection,
+    table: &str,
+    rows: &mut HashMap<String, Work>,
+) -> Result<()> {
     let missing: Vec<(&str, &str)> = rows
         .iter()
         .filter(|(_, w)| w.row.is_none())
@@ -239,7 +297,7 @@ async fn load_missing(tx: &mut PgConnection, rows: &mut HashMap<String, Work>) -
         return Ok(());
     }
     let (namespaces, names): (Vec<&str>, Vec<&str>) = missing.into_iter().unzip();
-    let found = function_rows_by_key(&mut *tx, &namespaces, &names).await?;
+    let found = function_rows_by_key(&mut *tx, table, &namespaces, &names).await?;
     for r in found {
         let key = format!("{}/{}", r.namespace, r.name);
         if let Some(work) = rows.get_mut(&key) {
@@ -308,9 +366,10 @@ impl<'a> Columns<'a> {
 /// inserted, each from one array per column. The arrays are unnested in
 /// select lists, where they are read in step, rather than in `from`, where
 /// `unnest` first copies every row into a tuplestore (twice the work).
+/// `{functions}` and `{versions}` stand for the tables' names.
 const WRITE: &str = "
 with updated as (
-    update functions f set
+    update {functions} f set
         runtime = u.runtime, entrypoint = u.entrypoint, memory_mb = u.memory_mb,
         timeout_sec = u.timeout_sec, env_vars = u.env_vars,
         current_version = u.current_version, deployed_version = u.deployed_version,
@@ -327,7 +386,7 @@ with updated as (
     where f.namespace = u.namespace and f.name = u.name
     returning 1
 ), inserted as (
-    insert into functions (namespace, name, runtime, entrypoint, memory_mb, timeout_sec,
+    insert into {functions} (namespace, name, runtime, entrypoint, memory_mb, timeout_sec,
         env_vars, current_version, deployed_version, endpoint, phase, last_error,
         stream_version, created_at, updated_at)
     select unnest($15::text[]), unnest($16::text[]), unnest($17::text[]), unnest($18::text[]),
@@ -335,7 +394,7 @@ with updated as (
         unnest($23::int[]), unnest($24::text[]), unnest($25::text[]), unnest($26::text[]),
         unnest($27::int[]), unnest($28::timestamptz[]), unnest($29::timestamptz[])
 ), versions as (
-    insert into function_versions (namespace, name, version, sha256, size, files, zip_key,
+    insert into {versions} (namespace, name, version, sha256, size, files, zip_key,
         context_sha256, context_key, uploaded_by, uploaded_at, runtime)
     select unnest($30::text[]), unnest($31::text[]), unnest($32::int[]), unnest($33::text[]),
         unnest($34::bigint[]), unnest($35::int[]), unnest($36::text[]), unnest($37::text[]),
@@ -352,6 +411,7 @@ select count(*) from updated";
 /// so that consecutive ones meet the same index pages.
 async fn write(
     tx: &mut PgConnection,
+    statement: &Arc<str>,
     rows: &HashMap<String, Work>,
     versions: &mut [NewVersion<'_>],
 ) -> Result<()> {
@@ -373,7 +433,7 @@ async fn write(
     let v = VersionColumns::of(versions);
     let u = &updates;
     let i = &inserts;
-    let updated: i64 = sqlx::query_scalar(WRITE)
+    let updated: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(statement.clone()))
         .bind(&u.namespace)
         .bind(&u.name)
         .bind(&u.runtime)
@@ -428,16 +488,22 @@ async fn write(
 }
 
 /// Deletes the version rows retention pruned.
-async fn delete_versions(tx: &mut PgConnection, pruned: &[(&str, &str, i32)]) -> Result<()> {
+async fn delete_versions(
+    tx: &mut PgConnection,
+    tables: &Tables,
+    pruned: &[(&str, &str, i32)],
+) -> Result<()> {
     let ns: Vec<&str> = pruned.iter().map(|p| p.0).collect();
     let name: Vec<&str> = pruned.iter().map(|p| p.1).collect();
     let version: Vec<i32> = pruned.iter().map(|p| p.2).collect();
-    sqlx::query(
-        "delete from function_versions v
+    // The table name is ours (`Tables`), never input.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "delete from {} v
          using (select unnest($1::text[]) as namespace, unnest($2::text[]) as name,
                        unnest($3::int[]) as version) p
          where v.namespace = p.namespace and v.name = p.name and v.version = p.version",
-    )
+        tables.versions
+    )))
     .bind(&ns)
     .bind(&name)
     .bind(&version)

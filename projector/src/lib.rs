@@ -10,7 +10,11 @@
 //!
 //! A `Projector` remembers the rows it wrote; the next batch starts from
 //! them instead of reading them again, as long as the checkpoint it finds is
-//! the one it left (no other copy applied anything in between).
+//! the one it left (no other copy applied anything in between) and its
+//! generation is the one it saw (no replay swapped the tables since).
+//!
+//! `replay` rebuilds the read models from the start of the log into fresh
+//! tables, with the same code, and swaps them in.
 //!
 //! Architecture Invariant: the projector depends on store and domain only;
 //! it never calls a driver or the API.
@@ -18,6 +22,7 @@
 mod doorbell;
 mod functions;
 pub mod manifests;
+pub mod replay;
 
 use std::time::Duration;
 
@@ -56,6 +61,11 @@ pub enum Error {
     },
     #[error("events stayed held back by running transactions for {0:?}")]
     HeldBack(Duration),
+    /// Another replay holds the replay lock.
+    #[error("a replay is running already{}", since.map(|t| format!(" (since {t})")).unwrap_or_default())]
+    ReplayRunning {
+        since: Option<chrono::DateTime<chrono::Utc>>,
+    },
     #[error("event {position} ({event_type}) cannot be read: {error}")]
     BadEvent {
         position: i64,
@@ -80,8 +90,9 @@ pub struct Step {
 pub struct Projector {
     functions: functions::Functions,
     /// The checkpoint the remembered rows belong to: the one this projector
-    /// committed last. `None` when it does not know (start, failed batch).
-    at: Option<Checkpoint>,
+    /// committed last, and the tables' generation then. `None` when it does
+    /// not know (start, failed batch).
+    at: Option<(Checkpoint, i64)>,
     /// Whether to read the next batch while applying this one.
     read_ahead: bool,
     /// The next batch, being read (and decoded) while this one is applied.
@@ -164,12 +175,14 @@ impl Projector {
         }
         let mut tx = sqlx::Connection::begin(&mut **conn).await?;
         // The watermark comes before any write of ours.
-        let (from, watermark) = eventlog::lock_checkpoint_below_watermark(&mut tx, NAME).await?;
-        if self.at != Some(from) {
-            // Another copy moved the checkpoint, or ours failed: what we
-            // remember may no longer be what the tables hold.
+        let locked = eventlog::lock_checkpoint_below_watermark(&mut tx, NAME).await?;
+        let (from, watermark) = (locked.at, locked.watermark);
+        if self.at != Some((from, locked.generation)) {
+            // Another copy moved the checkpoint, ours failed, or a replay
+            // swapped the tables: what we remember may no longer be what the
+            // tables hold.
             self.functions.forget();
-            self.at = Some(from);
+            self.at = Some((from, locked.generation));
         }
         let ahead = match self.ahead.take() {
             Some(read) => read.await.ok().and_then(Result::ok),
@@ -200,7 +213,7 @@ impl Projector {
         eventlog::save_checkpoint(&mut tx, NAME, to).await?;
         tx.commit().await?;
         self.functions.keep(applied);
-        self.at = Some(to);
+        self.at = Some((to, locked.generation));
         Ok(Step {
             applied: batch.read,
             held_back: false,

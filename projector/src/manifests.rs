@@ -134,8 +134,8 @@ fn function_of(stream: &str) -> Option<(&str, &str)> {
 /// the checkpoint past them. Returns the number of events read.
 pub async fn step(pool: &PgPool, blobs: &BlobStore, limit: i64) -> Result<usize> {
     let mut tx = pool.begin().await?;
-    let (from, watermark) = eventlog::lock_checkpoint_below_watermark(&mut tx, NAME).await?;
-    let batch = eventlog::read_committed_batch(&mut tx, from, watermark, limit).await?;
+    let locked = eventlog::lock_checkpoint_below_watermark(&mut tx, NAME).await?;
+    let batch = eventlog::read_committed_batch(&mut tx, locked.at, locked.watermark, limit).await?;
     let Some(last) = batch.last() else {
         tx.commit().await?;
         return Ok(0);

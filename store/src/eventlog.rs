@@ -403,31 +403,51 @@ pub async fn lock_checkpoint(conn: &mut PgConnection, name: &str) -> Result<Chec
     })
 }
 
+/// What `lock_checkpoint_below_watermark` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockedCheckpoint {
+    pub at: Checkpoint,
+    /// Every transaction with a smaller id has ended.
+    pub watermark: i64,
+    /// Bumped each time the reader's tables are swapped for rebuilt ones (a
+    /// replay): rows a reader remembers from an older generation are not
+    /// what the tables hold.
+    pub generation: i64,
+}
+
 /// `watermark` and `lock_checkpoint` in one round trip: the watermark (taken
 /// by the statement's snapshot, before the row lock gives the transaction an
-/// xid) and the reader's checkpoint, its row locked for the rest of the
-/// transaction. Returns (checkpoint, watermark). If another copy of the
-/// reader holds the row, the statement waits and then returns the checkpoint
-/// that copy committed, with the watermark from before the wait: older, so
-/// it holds back more, never less.
+/// xid) and the reader's checkpoint and generation, its row locked for the
+/// rest of the transaction. If another copy of the reader (or a replay)
+/// holds the row, the statement waits and then returns what that copy
+/// committed, with the watermark from before the wait: older, so it holds
+/// back more, never less.
 pub async fn lock_checkpoint_below_watermark(
     conn: &mut PgConnection,
     name: &str,
-) -> Result<(Checkpoint, i64)> {
-    let row: Option<(i64, i64, i64)> = sqlx::query_as(
-        "select xid, position, pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+) -> Result<LockedCheckpoint> {
+    let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(
+        "select xid, position, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, generation
          from projector_checkpoints where name = $1 for update",
     )
     .bind(name)
     .fetch_optional(&mut *conn)
     .await?;
-    if let Some((xid, position, watermark)) = row {
-        return Ok((Checkpoint { xid, position }, watermark));
+    if let Some((xid, position, watermark, generation)) = row {
+        return Ok(LockedCheckpoint {
+            at: Checkpoint { xid, position },
+            watermark,
+            generation,
+        });
     }
     // The reader's first batch: nothing was written yet, so the watermark
     // still comes before the insert of its row.
     let watermark = watermark(&mut *conn).await?;
-    Ok((lock_checkpoint(conn, name).await?, watermark))
+    Ok(LockedCheckpoint {
+        at: lock_checkpoint(conn, name).await?,
+        watermark,
+        generation: 0,
+    })
 }
 
 /// Moves a reader's checkpoint; call in the transaction that applied the events.

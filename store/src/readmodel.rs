@@ -121,19 +121,21 @@ pub async fn function_row_any<'e>(
 }
 
 /// The rows of the given (namespace, name) pairs that exist, deleted ones
-/// included (for the projector). Takes no row
-/// locks: only the projector writes these rows, and two copies of it are
-/// already kept apart by their checkpoint's row lock.
+/// included, in `table`: `functions`, or a copy of it that a replay builds
+/// (for the projector; the name is the projector's own, never a caller's).
+/// Takes no row locks: only the projector writes these rows, and two copies
+/// of it are already kept apart by their checkpoint's row lock.
 pub async fn function_rows_by_key<'e>(
     exec: impl PgExecutor<'e>,
+    table: &str,
     namespaces: &[&str],
     names: &[&str],
 ) -> Result<Vec<FunctionRow>> {
-    let rows = sqlx::query(
-        "select f.* from functions f
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "select f.* from {table} f
          join unnest($1::text[], $2::text[]) as k(namespace, name)
-           on f.namespace = k.namespace and f.name = k.name",
-    )
+           on f.namespace = k.namespace and f.name = k.name"
+    )))
     .bind(namespaces)
     .bind(names)
     .fetch_all(exec)

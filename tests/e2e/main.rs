@@ -2,6 +2,7 @@
 
 mod dev;
 mod history;
+mod replay;
 mod runtimes;
 #[path = "../support/mod.rs"]
 mod support;
