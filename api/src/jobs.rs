@@ -4,8 +4,6 @@
 //! like every other route; a valid request answers 501 `not-implemented`
 //! until the job runner lands (issue 6), and nothing is written either way.
 
-use std::collections::BTreeMap;
-
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -29,11 +27,11 @@ pub struct CreateJob {
     /// The function it runs.
     #[schema(pattern = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")]
     pub function: String,
+    /// What the handler receives as `json` (and as JSON text in `body`).
     #[serde(default)]
-    pub args: Vec<String>,
-    /// Environment of the run, by the rules of a function's `env_vars`.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    pub input: serde_json::Value,
+    /// How long the run may take, in seconds (default: the function's `timeout_sec`).
+    pub timeout_sec: Option<u32>,
 }
 
 fn not_yet() -> ApiError {
@@ -56,7 +54,7 @@ pub async fn create(
 ) -> ApiResult<StatusCode> {
     caller.namespace(&ns)?;
     let req: CreateJob = parse_json(&body?)?;
-    JobSpec::parse(&req.name, &req.function, req.args, req.env)?;
+    JobSpec::parse(&req.name, &req.function, req.input, req.timeout_sec)?;
     Err(not_yet())
 }
 

@@ -79,6 +79,13 @@ pub enum FunctionEvent {
     VersionsPruned {
         versions: Vec<u32>,
     },
+    /// What ran was stopped because the function has http triggers and
+    /// none of them is enabled (scaled to zero). Enabling one deploys the
+    /// current version again (its build is kept).
+    FunctionStopped {
+        version: u32,
+        reason: String,
+    },
     /// The work queue gave up on the function after its retries ran out.
     ReconcileAbandoned {
         attempts: i32,
@@ -102,15 +109,13 @@ impl FunctionEvent {
             FunctionEvent::ReconcileAbandoned { .. } => "ReconcileAbandoned",
             FunctionEvent::FunctionRolledBack { .. } => "FunctionRolledBack",
             FunctionEvent::VersionsPruned { .. } => "VersionsPruned",
+            FunctionEvent::FunctionStopped { .. } => "FunctionStopped",
         }
     }
 
     /// The `data` column: the variant's fields as JSON.
     pub fn data(&self) -> serde_json::Value {
-        let mut v = serde_json::to_value(self).expect("events serialize");
-        v.get_mut("data")
-            .map(serde_json::Value::take)
-            .unwrap_or(serde_json::Value::Object(Default::default()))
+        data_of(self)
     }
 
     /// Rebuilds an event from the log's `type` and `data` columns.
@@ -118,8 +123,24 @@ impl FunctionEvent {
         type_name: &str,
         data: &serde_json::Value,
     ) -> Result<Self, serde_json::Error> {
-        serde_json::from_value(serde_json::json!({ "type": type_name, "data": data }))
+        from_type_and_data(type_name, data)
     }
+}
+
+/// The `data` column of an event enum tagged `type` with content `data`.
+pub(crate) fn data_of(event: &impl Serialize) -> serde_json::Value {
+    let mut v = serde_json::to_value(event).expect("events serialize");
+    v.get_mut("data")
+        .map(serde_json::Value::take)
+        .unwrap_or(serde_json::Value::Object(Default::default()))
+}
+
+/// An event enum tagged `type` with content `data`, from the log's columns.
+pub(crate) fn from_type_and_data<E: serde::de::DeserializeOwned>(
+    type_name: &str,
+    data: &serde_json::Value,
+) -> Result<E, serde_json::Error> {
+    serde_json::from_value(serde_json::json!({ "type": type_name, "data": data }))
 }
 
 #[cfg(test)]
@@ -149,6 +170,10 @@ mod tests {
                 runtime: Some(Runtime::Python311),
             }),
             FunctionEvent::FunctionRolledBack { version: 1 },
+            FunctionEvent::FunctionStopped {
+                version: 1,
+                reason: "disabled".into(),
+            },
             FunctionEvent::VersionsPruned {
                 versions: vec![1, 2],
             },

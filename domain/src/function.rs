@@ -213,6 +213,14 @@ impl Function {
                     self.last_error = None;
                 }
             }
+            FunctionEvent::FunctionStopped { version, .. } => {
+                // Nothing runs; the build stays for when it is served again.
+                if self.deployed_version == Some(*version) {
+                    self.deployed_version = None;
+                    self.endpoint = None;
+                    self.deployed_spec = None;
+                }
+            }
             FunctionEvent::ReconcileAbandoned { attempts, error } => {
                 self.phase = Phase::Failed;
                 self.last_error = Some(format!("gave up after {attempts} attempts: {error}"));

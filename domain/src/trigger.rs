@@ -1,15 +1,20 @@
 //! Triggers: what makes a function run. An `http` trigger exposes it at its
 //! URL; a `cron` trigger runs it on a schedule, read in a time zone.
 //!
-//! Only the request rules live here so far: the Trigger aggregate (its
-//! events and decider) comes with the scheduler.
+//! The Trigger aggregate (stream `trigger/{ns}/{name}`) holds what a user
+//! asked for: created, toggled, deleted. What a cron trigger *did* is not
+//! in its stream: every tick is a run of its own (see [`crate::job`]), so
+//! the trigger's stream stays short however often it fires.
+
+use serde::{Deserialize, Serialize};
 
 use crate::DomainError;
 use crate::cron::{check_schedule, check_timezone};
-use crate::names::{FunctionName, TriggerName};
+use crate::names::{FunctionName, Namespace, TriggerName};
 
 /// The kinds of trigger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TriggerKind {
     Http,
     Cron,
@@ -39,17 +44,19 @@ impl TriggerKind {
 pub const DEFAULT_TIMEZONE: &str = "UTC";
 
 /// A trigger as a user asks for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TriggerSpec {
     pub name: TriggerName,
     pub function: FunctionName,
+    #[serde(rename = "type")]
     pub kind: TriggerKind,
     /// The schedule and its time zone, for a cron trigger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Schedule>,
     pub enabled: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Schedule {
     pub cron: String,
     pub timezone: String,
@@ -116,6 +123,125 @@ impl TriggerSpec {
             schedule,
             enabled: f.enabled.unwrap_or(true),
         })
+    }
+}
+
+/// The event stream of trigger `name` in `ns`.
+pub fn stream(ns: &Namespace, name: &TriggerName) -> String {
+    format!("trigger/{ns}/{name}")
+}
+
+/// Everything that can happen to a trigger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data")]
+pub enum TriggerEvent {
+    /// Created, or created again after a delete.
+    TriggerCreated {
+        spec: TriggerSpec,
+    },
+    TriggerToggled {
+        enabled: bool,
+    },
+    TriggerDeleted {},
+}
+
+impl TriggerEvent {
+    /// The type name stored in the log's `type` column.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            TriggerEvent::TriggerCreated { .. } => "TriggerCreated",
+            TriggerEvent::TriggerToggled { .. } => "TriggerToggled",
+            TriggerEvent::TriggerDeleted {} => "TriggerDeleted",
+        }
+    }
+
+    /// The event types of this aggregate.
+    pub const TYPES: [&'static str; 3] = ["TriggerCreated", "TriggerToggled", "TriggerDeleted"];
+
+    /// The `data` column: the variant's fields as JSON.
+    pub fn data(&self) -> serde_json::Value {
+        crate::events::data_of(self)
+    }
+
+    /// Rebuilds an event from the log's `type` and `data` columns.
+    pub fn from_stored(
+        type_name: &str,
+        data: &serde_json::Value,
+    ) -> Result<Self, serde_json::Error> {
+        crate::events::from_type_and_data(type_name, data)
+    }
+}
+
+/// A trigger's state: a fold over its stream.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Trigger {
+    /// Number of events applied (the stream version).
+    pub stream_version: u64,
+    /// What it is, while it exists (its `enabled` follows the toggles).
+    pub spec: Option<TriggerSpec>,
+}
+
+impl Trigger {
+    pub fn exists(&self) -> bool {
+        self.spec.is_some()
+    }
+
+    pub fn evolve(mut self, event: &TriggerEvent) -> Trigger {
+        self.stream_version += 1;
+        match event {
+            TriggerEvent::TriggerCreated { spec } => self.spec = Some(spec.clone()),
+            TriggerEvent::TriggerToggled { enabled } => {
+                if let Some(spec) = self.spec.as_mut() {
+                    spec.enabled = *enabled;
+                }
+            }
+            TriggerEvent::TriggerDeleted {} => self.spec = None,
+        }
+        self
+    }
+
+    pub fn fold<'a>(events: impl IntoIterator<Item = &'a TriggerEvent>) -> Trigger {
+        events
+            .into_iter()
+            .fold(Trigger::default(), |t, e| t.evolve(e))
+    }
+}
+
+/// What a user can ask of a trigger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TriggerCommand {
+    Create(TriggerSpec),
+    Toggle { enabled: bool },
+    Delete,
+}
+
+/// Turns a command into the events it causes. Creating a trigger that
+/// exists is `AlreadyExists`; toggling one to the state it is in causes
+/// nothing; toggling or deleting one that does not exist is `NotFound`.
+pub fn decide(state: &Trigger, command: TriggerCommand) -> Result<Vec<TriggerEvent>, DomainError> {
+    let missing = || match &state.spec {
+        Some(_) => Ok(()),
+        None => Err(DomainError::NotFound("trigger".into())),
+    };
+    match command {
+        TriggerCommand::Create(spec) => match &state.spec {
+            Some(existing) => Err(DomainError::AlreadyExists(format!(
+                "trigger {:?}",
+                existing.name.as_str()
+            ))),
+            None => Ok(vec![TriggerEvent::TriggerCreated { spec }]),
+        },
+        TriggerCommand::Toggle { enabled } => {
+            missing()?;
+            if state.spec.as_ref().is_some_and(|s| s.enabled == enabled) {
+                return Ok(vec![]);
+            }
+            Ok(vec![TriggerEvent::TriggerToggled { enabled }])
+        }
+        TriggerCommand::Delete => {
+            missing()?;
+            Ok(vec![TriggerEvent::TriggerDeleted {}])
+        }
     }
 }
 
@@ -236,6 +362,58 @@ mod tests {
                 Err(DomainError::Invalid { field: got, .. }) => assert_eq!(got, field, "{what}"),
                 other => panic!("{what}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn the_trigger_decider_creates_toggles_and_deletes() {
+        let spec = TriggerSpec::parse(cron("*/5 * * * *")).unwrap();
+        let none = Trigger::default();
+        assert_eq!(
+            decide(&none, TriggerCommand::Toggle { enabled: false }),
+            Err(DomainError::NotFound("trigger".into()))
+        );
+        assert_eq!(
+            decide(&none, TriggerCommand::Delete),
+            Err(DomainError::NotFound("trigger".into()))
+        );
+        let created = decide(&none, TriggerCommand::Create(spec.clone())).unwrap();
+        let t = Trigger::fold(&created);
+        assert!(t.exists() && t.spec.as_ref().unwrap().enabled);
+        assert!(matches!(
+            decide(&t, TriggerCommand::Create(spec.clone())),
+            Err(DomainError::AlreadyExists(_))
+        ));
+        // Toggling to the state it is in causes nothing.
+        assert_eq!(
+            decide(&t, TriggerCommand::Toggle { enabled: true }),
+            Ok(vec![])
+        );
+        let off = decide(&t, TriggerCommand::Toggle { enabled: false }).unwrap();
+        assert_eq!(off, vec![TriggerEvent::TriggerToggled { enabled: false }]);
+        let t = off.iter().fold(t, |t, e| t.evolve(e));
+        assert!(!t.spec.as_ref().unwrap().enabled);
+        let gone = decide(&t, TriggerCommand::Delete).unwrap();
+        let t = gone.iter().fold(t, |t, e| t.evolve(e));
+        assert!(!t.exists());
+        assert_eq!(t.stream_version, 3);
+        // The name is free again.
+        assert!(decide(&t, TriggerCommand::Create(spec)).is_ok());
+    }
+
+    #[test]
+    fn trigger_events_round_trip_through_type_and_data() {
+        let spec = TriggerSpec::parse(cron("0 3 * * MON-FRI")).unwrap();
+        for e in [
+            TriggerEvent::TriggerCreated { spec },
+            TriggerEvent::TriggerToggled { enabled: false },
+            TriggerEvent::TriggerDeleted {},
+        ] {
+            assert!(TriggerEvent::TYPES.contains(&e.type_name()));
+            assert_eq!(
+                TriggerEvent::from_stored(e.type_name(), &e.data()).unwrap(),
+                e
+            );
         }
     }
 }

@@ -19,7 +19,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use sless_domain::{Function, FunctionEvent, FunctionKey};
+use sless_domain::job::{Job, JobEvent};
+use sless_domain::trigger::{Trigger, TriggerEvent};
+use sless_domain::{Function, FunctionEvent, FunctionKey, Namespace};
 use sqlx::{AssertSqlSafe, PgConnection, PgExecutor, Row};
 
 use crate::{Error, Result};
@@ -62,6 +64,31 @@ impl NewEvent {
             data: event.data(),
             metadata,
         }
+    }
+
+    /// An event of any aggregate: its type name and `data` column.
+    pub fn of(
+        namespace: &Namespace,
+        event_type: &str,
+        data: serde_json::Value,
+        metadata: Metadata,
+    ) -> NewEvent {
+        NewEvent {
+            event_type: event_type.to_owned(),
+            namespace: namespace.to_string(),
+            data,
+            metadata,
+        }
+    }
+
+    /// A trigger's event.
+    pub fn trigger(ns: &Namespace, event: &TriggerEvent, metadata: Metadata) -> NewEvent {
+        NewEvent::of(ns, event.type_name(), event.data(), metadata)
+    }
+
+    /// A job's (or a cron run's) event.
+    pub fn job(ns: &Namespace, event: &JobEvent, metadata: Metadata) -> NewEvent {
+        NewEvent::of(ns, event.type_name(), event.data(), metadata)
     }
 }
 
@@ -217,17 +244,38 @@ pub async fn read_stream<'e>(
 /// for deciding commands). A function that never existed folds to the default.
 pub async fn load_function<'e>(exec: impl PgExecutor<'e>, key: &FunctionKey) -> Result<Function> {
     let events = read_stream(exec, &key.stream()).await?;
-    let mut state = Function::default();
-    for e in &events {
-        let event = FunctionEvent::from_stored(&e.event_type, &e.data).map_err(|err| {
+    fold_stream(&events, FunctionEvent::from_stored, Function::evolve)
+}
+
+/// Folds a stream's events, decoded by `decode`, with `evolve`.
+fn fold_stream<S: Default, E>(
+    events: &[RecordedEvent],
+    decode: impl Fn(&str, &serde_json::Value) -> serde_json::Result<E>,
+    evolve: impl Fn(S, &E) -> S,
+) -> Result<S> {
+    let mut state = S::default();
+    for e in events {
+        let event = decode(&e.event_type, &e.data).map_err(|err| {
             Error::Internal(format!(
                 "event {} ({}) cannot be read: {err}",
                 e.position, e.event_type
             ))
         })?;
-        state = state.evolve(&event);
+        state = evolve(state, &event);
     }
     Ok(state)
+}
+
+/// A trigger's state, folded from its stream (`trigger::stream`).
+pub async fn load_trigger<'e>(exec: impl PgExecutor<'e>, stream: &str) -> Result<Trigger> {
+    let events = read_stream(exec, stream).await?;
+    fold_stream(&events, TriggerEvent::from_stored, Trigger::evolve)
+}
+
+/// A job's state, folded from its stream (`job::stream`, `job::cron_stream`).
+pub async fn load_job<'e>(exec: impl PgExecutor<'e>, stream: &str) -> Result<Job> {
+    let events = read_stream(exec, stream).await?;
+    fold_stream(&events, JobEvent::from_stored, Job::evolve)
 }
 
 /// The transaction-id watermark: every transaction with a smaller id has

@@ -177,7 +177,8 @@ fn summary(e: &FunctionEvent) -> String {
         | FunctionEvent::BuildSucceeded { version, .. }
         | FunctionEvent::BuildFailed { version, .. }
         | FunctionEvent::FunctionDeployed { version, .. }
-        | FunctionEvent::DeployFailed { version, .. } => Some(*version),
+        | FunctionEvent::DeployFailed { version, .. }
+        | FunctionEvent::FunctionStopped { version, .. } => Some(*version),
     };
     match version {
         Some(v) => format!("{}@{v}", e.type_name()),
