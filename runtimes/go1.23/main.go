@@ -19,6 +19,11 @@
 // does not exist or has a signature that cannot be called, 4 the port could
 // not be bound.
 //
+// Job mode (`function --job`): no port; the event is read as JSON from stdin,
+// the function is called once, its result is written to stdout as one line
+// of JSON, and the binary exits 0 (1 when the function returned an error or
+// panicked).
+//
 // Standard library only; builds with Go 1.21 and later.
 package main
 
@@ -94,7 +99,7 @@ type config struct {
 	port                      int
 }
 
-func readConfig() config {
+func readConfig(job bool) config {
 	portText := strings.TrimSpace(os.Getenv("SLESS_PORT"))
 	host := strings.TrimSpace(os.Getenv("SLESS_HOST"))
 	if host == "" {
@@ -102,12 +107,16 @@ func readConfig() config {
 	}
 	codeDir := strings.TrimSpace(os.Getenv("SLESS_CODE_DIR"))
 	entrypoint := strings.TrimSpace(os.Getenv("SLESS_ENTRYPOINT"))
-	if portText == "" {
-		fail(exitConfig, "SLESS_PORT is not set")
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil || port < 0 || port > 65535 {
-		fail(exitConfig, "SLESS_PORT %q is not a port number", portText)
+	port := 0
+	if !job {
+		if portText == "" {
+			fail(exitConfig, "SLESS_PORT is not set")
+		}
+		var err error
+		port, err = strconv.Atoi(portText)
+		if err != nil || port < 0 || port > 65535 {
+			fail(exitConfig, "SLESS_PORT %q is not a port number", portText)
+		}
 	}
 	if codeDir == "" {
 		fail(exitConfig, "SLESS_CODE_DIR is not set")
@@ -566,23 +575,9 @@ func (s *server) call(ctx context.Context, method, path string, ev event) (resp 
 	if err != nil {
 		return s.failure(method, path, errorName(err), err.Error(), err.Error()+"\n")
 	}
-	arg := reflect.New(s.h.eventType)
-	if err := json.Unmarshal(raw, arg.Interface()); err != nil {
-		return s.failure(method, path, errorName(err), err.Error(), err.Error()+"\n")
-	}
-	args := []reflect.Value{arg.Elem()}
-	if s.h.withCtx {
-		args = []reflect.Value{reflect.ValueOf(ctx), arg.Elem()}
-	}
-	out := s.h.fn.Call(args)
-	if s.h.errOut >= 0 && !out[s.h.errOut].IsNil() {
-		err := out[s.h.errOut].Interface().(error)
-		name := errorName(err)
-		return s.failure(method, path, name, err.Error(), fmt.Sprintf("%s: %s\n", name, err.Error()))
-	}
-	var result any
-	if s.h.valueOut >= 0 {
-		result = out[s.h.valueOut].Interface()
+	result, failed := s.h.invoke(ctx, raw)
+	if failed != nil {
+		return s.failure(method, path, failed.name, failed.message, failed.traceback)
 	}
 	resp, err = buildResponse(result)
 	if err != nil {
@@ -594,6 +589,41 @@ func (s *server) call(ctx context.Context, method, path string, ev event) (resp 
 		return s.failure(method, path, name, err.Error(), fmt.Sprintf("%s: %s\n", name, err.Error()))
 	}
 	return resp
+}
+
+// callFailure is how one call of the function failed.
+type callFailure struct{ name, message, traceback string }
+
+// invoke calls the function with the event as JSON; a returned error or a
+// panic is a failure.
+func (h *handler) invoke(ctx context.Context, raw []byte) (result any, failed *callFailure) {
+	defer func() {
+		if p := recover(); p != nil {
+			name := "panic"
+			if err, ok := p.(error); ok {
+				name = errorName(err)
+			}
+			failed = &callFailure{name, fmt.Sprint(p), fmt.Sprintf("panic: %v\n\n%s", p, userStack(string(debug.Stack())))}
+		}
+	}()
+	arg := reflect.New(h.eventType)
+	if err := json.Unmarshal(raw, arg.Interface()); err != nil {
+		return nil, &callFailure{errorName(err), err.Error(), err.Error() + "\n"}
+	}
+	args := []reflect.Value{arg.Elem()}
+	if h.withCtx {
+		args = []reflect.Value{reflect.ValueOf(ctx), arg.Elem()}
+	}
+	out := h.fn.Call(args)
+	if h.errOut >= 0 && !out[h.errOut].IsNil() {
+		err := out[h.errOut].Interface().(error)
+		name := errorName(err)
+		return nil, &callFailure{name, err.Error(), fmt.Sprintf("%s: %s\n", name, err.Error())}
+	}
+	if h.valueOut >= 0 {
+		result = out[h.valueOut].Interface()
+	}
+	return result, nil
 }
 
 // userStack keeps the frames of a panic's stack between the panic and the
@@ -675,12 +705,99 @@ func (s *server) respond(w http.ResponseWriter, r *http.Request, path, query str
 	return resp.status, send(w, r.Method, resp)
 }
 
+// ---------------------------------------------------------------------------
+// Job mode: one call, the event on stdin, the result on stdout
+// ---------------------------------------------------------------------------
+
+// jobResultJSON is the function's result as one line of JSON: nil is null,
+// a []byte (also as a map's `body`) a string.
+func jobResultJSON(result any) ([]byte, error) {
+	switch v := result.(type) {
+	case []byte:
+		result = strings.ToValidUTF8(string(v), "\uFFFD")
+	case map[string]any:
+		if b, ok := v["body"].([]byte); ok {
+			copied := make(map[string]any, len(v))
+			for k, x := range v {
+				copied[k] = x
+			}
+			copied["body"] = strings.ToValidUTF8(string(b), "\uFFFD")
+			result = copied
+		}
+	}
+	if isNil(result) {
+		return []byte("null"), nil
+	}
+	return jsonBytes(result)
+}
+
+// lineTracker copies what the function prints to stdout and remembers
+// whether it ended a line, so that the result starts on a line of its own.
+type lineTracker struct {
+	out         *os.File
+	atLineStart bool
+}
+
+func (t *lineTracker) copyFrom(r io.Reader, done chan<- struct{}) {
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			t.out.Write(buf[:n])
+			t.atLineStart = buf[n-1] == '\n'
+		}
+		if err != nil {
+			close(done)
+			return
+		}
+	}
+}
+
+// runJob calls the function once with the event read from stdin and exits.
+func runJob(h *handler) {
+	raw, err := io.ReadAll(os.Stdin)
+	if err != nil || !json.Valid(raw) {
+		fail(exitConfig, "the event on stdin is not JSON")
+	}
+	stdout := os.Stdout
+	tracker := &lineTracker{out: stdout, atLineStart: true}
+	r, w, err := os.Pipe()
+	if err != nil {
+		fail(exitConfig, "cannot capture stdout: %v", err)
+	}
+	copied := make(chan struct{})
+	go tracker.copyFrom(r, copied)
+	os.Stdout = w
+	result, failed := h.invoke(context.Background(), raw)
+	os.Stdout = stdout
+	w.Close()
+	<-copied
+	if failed != nil {
+		logLine("%s", strings.TrimRight(failed.traceback, "\n"))
+		os.Exit(1)
+	}
+	line, err := jobResultJSON(result)
+	if err != nil {
+		logLine("%s: %s", errorName(err), err.Error())
+		os.Exit(1)
+	}
+	if !tracker.atLineStart {
+		stdout.Write([]byte("\n"))
+	}
+	stdout.Write(append(line, '\n'))
+	os.Exit(0)
+}
+
 func main() {
-	cfg := readConfig()
+	job := len(os.Args) > 1 && os.Args[1] == "--job"
+	cfg := readConfig(job)
 	if err := os.Chdir(cfg.codeDir); err != nil {
 		fail(exitConfig, "SLESS_CODE_DIR %q: %v", cfg.codeDir, err)
 	}
 	h := loadEntrypoint(cfg.entrypoint)
+	if job {
+		runJob(h)
+	}
 
 	addr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
 	listener, err := net.Listen("tcp", addr)

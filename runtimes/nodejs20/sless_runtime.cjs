@@ -22,6 +22,11 @@
  * Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration, 3 the entrypoint
  * could not be loaded or is not a function, 4 the port could not be bound.
  *
+ * Job mode (`sless_runtime.cjs --job`): no port; the event is read as JSON
+ * from stdin, the function is called once, its result is written to stdout as
+ * one line of JSON, and the wrapper exits 0 (1 when the function threw or its
+ * Promise was rejected).
+ *
  * Node.js built-in modules only.
  */
 
@@ -70,16 +75,19 @@ class InvalidResponse extends Error {}
 // Configuration and loading
 // ---------------------------------------------------------------------------
 
-function readConfig(env) {
+function readConfig(env, job = false) {
   const portText = (env.SLESS_PORT || '').trim();
   const host = (env.SLESS_HOST || '').trim() || '127.0.0.1';
   const codeDir = (env.SLESS_CODE_DIR || '').trim();
   const entrypoint = (env.SLESS_ENTRYPOINT || '').trim();
 
-  if (!portText) fail(EXIT_CONFIG, 'SLESS_PORT is not set');
-  const port = /^[+-]?[0-9]+$/.test(portText) ? Number(portText) : -1;
-  if (!(port >= 0 && port <= 65535)) {
-    fail(EXIT_CONFIG, `SLESS_PORT ${JSON.stringify(portText)} is not a port number`);
+  let port = null;
+  if (!job) {
+    if (!portText) fail(EXIT_CONFIG, 'SLESS_PORT is not set');
+    port = /^[+-]?[0-9]+$/.test(portText) ? Number(portText) : -1;
+    if (!(port >= 0 && port <= 65535)) {
+      fail(EXIT_CONFIG, `SLESS_PORT ${JSON.stringify(portText)} is not a port number`);
+    }
   }
   if (!codeDir) fail(EXIT_CONFIG, 'SLESS_CODE_DIR is not set');
   let isDir = false;
@@ -511,10 +519,83 @@ function createServer(func) {
 }
 
 // ---------------------------------------------------------------------------
+// Job mode: one call, the event on stdin, the result on stdout
+// ---------------------------------------------------------------------------
+
+/**
+ * The function's result as one line of JSON: `undefined` is `null`, bytes
+ * (also as a `statusCode` form's body) become a UTF-8 string; throws for what
+ * JSON cannot represent.
+ */
+function jobResultJson(result) {
+  let value = result === undefined ? null : result;
+  if (isBytes(value)) {
+    value = toBuffer(value).toString('utf8');
+  } else if (isPlainMap(value) && 'statusCode' in value && isBytes(value.body)) {
+    value = { ...value, body: toBuffer(value.body).toString('utf8') };
+  }
+  return jsonBytes(value).toString('utf8');
+}
+
+function readStdin() {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    process.stdin.on('data', (chunk) => chunks.push(chunk));
+    process.stdin.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    process.stdin.on('error', reject);
+  });
+}
+
+/** Writes `text` to stdout and exits with `code` once it is written. */
+function exitAfter(write, text, code) {
+  if (!text) process.exit(code);
+  write(text, () => process.exit(code));
+}
+
+/**
+ * Calls `func` once with the event read from stdin, writes its result and
+ * exits. Timers or connections the function left open do not keep the
+ * process alive.
+ */
+async function runJob(func) {
+  let event;
+  try {
+    event = JSON.parse(await readStdin());
+  } catch (err) {
+    fail(EXIT_CONFIG, `the event on stdin is not JSON: ${messageOf(err)}`);
+  }
+  // Remember whether the function's own output ended a line, so that the
+  // result starts on a line of its own.
+  const write = process.stdout.write.bind(process.stdout);
+  let atLineStart = true;
+  process.stdout.write = (chunk, ...rest) => {
+    const length = typeof chunk === 'string' ? chunk.length : chunk.byteLength;
+    if (length > 0) {
+      const last = typeof chunk === 'string' ? chunk.charCodeAt(length - 1) : chunk[length - 1];
+      atLineStart = last === 0x0a;
+    }
+    return write(chunk, ...rest);
+  };
+  let line;
+  try {
+    line = jobResultJson(await func(event));
+  } catch (err) {
+    log(traceOf(err).trimEnd());
+    return exitAfter(write, '', 1);
+  }
+  exitAfter(write, (atLineStart ? '' : '\n') + line + '\n', 0);
+}
+
+// ---------------------------------------------------------------------------
 // Main
 // ---------------------------------------------------------------------------
 
 async function main() {
+  if (process.argv.slice(2).includes('--job')) {
+    const { codeDir, entrypoint } = readConfig(process.env, true);
+    process.chdir(codeDir);
+    return runJob(await loadEntrypoint(codeDir, entrypoint));
+  }
   const { host, port, codeDir, entrypoint } = readConfig(process.env);
   process.chdir(codeDir);
   const func = await loadEntrypoint(codeDir, entrypoint);
@@ -556,4 +637,4 @@ if (require.main === module) {
   });
 }
 
-module.exports = { buildResponse, buildEvent, splitTarget, InvalidResponse };
+module.exports = { buildResponse, buildEvent, splitTarget, InvalidResponse, jobResultJson };

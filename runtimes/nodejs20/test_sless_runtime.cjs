@@ -69,6 +69,29 @@ const MODULES = {
     };
     exports.notAFunction = 'just a string';
   `,
+  'jobs.js': `
+    exports.echoInput = async (event) => ({ ok: true, input: event.json, method: event.method });
+    exports.text = () => 'done';
+    exports.status = () => ({ statusCode: 201, headers: { 'X-A': 'b' }, body: Buffer.from('made') });
+    exports.raw = () => Buffer.from([0x63, 0x61, 0x66, 0xc3, 0xa9]);
+    exports.nothing = () => undefined;
+    exports.chatty = () => {
+      console.log('first line');
+      process.stdout.write('no newline at the end');
+      console.error('to stderr');
+      return [1, 2];
+    };
+    exports.lingers = () => {
+      setInterval(() => {}, 1000);
+      return 'returned';
+    };
+    exports.rejects = async () => {
+      class QuotaExceeded extends Error {}
+      throw new QuotaExceeded('over the limit');
+    };
+    exports.exits = () => process.exit(3);
+    exports.notSerialisable = () => ({ value: 10n });
+  `,
   'broken.js': `
     require('sless-no-such-module-for-tests');
     exports.handle = () => 'unreachable';
@@ -528,4 +551,106 @@ test('one access log line per request, without the query string', async () => {
   assert.equal(status, '200');
   assert.match(duration, /^[0-9]+\.[0-9]{2}ms$/);
   assert.doesNotMatch(rt.stderr, /secret/);
+});
+
+// -- job mode ---------------------------------------------------------------
+
+/** Runs the wrapper with `--job`, `input` on stdin; resolves once it exited. */
+function runJob(entrypoint, input) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(process.execPath, [WRAPPER, '--job'], {
+      cwd: tmp,
+      env: { ...process.env, SLESS_CODE_DIR: path.join(tmp, 'code'), SLESS_ENTRYPOINT: entrypoint },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const out = [];
+    const err = [];
+    proc.stdout.on('data', (c) => out.push(c));
+    proc.stderr.on('data', (c) => err.push(c));
+    const timer = setTimeout(() => {
+      proc.kill('SIGKILL');
+      reject(new Error(`job ${entrypoint} did not exit within ${EXIT_DEADLINE_MS} ms`));
+    }, EXIT_DEADLINE_MS);
+    proc.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({
+        code: code === null ? signal : code,
+        stdout: Buffer.concat(out).toString('utf8'),
+        stderr: Buffer.concat(err).toString('utf8'),
+      });
+    });
+    proc.stdin.on('error', () => {});
+    proc.stdin.end(typeof input === 'string' ? input : JSON.stringify(input));
+  });
+}
+
+function jobEvent(value) {
+  return { method: 'JOB', path: '/', query: {}, headers: {}, body: JSON.stringify(value), json: value };
+}
+
+function lastLine(stdout) {
+  const lines = stdout.trimEnd().split('\n');
+  return JSON.parse(lines[lines.length - 1]);
+}
+
+test('job mode: the result is the last stdout line as JSON', async () => {
+  const run = await runJob('jobs.echoInput', jobEvent({ n: [1, 2] }));
+  assert.equal(run.code, 0, run.stderr);
+  assert.deepEqual(lastLine(run.stdout), { ok: true, input: { n: [1, 2] }, method: 'JOB' });
+});
+
+test('job mode: return values map to JSON', async () => {
+  const cases = [
+    ['jobs.text', 'done'],
+    ['jobs.status', { statusCode: 201, headers: { 'X-A': 'b' }, body: 'made' }],
+    ['jobs.raw', 'caf\u00e9'],
+    ['jobs.nothing', null],
+    ['esm.handle', { from: 'esm', method: 'JOB' }],
+  ];
+  for (const [entrypoint, expected] of cases) {
+    const run = await runJob(entrypoint, jobEvent(null));
+    assert.equal(run.code, 0, `${entrypoint}: ${run.stderr}`);
+    assert.deepEqual(lastLine(run.stdout), expected, entrypoint);
+  }
+});
+
+test('job mode: the result starts on a line of its own', async () => {
+  const run = await runJob('jobs.chatty', jobEvent({}));
+  assert.equal(run.code, 0, run.stderr);
+  assert.equal(run.stdout, 'first line\nno newline at the end\n[1,2]\n');
+  assert.match(run.stderr, /to stderr/);
+});
+
+test('job mode: timers the function left running do not keep it alive', async () => {
+  const run = await runJob('jobs.lingers', jobEvent({}));
+  assert.equal(run.code, 0, run.stderr);
+  assert.equal(lastLine(run.stdout), 'returned');
+});
+
+test('job mode: a rejection exits 1 with the stack on stderr', async () => {
+  const run = await runJob('jobs.rejects', jobEvent({}));
+  assert.equal(run.code, 1);
+  assert.match(run.stderr, /Error: over the limit/);
+  assert.match(run.stderr, /at exports\.rejects \(.*jobs\.js/);
+  assert.equal(run.stdout, '');
+});
+
+test('job mode: process.exit in the function is the exit code', async () => {
+  const run = await runJob('jobs.exits', jobEvent({}));
+  assert.equal(run.code, 3);
+});
+
+test('job mode: a result JSON cannot hold exits 1', async () => {
+  const run = await runJob('jobs.notSerialisable', jobEvent({}));
+  assert.equal(run.code, 1);
+  assert.match(run.stderr, /BigInt/);
+});
+
+test('job mode: an entrypoint that cannot load exits 3, bad input exits 2', async () => {
+  let run = await runJob('broken.handle', jobEvent({}));
+  assert.equal(run.code, 3);
+  assert.match(run.stderr, /Cannot find module/);
+  run = await runJob('jobs.text', '{not json');
+  assert.equal(run.code, 2);
+  assert.match(run.stderr, /not JSON/);
 });

@@ -15,6 +15,10 @@ Configuration (environment):
 Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration, 3 the entrypoint
 could not be imported or is not callable, 4 the port could not be bound.
 
+Job mode (``sless_runtime.py --job``): no port; the event is read as JSON from
+stdin, the function is called once, its return value is written to stdout as
+one line of JSON, and the wrapper exits 0 (1 when the function raised).
+
 Standard library only.
 """
 
@@ -73,21 +77,23 @@ def _fail(code, message):
     sys.exit(code)
 
 
-def _read_config():
+def _read_config(job=False):
     port_text = os.environ.get("SLESS_PORT", "").strip()
     host = os.environ.get("SLESS_HOST", "").strip() or "127.0.0.1"
     code_dir = os.environ.get("SLESS_CODE_DIR", "").strip()
     deps_dir = os.environ.get("SLESS_DEPS_DIR", "").strip()
     entrypoint = os.environ.get("SLESS_ENTRYPOINT", "").strip()
 
-    if not port_text:
-        _fail(EXIT_CONFIG, "SLESS_PORT is not set")
-    try:
-        port = int(port_text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        _fail(EXIT_CONFIG, "SLESS_PORT %r is not a port number" % port_text)
+    port = None
+    if not job:
+        if not port_text:
+            _fail(EXIT_CONFIG, "SLESS_PORT is not set")
+        try:
+            port = int(port_text)
+        except ValueError:
+            port = -1
+        if not 0 <= port <= 65535:
+            _fail(EXIT_CONFIG, "SLESS_PORT %r is not a port number" % port_text)
     if not code_dir:
         _fail(EXIT_CONFIG, "SLESS_CODE_DIR is not set")
     if not os.path.isdir(code_dir):
@@ -506,15 +512,90 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 # ---------------------------------------------------------------------------
+# Job mode: one call, the event on stdin, the result on stdout
+# ---------------------------------------------------------------------------
+
+
+class _LineTracker:
+    """Stands in for sys.stdout and remembers whether the last text written
+    ended a line, so that the result starts on a line of its own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.at_line_start = True
+
+    def write(self, text):
+        written = self._stream.write(text)
+        if text:
+            self.at_line_start = text.endswith("\n")
+        return written
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _job_default(value):
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    raise TypeError(
+        "Object of type %s is not JSON serializable" % type(value).__name__
+    )
+
+
+def job_result_json(result):
+    """The function's return value as one line of JSON: bytes become a
+    string (UTF-8, invalid bytes replaced); NaN and infinities are refused."""
+    return json.dumps(
+        result, ensure_ascii=False, allow_nan=False, default=_job_default
+    )
+
+
+def run_job(func):
+    """Call ``func`` once with the event read from stdin; returns the exit code."""
+    try:
+        event = json.loads(sys.stdin.buffer.read().decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        _fail(EXIT_CONFIG, "the event on stdin is not JSON: %s" % exc)
+    stdout = sys.stdout
+    tracker = _LineTracker(stdout)
+    sys.stdout = tracker
+    try:
+        result = func(event)
+    except Exception as exc:
+        sys.stderr.write(_format_user_traceback(exc))
+        sys.stderr.flush()
+        return 1
+    finally:
+        sys.stdout = stdout
+    try:
+        line = job_result_json(result)
+    except (TypeError, ValueError) as exc:
+        sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
+        sys.stderr.flush()
+        return 1
+    if not tracker.at_line_start:
+        stdout.write("\n")
+    stdout.write(line + "\n")
+    stdout.flush()
+    return 0
+
+
+# ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
 
 
-def main():
+def main(argv=None):
     try:
         sys.stdout.reconfigure(line_buffering=True)
     except Exception:
         pass
+    argv = sys.argv[1:] if argv is None else argv
+    if "--job" in argv:
+        _, _, code_dir, deps_dir, entrypoint = _read_config(job=True)
+        _setup_sys_path(code_dir, deps_dir)
+        os.chdir(code_dir)
+        return run_job(load_entrypoint(entrypoint))
     host, port, code_dir, deps_dir, entrypoint = _read_config()
     _setup_sys_path(code_dir, deps_dir)
     os.chdir(code_dir)

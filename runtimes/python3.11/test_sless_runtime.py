@@ -88,6 +88,39 @@ MODULES = {
         def handle(event):
             return "unreachable"
     ''',
+    "jobs.py": '''
+        import sys
+
+        def echo_input(event):
+            return {"ok": True, "input": event["json"], "method": event["method"]}
+
+        def text(event):
+            return "done"
+
+        def status(event):
+            return {"statusCode": 201, "headers": {"X-A": "b"}, "body": "made"}
+
+        def raw(event):
+            return b"caf\\xc3\\xa9 \\xff"
+
+        def nothing(event):
+            return None
+
+        def chatty(event):
+            print("first line")
+            sys.stdout.write("no newline at the end")
+            print("to stderr", file=sys.stderr)
+            return [1, 2]
+
+        def fails(event):
+            raise LookupError("no such record")
+
+        def exits(event):
+            sys.exit(3)
+
+        def nan(event):
+            return float("nan")
+    ''',
     "pkg/__init__.py": "",
     "pkg/mod.py": '''
         import depmod
@@ -405,6 +438,101 @@ class ErrorTest(RuntimeTestCase):
         rt = self.start("pkg.mod.func", healthy=False, deps=False)
         self.assertEqual(rt.wait_exit(), 3)
         self.assertIn("depmod", rt.stderr_text())
+
+
+class JobModeTest(RuntimeTestCase):
+    """``--job``: the event on stdin, one call, the result on stdout."""
+
+    def run_job(self, entrypoint, event, deps=True, stdin=None):
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith("SLESS_")
+        }
+        env.update(
+            SLESS_CODE_DIR=os.path.join(self.tmp, "code"),
+            SLESS_ENTRYPOINT=entrypoint,
+        )
+        if deps:
+            env["SLESS_DEPS_DIR"] = os.path.join(self.tmp, "deps")
+        data = stdin if stdin is not None else json.dumps(event).encode("utf-8")
+        return subprocess.run(
+            [sys.executable, WRAPPER, "--job"],
+            input=data,
+            capture_output=True,
+            env=env,
+            timeout=EXIT_DEADLINE_S,
+        )
+
+    @staticmethod
+    def job_event(value):
+        return {
+            "method": "JOB",
+            "path": "/",
+            "query": {},
+            "headers": {},
+            "body": json.dumps(value),
+            "json": value,
+        }
+
+    def last_line(self, proc):
+        return json.loads(proc.stdout.decode("utf-8").splitlines()[-1])
+
+    def test_result_is_the_last_stdout_line_as_json(self):
+        proc = self.run_job("jobs.echo_input", self.job_event({"n": [1, 2]}))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(
+            self.last_line(proc), {"ok": True, "input": {"n": [1, 2]}, "method": "JOB"}
+        )
+
+    def test_return_values_map_to_json(self):
+        cases = {
+            "jobs.text": "done",
+            "jobs.status": {"statusCode": 201, "headers": {"X-A": "b"}, "body": "made"},
+            "jobs.raw": "caf\u00e9 \ufffd",
+            "jobs.nothing": None,
+            "pkg.mod.func": {"from": "pkg.mod", "dep": "from deps dir"},
+        }
+        for entrypoint, expected in cases.items():
+            with self.subTest(entrypoint=entrypoint):
+                proc = self.run_job(entrypoint, self.job_event(None))
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertEqual(self.last_line(proc), expected)
+
+    def test_result_starts_on_a_line_of_its_own(self):
+        proc = self.run_job("jobs.chatty", self.job_event({}))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(
+            proc.stdout.decode("utf-8"),
+            "first line\nno newline at the end\n[1, 2]\n",
+        )
+        self.assertIn("to stderr", proc.stderr.decode("utf-8"))
+
+    def test_exception_exits_1_with_the_traceback_on_stderr(self):
+        proc = self.run_job("jobs.fails", self.job_event({}))
+        self.assertEqual(proc.returncode, 1)
+        err = proc.stderr.decode("utf-8")
+        self.assertIn("Traceback (most recent call last)", err)
+        self.assertIn("LookupError: no such record", err)
+        self.assertNotIn("run_job", err)
+        self.assertEqual(proc.stdout, b"")
+
+    def test_sys_exit_in_the_function_is_the_exit_code(self):
+        proc = self.run_job("jobs.exits", self.job_event({}))
+        self.assertEqual(proc.returncode, 3)
+
+    def test_unserialisable_result_exits_1(self):
+        proc = self.run_job("jobs.nan", self.job_event({}))
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("ValueError", proc.stderr.decode("utf-8"))
+
+    def test_unloadable_entrypoint_exits_3(self):
+        proc = self.run_job("broken.handle", self.job_event({}))
+        self.assertEqual(proc.returncode, 3)
+        self.assertIn("ModuleNotFoundError", proc.stderr.decode("utf-8"))
+
+    def test_event_that_is_not_json_exits_2(self):
+        proc = self.run_job("jobs.text", None, stdin=b"{not json")
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("not JSON", proc.stderr.decode("utf-8"))
 
 
 class ReservedPathTest(RuntimeTestCase):

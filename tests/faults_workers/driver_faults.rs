@@ -17,7 +17,9 @@ use sless_store::blobs;
 use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::queue::{self, Backoff};
 use sless_testkit::scratch_dir;
-use sless_workers::driver::{Artifact, BuildRequest, DeployRequest, Deployment, DriverError};
+use sless_workers::driver::{
+    Artifact, BuildRequest, DeployRequest, Deployment, DriverError, JobOutput, JobRequest,
+};
 use sless_workers::local::{LocalDriver, LocalDriverConfig};
 use sless_workers::worker::StartObserver;
 use sless_workers::{Driver, Worker, WorkerConfig};
@@ -197,6 +199,11 @@ impl<D: Driver> Driver for FaultyDriver<D> {
             tokio::time::sleep(delay).await;
         }
         self.inner.status(key).await
+    }
+
+    /// Jobs are not part of F7: they pass through untouched.
+    async fn run_job(&self, req: JobRequest) -> Result<JobOutput, DriverError> {
+        self.inner.run_job(req).await
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::time::Duration;
 
 use sless_domain::{FunctionKey, Runtime};
 
@@ -48,6 +49,60 @@ pub struct Deployment {
     pub artifact: Artifact,
 }
 
+/// One run of a function to completion.
+#[derive(Debug, Clone)]
+pub struct JobRequest {
+    /// The function.
+    pub key: FunctionKey,
+    /// Names this run uniquely, e.g. `job/sless-0123456789abcdef/nightly` or
+    /// `cron/sless-0123456789abcdef/report/1764470400`. It may contain `/`;
+    /// drivers use it (sanitised) to name the run's log.
+    pub run: String,
+    pub version: u32,
+    pub runtime: Runtime,
+    pub entrypoint: String,
+    pub env_vars: BTreeMap<String, String>,
+    pub memory_mb: u32,
+    /// How long the run may take before it is stopped.
+    pub timeout: Duration,
+    /// What [`Driver::build`] returned for this version.
+    pub artifact: Artifact,
+    /// The event the handler receives.
+    pub event: serde_json::Value,
+}
+
+/// What a run printed: at most [`JOB_OUTPUT_LIMIT`] bytes of it, with
+/// truncation marked.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Captured {
+    /// The output as UTF-8 (invalid bytes replaced). When truncated: its
+    /// first and last part, with a line between them saying how many bytes
+    /// were left out.
+    pub text: String,
+    /// How many bytes were printed in all.
+    pub bytes: u64,
+    /// Whether `text` leaves something out.
+    pub truncated: bool,
+}
+
+/// How a run ended and what it printed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobOutput {
+    /// The exit code, when the process exited on its own.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the process, when one did.
+    pub signal: Option<i32>,
+    /// Whether the run was stopped for taking longer than its timeout.
+    pub timed_out: bool,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    /// From the start of the process until it was gone.
+    pub duration: Duration,
+}
+
+/// Most bytes of stdout (and of stderr) a job's record keeps.
+pub const JOB_OUTPUT_LIMIT: usize = 64 * 1024;
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum DriverError {
     /// The user's code or dependencies could not be built. Not retried.
@@ -84,4 +139,15 @@ pub trait Driver: Send + Sync + 'static {
 
     /// What runs for the function and is healthy, if anything.
     fn status(&self, key: &FunctionKey) -> impl Future<Output = Option<Deployment>> + Send;
+
+    /// Runs the function once, to completion: hands it `req.event`, waits
+    /// until it exits or `req.timeout` passes (then stops it), and returns
+    /// what it printed. A non-zero exit, a signal or a timeout is an
+    /// `Ok(JobOutput)`; an error means the run could not be started for a
+    /// reason of ours (`Infra`). Dropping the future stops the run and
+    /// whatever it started: that is how a running job is cancelled.
+    fn run_job(
+        &self,
+        req: JobRequest,
+    ) -> impl Future<Output = Result<JobOutput, DriverError>> + Send;
 }

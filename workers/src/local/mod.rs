@@ -12,6 +12,7 @@
 //!     build.log      what the build printed
 //!     .complete      present once the build is finished
 //! {data_dir}/logs/{ns}/{name}/v{version}.log         stdout + stderr of a version
+//! {data_dir}/logs/jobs/{run}.log                     stdout + stderr of a job run
 //! {data_dir}/go/{path,cache}/                        GOPATH and GOCACHE of Go builds
 //! {data_dir}/npm/cache/                              npm's cache
 //! ```
@@ -27,6 +28,7 @@
 //! with the worker even on `kill -9`, and run in their own process group.
 
 mod build;
+mod job;
 mod process;
 
 use std::collections::HashMap;
@@ -40,7 +42,9 @@ use std::time::Duration;
 use sless_domain::{FunctionKey, Runtime};
 use tokio::time::Instant;
 
-use crate::driver::{Artifact, BuildRequest, DeployRequest, Deployment, Driver, DriverError};
+use crate::driver::{
+    Artifact, BuildRequest, DeployRequest, Deployment, Driver, DriverError, JobOutput, JobRequest,
+};
 use process::{Instance, InstanceParts, LaunchSpec, LogSink, Running, Spawner};
 
 /// The Python runtime wrapper, embedded so the binary is self-contained.
@@ -269,12 +273,14 @@ impl LocalDriver {
         }
     }
 
-    /// How to start the function of `req`, built into `artifact_dir`, on `port`.
+    /// How to start the function of `req`, built into `artifact_dir`: to
+    /// serve on `port`, or with no port, to run once as a job (the wrapper's
+    /// `--job` mode).
     async fn launch_spec(
         &self,
         req: &DeployRequest,
         artifact_dir: &Path,
-        port: u16,
+        port: Option<u16>,
     ) -> Result<LaunchSpec, DriverError> {
         let code_dir = artifact_dir.join("code");
         let mut env = process::inherited_env(&[]);
@@ -283,9 +289,13 @@ impl LocalDriver {
             env.push(("NODE_ENV".to_owned(), "production".to_owned()));
         }
         env.extend(req.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let Some(port) = port {
+            env.extend([
+                ("SLESS_PORT".to_owned(), port.to_string()),
+                ("SLESS_HOST".to_owned(), "127.0.0.1".to_owned()),
+            ]);
+        }
         env.extend([
-            ("SLESS_PORT".to_owned(), port.to_string()),
-            ("SLESS_HOST".to_owned(), "127.0.0.1".to_owned()),
             (
                 "SLESS_CODE_DIR".to_owned(),
                 code_dir.to_string_lossy().into_owned(),
@@ -294,7 +304,7 @@ impl LocalDriver {
             ("SLESS_FUNCTION".to_owned(), req.key.to_string()),
             ("SLESS_VERSION".to_owned(), req.version.to_string()),
         ]);
-        let (program, args) = match req.runtime {
+        let (program, mut args) = match req.runtime {
             Runtime::Python311 => {
                 env.extend([
                     ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
@@ -333,6 +343,9 @@ impl LocalDriver {
                 (binary.into_os_string(), Vec::new())
             }
         };
+        if port.is_none() {
+            args.push(OsString::from(job::JOB_FLAG));
+        }
         Ok(LaunchSpec {
             program,
             args,
@@ -370,7 +383,7 @@ impl LocalDriver {
         }
 
         let port = free_port().map_err(|e| DriverError::Infra(format!("no free port: {e}")))?;
-        let spec = self.launch_spec(&req, &artifact_dir, port).await?;
+        let spec = self.launch_spec(&req, &artifact_dir, Some(port)).await?;
         let log_path = self.log_path(&req.key, req.version);
         let sink = tokio::task::spawn_blocking(move || LogSink::open(&log_path))
             .await
@@ -455,6 +468,10 @@ impl Driver for LocalDriver {
     async fn status(&self, key: &FunctionKey) -> Option<Deployment> {
         let inst = self.current(key)?;
         inst.pid().map(|_| inst.deployment.clone())
+    }
+
+    async fn run_job(&self, req: JobRequest) -> Result<JobOutput, DriverError> {
+        self.run_job_locally(req).await
     }
 }
 

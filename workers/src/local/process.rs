@@ -227,12 +227,28 @@ pub(crate) async fn start(
     spec: &LaunchSpec,
     sink: &Arc<LogSink>,
 ) -> io::Result<Running> {
+    let mut child = spawn(spawner, spec, Stdio::null()).await?;
+    let pid = child.id().unwrap_or(0);
+    let mut pumps = Vec::with_capacity(2);
+    if let Some(out) = child.stdout.take() {
+        pumps.push(tokio::spawn(pump(out, sink.clone())));
+    }
+    if let Some(err) = child.stderr.take() {
+        pumps.push(tokio::spawn(pump(err, sink.clone())));
+    }
+    Ok(Running { child, pid, pumps })
+}
+
+/// Spawns `spec` in a process group of its own (its pid is the group's id),
+/// with `stdin`, stdout and stderr piped, killed when the spawner thread
+/// (the driver) goes away or when the returned child is dropped.
+pub(crate) async fn spawn(spawner: &Spawner, spec: &LaunchSpec, stdin: Stdio) -> io::Result<Child> {
     let mut cmd = Command::new(&spec.program);
     cmd.args(&spec.args)
         .current_dir(&spec.code_dir)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -248,16 +264,7 @@ pub(crate) async fn start(
             Ok(())
         });
     }
-    let mut child = spawner.spawn(cmd).await?;
-    let pid = child.id().unwrap_or(0);
-    let mut pumps = Vec::with_capacity(2);
-    if let Some(out) = child.stdout.take() {
-        pumps.push(tokio::spawn(pump(out, sink.clone())));
-    }
-    if let Some(err) = child.stderr.take() {
-        pumps.push(tokio::spawn(pump(err, sink.clone())));
-    }
-    Ok(Running { child, pid, pumps })
+    spawner.spawn(cmd).await
 }
 
 /// Stops a process: SIGTERM to its group, SIGKILL after `STOP_GRACE`.
