@@ -430,6 +430,8 @@ fn view(r: &Invocation) -> Value {
         "cold": r.cold,
         "error": r.error,
         "request_id": r.request_id,
+        "origin": r.origin,
+        "run": r.run,
     })
 }
 

@@ -671,6 +671,8 @@ impl Call {
             cold: self.cold,
             error,
             request_id: self.request_id,
+            origin: "http".into(),
+            run: None,
         };
         self.recorder.record(record);
     }

@@ -66,12 +66,14 @@ pub(crate) struct Applied {
     rows: HashMap<String, Work>,
 }
 
-/// The tables of the functions read model: the live ones, or the copies a
-/// replay builds before it swaps them in (see `replay`).
+/// The tables of the read models: the live ones, or the copies a replay
+/// builds before it swaps them in (see `replay`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Tables {
     pub(crate) functions: String,
     pub(crate) versions: String,
+    pub(crate) triggers: String,
+    pub(crate) jobs: String,
 }
 
 impl Tables {
@@ -80,6 +82,8 @@ impl Tables {
         Tables {
             functions: "functions".into(),
             versions: "function_versions".into(),
+            triggers: "triggers".into(),
+            jobs: "jobs".into(),
         }
     }
 
@@ -89,12 +93,14 @@ impl Tables {
         Tables {
             functions: format!("{}{suffix}", live.functions),
             versions: format!("{}{suffix}", live.versions),
+            triggers: format!("{}{suffix}", live.triggers),
+            jobs: format!("{}{suffix}", live.jobs),
         }
     }
 
     /// Every table, in a fixed order.
-    pub(crate) fn all(&self) -> [&str; 2] {
-        [&self.functions, &self.versions]
+    pub(crate) fn all(&self) -> [&str; 4] {
+        [&self.functions, &self.versions, &self.triggers, &self.jobs]
     }
 }
 

@@ -1,5 +1,6 @@
 //! The projector: reads the event log in commit order and keeps the read
-//! models that queries use (`functions`, `function_versions`).
+//! models that queries use (`functions`, `function_versions`, `triggers`,
+//! `jobs`).
 //!
 //! Each batch runs in one transaction: take the watermark and lock the
 //! checkpoint (one statement), read the events below the watermark, apply
@@ -8,10 +9,18 @@
 //! version order; an event already applied is skipped, a gap is an error
 //! that stops the projector.
 //!
-//! A `Projector` remembers the rows it wrote; the next batch starts from
-//! them instead of reading them again, as long as the checkpoint it finds is
-//! the one it left (no other copy applied anything in between) and its
-//! generation is the one it saw (no replay swapped the tables since).
+//! Each read model has a module of its own (`functions`, `triggers`,
+//! `jobs`); a batch is sorted out among them by stream (`function/…`,
+//! `trigger/…`, `job/…` and `cron/…`) and applied to all of them in its
+//! one transaction. Events of other streams (`namespace/…`) change no read
+//! model.
+//!
+//! A `Projector` remembers the function rows it wrote; the next batch starts
+//! from them instead of reading them again, as long as the checkpoint it
+//! finds is the one it left (no other copy applied anything in between) and
+//! its generation is the one it saw (no replay swapped the tables since).
+//! Trigger and job rows are few and change seldom: each batch reads those
+//! it touches.
 //!
 //! `replay` rebuilds the read models from the start of the log into fresh
 //! tables, with the same code, and swaps them in.
@@ -21,12 +30,14 @@
 
 mod doorbell;
 mod functions;
+mod jobs;
 pub mod manifests;
 pub mod replay;
+mod triggers;
 
 use std::time::Duration;
 
-use sless_store::eventlog::{self, Checkpoint};
+use sless_store::eventlog::{self, Checkpoint, StoredEvent};
 use sless_store::{PgPool, Postgres};
 use sqlx::pool::PoolConnection;
 use tokio::sync::watch;
@@ -88,7 +99,7 @@ pub struct Step {
 /// not `Projector::default`) the next batch, read while it applies this one.
 #[derive(Default)]
 pub struct Projector {
-    functions: functions::Functions,
+    models: Models,
     /// The checkpoint the remembered rows belong to: the one this projector
     /// committed last, and the tables' generation then. `None` when it does
     /// not know (start, failed batch).
@@ -110,8 +121,94 @@ struct Batch {
     /// Events read (of every stream).
     read: usize,
     full: bool,
-    /// The function events among them.
+    /// The events among them that some read model keeps, decoded.
+    events: Decoded,
+}
+
+/// The events of a batch, decoded for the read model each belongs to (in
+/// log order within each); events of other streams are left out.
+pub(crate) struct Decoded {
     functions: Vec<functions::Decoded>,
+    triggers: Vec<triggers::Decoded>,
+    jobs: Vec<jobs::Decoded>,
+}
+
+/// Sorts `events` by the read model their stream belongs to, and decodes them.
+pub(crate) fn decode(events: Vec<StoredEvent>) -> Result<Decoded> {
+    let (mut functions, mut triggers, mut jobs) = (Vec::new(), Vec::new(), Vec::new());
+    for e in events {
+        match e.stream.split_once('/').map(|(kind, _)| kind) {
+            Some("function") => functions.push(e),
+            Some("trigger") => triggers.push(e),
+            Some("job" | "cron") => jobs.push(e),
+            _ => {}
+        }
+    }
+    Ok(Decoded {
+        functions: functions::decode(functions)?,
+        triggers: triggers::decode(triggers)?,
+        jobs: jobs::decode(jobs)?,
+    })
+}
+
+/// Decodes one event's `data` with an aggregate's `from_stored`.
+pub(crate) fn decode_event<E>(
+    event: &StoredEvent,
+    from_stored: impl Fn(&str, &serde_json::Value) -> serde_json::Result<E>,
+) -> Result<E> {
+    serde_json::from_str(&event.data)
+        .and_then(|data| from_stored(&event.event_type, &data))
+        .map_err(|e| Error::BadEvent {
+            position: event.position,
+            event_type: event.event_type.clone(),
+            error: e.to_string(),
+        })
+}
+
+/// Every read model, kept in one set of tables (the live ones, or a
+/// replay's). Only the functions read model remembers rows between batches.
+pub(crate) struct Models {
+    functions: functions::Functions,
+    triggers: triggers::Triggers,
+    jobs: jobs::Jobs,
+}
+
+impl Default for Models {
+    fn default() -> Self {
+        Models::on(functions::Tables::live())
+    }
+}
+
+impl Models {
+    pub(crate) fn on(tables: functions::Tables) -> Models {
+        Models {
+            triggers: triggers::Triggers::on(&tables),
+            jobs: jobs::Jobs::on(&tables),
+            functions: functions::Functions::on(tables),
+        }
+    }
+
+    /// Forgets every remembered row (someone else may have written since).
+    pub(crate) fn forget(&mut self) {
+        self.functions.forget();
+    }
+
+    /// Applies a decoded batch in `tx`, every read model in the same transaction.
+    pub(crate) async fn apply(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        batch: &Decoded,
+    ) -> Result<functions::Applied> {
+        let applied = self.functions.apply(tx, &batch.functions).await?;
+        self.triggers.apply(tx, &batch.triggers).await?;
+        self.jobs.apply(tx, &batch.jobs).await?;
+        Ok(applied)
+    }
+
+    /// Keeps the rows of a batch whose transaction committed.
+    pub(crate) fn keep(&mut self, applied: functions::Applied) {
+        self.functions.keep(applied);
+    }
 }
 
 /// Reads and decodes the events after `after` below `watermark`.
@@ -129,7 +226,7 @@ async fn read_batch(
         to,
         read,
         full: read as i64 >= limit,
-        functions: functions::decode(events)?,
+        events: decode(events)?,
     })
 }
 
@@ -181,7 +278,7 @@ impl Projector {
             // Another copy moved the checkpoint, ours failed, or a replay
             // swapped the tables: what we remember may no longer be what the
             // tables hold.
-            self.functions.forget();
+            self.models.forget();
             self.at = Some((from, locked.generation));
         }
         let ahead = match self.ahead.take() {
@@ -209,10 +306,10 @@ impl Projector {
         }
         // Until the commit succeeds, the remembered rows may be ahead of the tables.
         self.at = None;
-        let applied = self.functions.apply(&mut tx, &batch.functions).await?;
+        let applied = self.models.apply(&mut tx, &batch.events).await?;
         eventlog::save_checkpoint(&mut tx, NAME, to).await?;
         tx.commit().await?;
-        self.functions.keep(applied);
+        self.models.keep(applied);
         self.at = Some((to, locked.generation));
         Ok(Step {
             applied: batch.read,

@@ -7,7 +7,7 @@
 //! 2. Drop what a replay killed before this one left, and create the shadow
 //!    tables (`functions_replay`, …) like the live ones.
 //! 3. Apply the log to them in batches with the live projector's own code
-//!    (`functions::Functions` on other tables), up to the live projector's
+//!    (`Models` on other tables), up to the live projector's
 //!    checkpoint. Every event up to that checkpoint has committed (the
 //!    projector read it below its watermark), so the replay needs no
 //!    watermark of its own, and the rebuilt tables end where the live ones
@@ -40,8 +40,8 @@ use sless_store::PgPool;
 use sless_store::eventlog::{self, Checkpoint};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
-use crate::functions::{self, Functions, Tables};
-use crate::{Error, NAME, Result};
+use crate::functions::Tables;
+use crate::{Decoded, Error, Models, NAME, Result, decode};
 
 /// The suffix of the tables a replay builds.
 pub const SHADOW_SUFFIX: &str = "_replay";
@@ -369,7 +369,7 @@ impl Replay {
         drop_tables(conn, &shadow).await?;
         create_like(conn, &live, &shadow).await?;
 
-        let mut model = Functions::on(shadow.clone());
+        let mut model = Models::on(shadow.clone());
         let mut at = Checkpoint::default();
         let mut applied: u64 = 0;
         let mut total: u64 = 0;
@@ -407,7 +407,7 @@ impl Replay {
                 }
                 let n = batch.read;
                 let mut tx = conn.begin().await?;
-                let rows = model.apply(&mut tx, &batch.functions).await?;
+                let rows = model.apply(&mut tx, &batch.events).await?;
                 sqlx::query("update replays set applied = $2 where id = $1")
                     .bind(self.id)
                     .bind((applied + n) as i64)
@@ -546,7 +546,7 @@ struct Batch {
     to: Checkpoint,
     /// As many as were asked for: there may be more.
     full: bool,
-    functions: Vec<functions::Decoded>,
+    events: Decoded,
 }
 
 /// Reads and decodes up to `limit` events after `after` and up to `until`
@@ -572,7 +572,7 @@ async fn read_batch(
         read: events.len() as u64,
         to,
         full: full && to < until,
-        functions: functions::decode(events)?,
+        events: decode(events)?,
     }))
 }
 
@@ -610,7 +610,7 @@ impl Drop for ReadAhead {
 /// replay, and `model` goes with it.
 async fn apply_batch(
     tx: &mut PgConnection,
-    model: &mut Functions,
+    model: &mut Models,
     after: Checkpoint,
     until: Checkpoint,
     limit: i64,
@@ -618,7 +618,7 @@ async fn apply_batch(
     let Some(batch) = read_batch(tx, after, until, limit).await? else {
         return Ok((0, after));
     };
-    let rows = model.apply(tx, &batch.functions).await?;
+    let rows = model.apply(tx, &batch.events).await?;
     model.keep(rows);
     Ok((batch.read, batch.to))
 }

@@ -2,6 +2,8 @@
 //! ones after many mixed events, repair corrupted ones, survive being killed
 //! midway, and a live projector goes on correctly across the swap.
 
+mod mixed;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -228,7 +230,9 @@ async fn shadow_tables(pool: &PgPool) -> Vec<String> {
 async fn index_names(pool: &PgPool) -> Vec<String> {
     sqlx::query_scalar(
         "select indexrelid::regclass::text from pg_index
-         where indrelid in ('functions'::regclass, 'function_versions'::regclass) order by 1",
+         where indrelid in ('functions'::regclass, 'function_versions'::regclass,
+                            'triggers'::regclass, 'jobs'::regclass)
+         order by 1",
     )
     .fetch_all(pool)
     .await
@@ -239,9 +243,20 @@ async fn index_names(pool: &PgPool) -> Vec<String> {
 async fn a_replay_after_10000_mixed_events_gives_identical_checksums() {
     let db = TestDb::new().await;
     append_mixed(&db.pool, 1, 500, 10_000, 4).await;
+    // Triggers and jobs too, with a catch-up now and then: their rows are
+    // read back, changed and deleted across batches.
+    let others = mixed::append_mixed(&db.pool, 1, 40, 2_000, 50).await;
+    let total = 10_000 + others as u64;
+    sless_projector::catch_up(&db.pool).await.unwrap();
+    let applied: i64 = sqlx::query_scalar(
+        "select count(*) from events e, projector_checkpoints c
+         where c.name = 'read_models' and (e.xid, e.position) <= (c.xid, c.position)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(
-        sless_projector::catch_up(&db.pool).await.unwrap(),
-        10_000,
+        applied as u64, total,
         "the live projector applies every event"
     );
     let indexes = index_names(&db.pool).await;
@@ -250,7 +265,7 @@ async fn a_replay_after_10000_mixed_events_gives_identical_checksums() {
         .await
         .unwrap();
     assert!(!verified.swapped);
-    assert_eq!(verified.applied, 10_000);
+    assert_eq!(verified.applied, total);
     assert!(verified.differing().is_empty(), "{verified:?}");
     assert!(
         shadow_tables(&db.pool).await.is_empty(),
@@ -272,7 +287,7 @@ async fn a_replay_after_10000_mixed_events_gives_identical_checksums() {
         outcome.applied as f64 / took.as_secs_f64()
     );
     assert!(outcome.swapped);
-    assert_eq!(outcome.applied, 10_000);
+    assert_eq!(outcome.applied, total);
     assert!(reports >= 1);
     assert!(outcome.differing().is_empty(), "{outcome:?}");
     assert_eq!(
@@ -281,9 +296,12 @@ async fn a_replay_after_10000_mixed_events_gives_identical_checksums() {
             .iter()
             .map(|m| m.table.as_str())
             .collect::<Vec<_>>(),
-        ["functions", "function_versions"]
+        ["functions", "function_versions", "triggers", "jobs"]
     );
-    assert!(outcome.models.iter().all(|m| m.rebuilt_rows > 0));
+    assert!(
+        outcome.models.iter().all(|m| m.rebuilt_rows > 0),
+        "{outcome:?}"
+    );
     assert_eq!(verified.models, outcome.models, "same checksums, same rows");
     assert!(shadow_tables(&db.pool).await.is_empty());
     assert_eq!(
@@ -298,22 +316,32 @@ async fn a_replay_after_10000_mixed_events_gives_identical_checksums() {
             .unwrap();
     assert_eq!(fillfactor, Some(vec!["fillfactor=50".to_owned()]));
     assert_read_models_equal_fold(&db.pool).await;
+    mixed::assert_equal_fold(&db.pool).await;
 
     let run = replay::last(&db.pool).await.unwrap().unwrap();
     assert_eq!((run.mode.as_str(), run.state.as_str()), ("replay", "equal"));
-    assert_eq!(run.applied, 10_000);
-    assert_eq!(run.checksums.unwrap()["functions"]["equal"], true);
+    assert_eq!(run.applied as u64, total);
+    let checksums = run.checksums.unwrap();
+    for table in ["functions", "function_versions", "triggers", "jobs"] {
+        assert_eq!(checksums[table]["equal"], true, "{table}");
+    }
 
     // The live projector goes on from its checkpoint on the new tables.
     append_mixed(&db.pool, 99, 50, 400, 1).await;
-    assert_eq!(sless_projector::catch_up(&db.pool).await.unwrap(), 400);
+    let more = mixed::append_mixed(&db.pool, 99, 10, 200, 0).await;
+    assert_eq!(
+        sless_projector::catch_up(&db.pool).await.unwrap(),
+        400 + more
+    );
     assert_read_models_equal_fold(&db.pool).await;
+    mixed::assert_equal_fold(&db.pool).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_repairs_read_models_that_were_corrupted_or_dropped() {
     let db = TestDb::new().await;
     append_mixed(&db.pool, 2, 100, 2_000, 2).await;
+    mixed::append_mixed(&db.pool, 2, 20, 500, 0).await;
     sless_projector::catch_up(&db.pool).await.unwrap();
     let good = replay::replay(&db.pool, Mode::Verify, "test", |_| {})
         .await
@@ -331,11 +359,20 @@ async fn a_replay_repairs_read_models_that_were_corrupted_or_dropped() {
         .execute(&db.pool)
         .await
         .unwrap();
+    for corruption in [
+        "update triggers set enabled = not enabled where name like 't1-%'",
+        "update jobs set stdout = 'not what it printed' where status in ('Succeeded', 'Failed')",
+        "delete from jobs where origin = 'cron'",
+    ] {
+        let hit = sqlx::query(corruption).execute(&db.pool).await.unwrap();
+        assert!(hit.rows_affected() > 0, "{corruption}");
+    }
+    let all = ["functions", "function_versions", "triggers", "jobs"];
 
     let verified = replay::replay(&db.pool, Mode::Verify, "test", |_| {})
         .await
         .unwrap();
-    assert_eq!(verified.differing(), ["functions", "function_versions"]);
+    assert_eq!(verified.differing(), all);
     assert!(!verified.swapped);
     let after_verify = replay::last(&db.pool).await.unwrap().unwrap();
     assert_eq!(after_verify.state, "differs");
@@ -343,7 +380,7 @@ async fn a_replay_repairs_read_models_that_were_corrupted_or_dropped() {
     let replayed = replay::replay(&db.pool, Mode::Replay, "test", |_| {})
         .await
         .unwrap();
-    assert_eq!(replayed.differing(), ["functions", "function_versions"]);
+    assert_eq!(replayed.differing(), all);
     assert!(replayed.swapped);
     for (m, g) in replayed.models.iter().zip(&good.models) {
         assert_eq!(
@@ -353,6 +390,7 @@ async fn a_replay_repairs_read_models_that_were_corrupted_or_dropped() {
         );
     }
     assert_read_models_equal_fold(&db.pool).await;
+    mixed::assert_equal_fold(&db.pool).await;
     let again = replay::replay(&db.pool, Mode::Verify, "test", |_| {})
         .await
         .unwrap();
@@ -360,15 +398,16 @@ async fn a_replay_repairs_read_models_that_were_corrupted_or_dropped() {
 
     // Dropped altogether: emptied tables (a table that is gone entirely
     // comes back with `sless migrate` only on a new database).
-    sqlx::query("truncate functions, function_versions")
+    sqlx::query("truncate functions, function_versions, triggers, jobs")
         .execute(&db.pool)
         .await
         .unwrap();
     let replayed = replay::replay(&db.pool, Mode::Replay, "test", |_| {})
         .await
         .unwrap();
-    assert_eq!(replayed.differing(), ["functions", "function_versions"]);
+    assert_eq!(replayed.differing(), all);
     assert_read_models_equal_fold(&db.pool).await;
+    mixed::assert_equal_fold(&db.pool).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -401,7 +440,12 @@ async fn a_replay_killed_midway_changes_nothing_and_the_next_one_completes() {
     );
     assert_eq!(
         shadow_tables(&db.pool).await,
-        ["function_versions_replay", "functions_replay"],
+        [
+            "function_versions_replay",
+            "functions_replay",
+            "jobs_replay",
+            "triggers_replay"
+        ],
         "the killed replay left its tables"
     );
     let run = sless_testkit::eventually(

@@ -1,5 +1,6 @@
-//! Invocation records (the `invocations` table): what each call through the
-//! invoke proxy did. The API writes them in batches (one statement per
+//! Invocation records (the `invocations` table): what each call of a
+//! function did, through the invoke proxy or as a job or cron run (`origin`).
+//! The API writes the proxy's in batches (one statement per
 //! batch), reads one function's a page at a time newest first, and keeps the
 //! table bounded by age and by count per function with bounded deletes.
 //!
@@ -15,7 +16,7 @@ use uuid::Uuid;
 
 use crate::Result;
 
-/// One call through the invoke proxy.
+/// One call of a function.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Invocation {
     /// `id_for(started_at)`.
@@ -32,6 +33,11 @@ pub struct Invocation {
     pub cold: bool,
     pub error: Option<String>,
     pub request_id: String,
+    /// Where the call came from: `http` (the invoke proxy), `job` or `cron`.
+    pub origin: String,
+    /// The run's stream, for a job or cron run (`job/{ns}/{name}`,
+    /// `cron/{ns}/{trigger}/{unix seconds}`).
+    pub run: Option<String>,
 }
 
 /// A new record id for a call that started at `started_at`: a UUIDv7 of that
@@ -104,6 +110,8 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
     let mut cold = Vec::with_capacity(n);
     let mut errors = Vec::with_capacity(n);
     let mut request_ids = Vec::with_capacity(n);
+    let mut origins = Vec::with_capacity(n);
+    let mut runs = Vec::with_capacity(n);
     for r in records {
         ids.push(r.id);
         namespaces.push(r.namespace.as_str());
@@ -117,14 +125,17 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
         cold.push(r.cold);
         errors.push(r.error.as_deref());
         request_ids.push(r.request_id.as_str());
+        origins.push(r.origin.as_str());
+        runs.push(r.run.as_deref());
     }
     let done = sqlx::query(
         "insert into invocations
            (id, namespace, function, version, started_at, duration_us, status,
-            bytes_in, bytes_out, cold, error, request_id)
+            bytes_in, bytes_out, cold, error, request_id, origin, run)
          select * from unnest($1::uuid[], $2::text[], $3::text[], $4::int4[],
                               $5::timestamptz[], $6::int8[], $7::int2[], $8::int8[],
-                              $9::int8[], $10::bool[], $11::text[], $12::text[])
+                              $9::int8[], $10::bool[], $11::text[], $12::text[],
+                              $13::text[], $14::text[])
          on conflict (id) do nothing",
     )
     .bind(ids)
@@ -139,13 +150,15 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
     .bind(cold)
     .bind(errors)
     .bind(request_ids)
+    .bind(origins)
+    .bind(runs)
     .execute(exec)
     .await?;
     Ok(done.rows_affected())
 }
 
 const COLUMNS: &str = "id, namespace, function, version, started_at, duration_us, status, \
-                       bytes_in, bytes_out, cold, error, request_id";
+                       bytes_in, bytes_out, cold, error, request_id, origin, run";
 
 fn record_of(r: sqlx::postgres::PgRow) -> Invocation {
     Invocation {
@@ -161,6 +174,8 @@ fn record_of(r: sqlx::postgres::PgRow) -> Invocation {
         cold: r.get("cold"),
         error: r.get("error"),
         request_id: r.get("request_id"),
+        origin: r.get("origin"),
+        run: r.get("run"),
     }
 }
 

@@ -65,6 +65,8 @@ fn record_at(name: &str, at: DateTime<Utc>, status: u16) -> Invocation {
         cold: false,
         error: None,
         request_id: format!("req-{}", at.timestamp_micros()),
+        origin: "http".into(),
+        run: None,
     }
 }
 
@@ -105,6 +107,8 @@ async fn a_call_leaves_a_record_of_what_it_did() {
     assert_eq!(r["cold"], true, "the first call to the endpoint");
     assert_eq!(r["error"], Value::Null);
     assert_eq!(r["request_id"], "call-one");
+    assert_eq!(r["origin"], "http", "a call through the proxy");
+    assert_eq!(r["run"], Value::Null);
     assert!(r["duration_ms"].as_f64().unwrap() > 0.0);
     let started: DateTime<Utc> = r["started_at"].as_str().unwrap().parse().unwrap();
     assert!(started >= before && started <= Utc::now(), "{started}");
@@ -306,6 +310,56 @@ async fn another_namespace_and_missing_functions_are_404_and_no_token_401() {
     let answer = page(&env, "fresh", "").await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     assert_eq!(answer.body, json!({ "items": [], "next_cursor": null }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_and_cron_runs_are_listed_with_their_origin_and_run() {
+    let env = Env::new().await;
+    assert_eq!(env.create(SUB, "report").await.status, StatusCode::CREATED);
+    env.catch_up().await;
+    let t0 = now_us() - chrono::Duration::minutes(5);
+    let ns = ns(SUB);
+    let job = Invocation {
+        origin: "job".into(),
+        run: Some(format!("job/{ns}/once")),
+        ..record_at("report", t0, 200)
+    };
+    let cron = Invocation {
+        origin: "cron".into(),
+        run: Some(format!("cron/{ns}/nightly/1798675200")),
+        status: 500,
+        error: Some("exited with code 3".into()),
+        ..record_at("report", t0 + chrono::Duration::seconds(1), 500)
+    };
+    let http = record_at("report", t0 + chrono::Duration::seconds(2), 200);
+    store::insert(&env.db.pool, &[job.clone(), cron.clone(), http])
+        .await
+        .unwrap();
+
+    let answer = page(&env, "report", "").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let seen: Vec<(&str, &Value)> = answer.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["origin"].as_str().unwrap(), &r["run"]))
+        .collect();
+    let (cron_run, job_run) = (json!(cron.run), json!(job.run));
+    assert_eq!(
+        seen,
+        [
+            ("http", &Value::Null),
+            ("cron", &cron_run),
+            ("job", &job_run)
+        ],
+        "newest first, each with where it came from"
+    );
+    // What the store hands back is what was written.
+    let stored = store::page(&env.db.pool, &ns, "report", None, 10)
+        .await
+        .unwrap();
+    assert_eq!(stored[1], cron);
+    assert_eq!(stored[2], job);
 }
 
 fn config(retention: Retention) -> RecorderConfig {
