@@ -1,21 +1,33 @@
 //! `/v1/namespaces/{ns}/jobs`: one-shot runs of a function.
 //!
-//! Routed, authenticated, scoped to the caller's namespace and validated
-//! like every other route; a valid request answers 501 `not-implemented`
-//! until the job runner lands (issue 6), and nothing is written either way.
+//! A create folds the job's stream (`job/{ns}/{name}`), decides
+//! (`sless_domain::job::decide`) and, in one transaction, appends
+//! `JobRequested` and enqueues a `RunJob` work item keyed by the stream; a
+//! worker runs it and appends how it went. A get reads the `jobs` read
+//! model, and the log whenever the row is missing or behind it: a client
+//! polling for `Succeeded` never sees an older status after a newer one.
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use sless_domain::JobName;
-use sless_domain::job::JobSpec;
+use serde_json::{Value, json};
+use sless_domain::job::{self, Job, JobCommand, JobEvent, JobSpec, JobStatus, Output, decide};
+use sless_domain::{DomainError, FunctionKey, JobName, Namespace};
+use sless_store::eventlog::{self, NewEvent};
+use sless_store::idempotency::{self, StoredAnswer};
+use sless_store::jobs::{self as job_rows, JobRow};
+use sless_store::queue;
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiResult};
-use crate::functions::parse_json;
+use crate::command::{self, Command, RequestContext};
+use crate::error::{ApiError, ApiResult, PROBLEM_JSON};
+use crate::functions::{self, parse_json};
 use crate::path::PathParams;
 
 /// The body of `POST /v1/namespaces/{ns}/jobs`.
@@ -31,51 +43,478 @@ pub struct CreateJob {
     #[serde(default)]
     pub input: serde_json::Value,
     /// How long the run may take, in seconds (default: the function's `timeout_sec`).
+    #[schema(minimum = 1, maximum = 86400)]
     pub timeout_sec: Option<u32>,
-}
-
-fn not_yet() -> ApiError {
-    ApiError::not_implemented(
-        "jobs are not implemented yet: they come with issue 6 (triggers, cron schedules and one-shot jobs); nothing was written",
-    )
 }
 
 /// A job named in the path: a name that cannot be a job's is not found.
 fn path_name(name: &str) -> ApiResult<JobName> {
-    JobName::parse(name).map_err(|_| ApiError::not_found(format!("job {name:?} not found")))
+    JobName::parse(name).map_err(|_| not_found(name))
 }
 
-#[utoipa::path(post, path = "/namespaces/{ns}/jobs", tag = "jobs", summary = "Create a one-shot job", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")), request_body = CreateJob, responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
+fn not_found(name: &str) -> ApiError {
+    ApiError::not_found(format!("job {name:?} not found"))
+}
+
+fn job_path(ns: &Namespace, name: &str) -> String {
+    format!("/v1/namespaces/{ns}/jobs/{name}")
+}
+
+/// A job as its document shows it, from the read model or the log.
+#[derive(Debug, Clone, Default)]
+struct Doc {
+    namespace: String,
+    name: String,
+    status: JobStatus,
+    function: String,
+    version: u32,
+    input: Value,
+    timeout_sec: u32,
+    exit_code: Option<i32>,
+    error: Option<String>,
+    timed_out: bool,
+    stdout: Option<Output>,
+    stderr: Option<Output>,
+    requested_at: Option<DateTime<Utc>>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    duration_ms: Option<u64>,
+}
+
+impl Doc {
+    fn of_row(r: &JobRow) -> ApiResult<Doc> {
+        let output = |text: &Option<String>, bytes: Option<u64>, truncated: bool| {
+            text.as_ref().map(|t| Output {
+                text: t.clone(),
+                bytes: bytes.unwrap_or(t.len() as u64),
+                truncated,
+            })
+        };
+        Ok(Doc {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            status: JobStatus::parse(&r.status).ok_or_else(|| {
+                ApiError::internal(format!("jobs read model: status {:?}", r.status))
+            })?,
+            function: r.function.clone(),
+            version: r.version,
+            input: r.input.clone(),
+            timeout_sec: r.timeout_sec,
+            exit_code: r.exit_code,
+            error: r.error.clone(),
+            timed_out: r.timed_out,
+            stdout: output(&r.stdout, r.stdout_bytes, r.stdout_truncated),
+            stderr: output(&r.stderr, r.stderr_bytes, r.stderr_truncated),
+            requested_at: Some(r.requested_at),
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            duration_ms: r.duration_ms,
+        })
+    }
+
+    fn view(&self) -> Value {
+        let output = |o: &Option<Output>| {
+            o.as_ref()
+                .map(|o| json!({ "text": o.text, "bytes": o.bytes, "truncated": o.truncated }))
+        };
+        json!({
+            "namespace": self.namespace,
+            "name": self.name,
+            "status": self.status.as_str(),
+            "function": self.function,
+            "version": self.version,
+            "input": self.input,
+            "timeout_sec": self.timeout_sec,
+            "exit_code": self.exit_code,
+            "error": self.error,
+            "timed_out": self.timed_out,
+            "stdout": output(&self.stdout),
+            "stderr": output(&self.stderr),
+            "requested_at": self.requested_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_ms": self.duration_ms,
+        })
+    }
+}
+
+/// A job folded from its stream: the decider's state, and the document
+/// with the times the log recorded (while the job exists).
+#[derive(Debug, Clone, Default)]
+struct Logged {
+    state: Job,
+    doc: Option<Doc>,
+}
+
+impl Logged {
+    fn evolve(mut self, ns: &Namespace, name: &JobName, e: &JobEvent, at: DateTime<Utc>) -> Logged {
+        self.state = self.state.evolve(e);
+        let finish = |d: &mut Doc, stdout: &Output, stderr: &Output, ms: u64| {
+            d.stdout = Some(stdout.clone());
+            d.stderr = Some(stderr.clone());
+            d.duration_ms = Some(ms);
+            d.finished_at = Some(at);
+        };
+        match (e, self.doc.as_mut()) {
+            (
+                JobEvent::JobRequested {
+                    function,
+                    version,
+                    input,
+                    timeout_sec,
+                    ..
+                },
+                _,
+            ) => {
+                self.doc = Some(Doc {
+                    namespace: ns.to_string(),
+                    name: name.to_string(),
+                    function: function.to_string(),
+                    version: *version,
+                    input: input.clone(),
+                    timeout_sec: *timeout_sec,
+                    requested_at: Some(at),
+                    ..Doc::default()
+                })
+            }
+            (JobEvent::JobDeleted {}, _) => self.doc = None,
+            (_, None) => {}
+            (JobEvent::JobStarted { .. }, Some(d)) => d.started_at = Some(at),
+            (
+                JobEvent::JobSucceeded {
+                    exit_code,
+                    stdout,
+                    stderr,
+                    duration_ms,
+                },
+                Some(d),
+            ) => {
+                d.exit_code = Some(*exit_code);
+                finish(d, stdout, stderr, *duration_ms);
+            }
+            (
+                JobEvent::JobFailed {
+                    exit_code,
+                    error,
+                    stdout,
+                    stderr,
+                    timed_out,
+                    duration_ms,
+                },
+                Some(d),
+            ) => {
+                d.exit_code = *exit_code;
+                d.error = Some(error.clone());
+                d.timed_out = *timed_out;
+                finish(d, stdout, stderr, *duration_ms);
+            }
+            (JobEvent::JobSkipped { reason }, Some(d)) => {
+                d.error = Some(reason.clone());
+                d.finished_at = Some(at);
+            }
+        }
+        if let Some(d) = self.doc.as_mut() {
+            d.status = self.state.status;
+        }
+        self
+    }
+}
+
+/// Reads a job's stream (the source of truth for commands).
+async fn load(state: &AppState, ns: &Namespace, name: &JobName) -> ApiResult<Logged> {
+    let events = eventlog::read_stream(&state.pool, &job::stream(ns, name)).await?;
+    let mut j = Logged::default();
+    for e in &events {
+        let event = JobEvent::from_stored(&e.event_type, &e.data).map_err(|err| {
+            ApiError::internal(format!(
+                "event {} ({}) cannot be read: {err}",
+                e.position, e.event_type
+            ))
+        })?;
+        j = j.evolve(ns, name, &event, e.recorded_at);
+    }
+    Ok(j)
+}
+
+/// True when a commit lost a race with another command on the stream.
+fn lost_race(e: &ApiError) -> bool {
+    e.status == StatusCode::CONFLICT && e.kind == "version-conflict"
+}
+
+/// How many times a command decides again after losing a race.
+const RETRIES: u32 = 4;
+
+/// The answer to a create of a name that is taken: 409 `already-exists`,
+/// with the job that has it (`job`) and its status (`job_status`), so a
+/// client can tell it is there and how it is doing.
+fn exists_answer(doc: &Doc) -> Response {
+    let mut body = ApiError::new(
+        StatusCode::CONFLICT,
+        "already-exists",
+        "Already exists",
+        format!(
+            "job {:?} already exists ({}); delete it to run it again under this name",
+            doc.name,
+            doc.status.as_str()
+        ),
+    )
+    .body();
+    body["job_status"] = json!(doc.status.as_str());
+    body["job"] = doc.view();
+    (
+        StatusCode::CONFLICT,
+        [(header::CONTENT_TYPE, PROBLEM_JSON)],
+        Json(body),
+    )
+        .into_response()
+}
+
+/// An accepted create, with the job's URL as `Location`.
+fn accepted(ns: &Namespace, status: StatusCode, body: Value) -> Response {
+    match body["name"].as_str().filter(|_| status.is_success()) {
+        Some(name) => {
+            let location = job_path(ns, name);
+            (status, [(header::LOCATION, location)], Json(body)).into_response()
+        }
+        None => (status, Json(body)).into_response(),
+    }
+}
+
+/// Appends the request, enqueues its run and stores the answer for the
+/// `Idempotency-Key`, in one transaction (`command::commit`, with a
+/// `RunJob` item where a function's commands ask for a reconcile).
+async fn commit_request(
+    state: &AppState,
+    ctx: &RequestContext,
+    stream: &str,
+    expected_version: u64,
+    events: &[NewEvent],
+    answer: impl FnOnce(i64) -> (StatusCode, Value),
+) -> ApiResult<(StatusCode, Value)> {
+    let mut tx = state.pool.begin().await?;
+    let appended = match eventlog::append(&mut tx, stream, expected_version, events).await {
+        Ok(appended) => appended,
+        Err(e) => {
+            drop(tx);
+            return command::settle(state, ctx, e.into()).await;
+        }
+    };
+    queue::enqueue(&mut *tx, queue::RUN_JOB, stream, &json!({})).await?;
+    let (status, body) = answer(appended.position);
+    if let Some((key, hash)) = &ctx.idempotency {
+        let stored = StoredAnswer {
+            request_hash: hash.clone(),
+            status: status.as_u16(),
+            body: body.clone(),
+        };
+        if let Err(e) = idempotency::save(&mut *tx, &ctx.caller.sub, key, &stored).await {
+            if e.is_unique_violation() {
+                drop(tx);
+                return ctx
+                    .replay(state)
+                    .await?
+                    .ok_or_else(|| ApiError::internal("an idempotency key vanished"));
+            }
+            return Err(e.into());
+        }
+    }
+    tx.commit().await?;
+    Ok((status, body))
+}
+
+/// `POST /v1/namespaces/{ns}/jobs`: appends `JobRequested` for the
+/// function's current version and enqueues its run; 202 with the job.
+#[utoipa::path(post, path = "/namespaces/{ns}/jobs", tag = "jobs",
+    summary = "Create a one-shot job",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    request_body = CreateJob,
+    responses((status = 202, description = "Accepted: it runs next (`Pending`)", body = crate::openapi::JobView,
+        headers(("Location" = String, description = "The job's URL, to poll")))))]
 pub async fn create(
-    State(_state): State<AppState>,
+    State(state): State<AppState>,
     caller: Caller,
     PathParams(ns): PathParams<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> ApiResult<StatusCode> {
-    caller.namespace(&ns)?;
-    let req: CreateJob = parse_json(&body?)?;
-    JobSpec::parse(&req.name, &req.function, req.input, req.timeout_sec)?;
-    Err(not_yet())
+) -> ApiResult<Response> {
+    let namespace = caller.namespace(&ns)?;
+    let body = body?;
+    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
+    if let Some((status, body)) = ctx.replay(&state).await? {
+        return Ok(accepted(&namespace, status, body));
+    }
+    let req: CreateJob = parse_json(&body)?;
+    let spec = JobSpec::parse(&req.name, &req.function, req.input, req.timeout_sec)?;
+    let key = FunctionKey::new(namespace.clone(), spec.function.clone());
+    let function = functions::load(&state, &key).await?;
+    let Some(fspec) = function.spec.as_ref().filter(|_| function.exists()) else {
+        return Err(ApiError::invalid(
+            "function",
+            format!(
+                "there is no function {:?} in namespace {namespace}: create it first",
+                key.name.as_str()
+            ),
+        ));
+    };
+    let Some(version) = function.current_version else {
+        return Err(DomainError::Conflict(format!(
+            "function {:?} has no code yet: upload it first (POST {}/upload)",
+            key.name.as_str(),
+            functions::function_path(&key)
+        ))
+        .into());
+    };
+    let stream = job::stream(&namespace, &spec.name);
+    let command = JobCommand::Request {
+        function: spec.function.clone(),
+        version,
+        input: spec.input.clone(),
+        timeout_sec: spec.timeout_sec.unwrap_or(fspec.timeout_sec),
+        cron: None,
+    };
+    let mut tries = 0;
+    loop {
+        let current = load(&state, &namespace, &spec.name).await?;
+        let events = match decide(&current.state, command.clone()) {
+            Ok(events) => events,
+            Err(e) => {
+                // A concurrent retry of this very request may have made it.
+                if let Some((status, body)) = ctx.replay(&state).await? {
+                    return Ok(accepted(&namespace, status, body));
+                }
+                return match (e, &current.doc) {
+                    (DomainError::AlreadyExists(_), Some(doc)) => Ok(exists_answer(doc)),
+                    (e, _) => Err(e.into()),
+                };
+            }
+        };
+        let now = Utc::now();
+        let after = events.iter().fold(current.clone(), |j, e| {
+            j.evolve(&namespace, &spec.name, e, now)
+        });
+        let doc = after
+            .doc
+            .ok_or_else(|| ApiError::internal("a requested job"))?;
+        let new: Vec<NewEvent> = events
+            .iter()
+            .map(|e| NewEvent::job(&namespace, e, ctx.metadata()))
+            .collect();
+        let committed = commit_request(
+            &state,
+            &ctx,
+            &stream,
+            current.state.stream_version,
+            &new,
+            |position| {
+                let mut view = doc.view();
+                view["position"] = json!(position);
+                view["status_url"] = json!(job_path(&namespace, spec.name.as_str()));
+                (StatusCode::ACCEPTED, view)
+            },
+        )
+        .await;
+        match committed {
+            // Decided again, a concurrent create of the name is a 409.
+            Err(e) if lost_race(&e) && tries < RETRIES => tries += 1,
+            committed => {
+                let (status, body) = committed?;
+                return Ok(accepted(&namespace, status, body));
+            }
+        }
+    }
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/jobs/{name}", tag = "jobs", summary = "Get a job (status, output)", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job")), responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/namespaces/{ns}/jobs/{name}", tag = "jobs",
+    summary = "Get a job (status, output)",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job")),
+    responses((status = 200, description = "The job", body = crate::openapi::JobView)))]
 pub async fn get(
-    State(_state): State<AppState>,
+    State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-) -> ApiResult<StatusCode> {
-    caller.namespace(&ns)?;
-    path_name(&name)?;
-    Err(not_yet())
+) -> ApiResult<Json<Value>> {
+    let namespace = caller.namespace(&ns)?;
+    let name = path_name(&name)?;
+    let stream = job::stream(&namespace, &name);
+    let row = job_rows::job_row(&state.pool, namespace.as_str(), name.as_str()).await?;
+    let doc = match row {
+        Some(row)
+            if row.stream == stream
+                && row.stream_version >= job_rows::log_version(&state.pool, &stream).await? =>
+        {
+            Doc::of_row(&row)?
+        }
+        // Not projected yet, or behind the log: the log has it all.
+        _ => load(&state, &namespace, &name)
+            .await?
+            .doc
+            .ok_or_else(|| not_found(name.as_str()))?,
+    };
+    Ok(Json(doc.view()))
 }
 
-#[utoipa::path(delete, path = "/namespaces/{ns}/jobs/{name}", tag = "jobs", summary = "Delete a job", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job")), responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
+/// `DELETE /v1/namespaces/{ns}/jobs/{name}`: appends `JobDeleted`; a
+/// running job is stopped by the worker running it. 202; the name is free again.
+#[utoipa::path(delete, path = "/namespaces/{ns}/jobs/{name}", tag = "jobs",
+    summary = "Delete a job; a running one is stopped",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    responses((status = 202, description = "Deleted: a running job stops next", body = crate::openapi::Removed)))]
 pub async fn delete(
-    State(_state): State<AppState>,
+    State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-) -> ApiResult<StatusCode> {
-    caller.namespace(&ns)?;
-    path_name(&name)?;
-    Err(not_yet())
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let namespace = caller.namespace(&ns)?;
+    let name = path_name(&name)?;
+    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), b"")?;
+    if let Some((status, body)) = ctx.replay(&state).await? {
+        return Ok((status, Json(body)));
+    }
+    let stream = job::stream(&namespace, &name);
+    let mut tries = 0;
+    loop {
+        let current = load(&state, &namespace, &name).await?;
+        let events = match decide(&current.state, JobCommand::Delete) {
+            Ok(events) => events,
+            Err(e) => {
+                // A concurrent retry of this very request may have deleted it.
+                if let Some((status, body)) = ctx.replay(&state).await? {
+                    return Ok((status, Json(body)));
+                }
+                return Err(match e {
+                    DomainError::NotFound(_) => not_found(name.as_str()),
+                    e => e.into(),
+                });
+            }
+        };
+        let new = events
+            .iter()
+            .map(|e| NewEvent::job(&namespace, e, ctx.metadata()))
+            .collect();
+        let cmd = Command::new(stream.clone(), current.state.stream_version, new);
+        let committed = command::commit(&state, &ctx, cmd, |appended| {
+            let body = json!({
+                "namespace": namespace,
+                "name": name,
+                "deleted": true,
+                "position": appended.position,
+            });
+            (StatusCode::ACCEPTED, body)
+        })
+        .await;
+        match committed {
+            // A worker's events landed in between (the job started): a job
+            // that still exists is still to be deleted.
+            Err(e) if lost_race(&e) && tries < RETRIES => tries += 1,
+            committed => {
+                let (status, body) = committed?;
+                return Ok((status, Json(body)));
+            }
+        }
+    }
 }

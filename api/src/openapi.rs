@@ -45,6 +45,14 @@ pub struct Problem {
     /// `Idempotency-Key`), when one is at fault.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// Only in the `already-exists` answer to a job create: the status of
+    /// the job that has the name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_status: Option<String>,
+    /// Only in the `already-exists` answer to a job create: the job that
+    /// has the name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<Box<JobView>>,
 }
 
 /// A function as the API shows it.
@@ -283,6 +291,110 @@ pub struct EventPage {
     pub next: Option<String>,
 }
 
+/// One run of a cron trigger.
+#[derive(Serialize, ToSchema)]
+pub struct TriggerRun {
+    /// `{trigger}-{unix seconds of the tick}`.
+    pub name: String,
+    /// The tick it runs for.
+    pub scheduled_at: chrono::DateTime<chrono::Utc>,
+    /// `Pending`, `Running`, `Succeeded`, `Failed` or `Skipped` (the
+    /// previous run was still going).
+    pub status: String,
+    pub exit_code: Option<i32>,
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub error: Option<String>,
+}
+
+/// A trigger as the API shows it.
+#[derive(Serialize, ToSchema)]
+pub struct TriggerView {
+    pub name: String,
+    /// The function it runs.
+    pub function: String,
+    /// `http` or `cron`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A cron trigger's schedule; null for http.
+    pub schedule: Option<String>,
+    /// A cron trigger's IANA time zone (absent for http).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    pub enabled: bool,
+    pub created_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// A cron trigger's next tick; null while it is disabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_run_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// A cron trigger's last runs (up to 10), newest tick first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs: Option<Vec<TriggerRun>>,
+    /// Position of the event a command appended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<i64>,
+    /// True when a toggle found it in that state already: nothing was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unchanged: Option<bool>,
+}
+
+/// The triggers of a namespace, by name.
+#[derive(Serialize, ToSchema)]
+pub struct TriggerList {
+    pub items: Vec<TriggerView>,
+}
+
+/// What a job printed on one stream, cut to a limit.
+#[derive(Serialize, ToSchema)]
+pub struct JobOutput {
+    pub text: String,
+    /// Everything it printed, in bytes.
+    pub bytes: u64,
+    /// True when `text` holds only part of it.
+    pub truncated: bool,
+}
+
+/// A one-shot job as the API shows it.
+#[derive(Serialize, ToSchema)]
+pub struct JobView {
+    pub namespace: String,
+    pub name: String,
+    /// `Pending`, `Running`, `Succeeded` or `Failed`.
+    pub status: String,
+    pub function: String,
+    /// The function's version it runs (the current one when it was created).
+    pub version: u32,
+    #[schema(value_type = Object)]
+    pub input: serde_json::Value,
+    pub timeout_sec: u32,
+    pub exit_code: Option<i32>,
+    pub error: Option<String>,
+    pub timed_out: bool,
+    /// Null until it ended.
+    pub stdout: Option<JobOutput>,
+    pub stderr: Option<JobOutput>,
+    pub requested_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub duration_ms: Option<u64>,
+    /// Position of the event a create appended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position: Option<i64>,
+    /// Where to poll it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_url: Option<String>,
+}
+
+/// The answer to a delete of a trigger or a job.
+#[derive(Serialize, ToSchema)]
+pub struct Removed {
+    pub namespace: String,
+    pub name: String,
+    /// `true`.
+    pub deleted: bool,
+    pub position: i64,
+}
+
 /// `/healthz`.
 #[derive(Serialize, ToSchema)]
 pub struct Health {
@@ -382,14 +494,14 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
         add(413, &["payload-too-large"]);
         add(422, &["invalid-field"]);
     }
-    let is_trigger_or_job = path.contains("/triggers") || path.contains("/jobs");
-    if is_trigger_or_job {
-        // Valid requests are answered 501 until triggers and jobs are built.
-        add(501, &["not-implemented"]);
-    } else if method != "get" {
+    if method != "get" {
         add(409, &["version-conflict", "conflict"]);
         add(422, &["idempotency-key-reused"]);
-        if method == "post" && path.ends_with("/functions") {
+        if method == "post"
+            && (path.ends_with("/functions")
+                || path.ends_with("/triggers")
+                || path.ends_with("/jobs"))
+        {
             add(409, &["already-exists"]);
         }
     }

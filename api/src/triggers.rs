@@ -1,23 +1,41 @@
 //! `/v1/namespaces/{ns}/triggers`: what makes a function run (an HTTP
 //! route, a cron schedule).
 //!
-//! Routed, authenticated, scoped to the caller's namespace and validated
-//! like every other route; a valid request answers 501 `not-implemented`
-//! until the scheduler lands (issue 6), and nothing is written either way.
+//! Commands fold the trigger's stream (`trigger/{ns}/{name}`), decide
+//! (`sless_domain::trigger::decide`) and append, as functions' do. An http
+//! trigger decides whether its function is served, so creating, toggling
+//! or deleting one also asks for a reconcile of the function, in the same
+//! transaction. Queries read the `triggers` read model, and the log when
+//! the row is missing or behind it; a cron trigger's document carries its
+//! next tick and its last runs (the `jobs` read model).
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use sless_domain::TriggerName;
-use sless_domain::trigger::{TriggerFields, TriggerSpec};
+use serde_json::{Value, json};
+use sless_domain::cron::Cron;
+use sless_domain::trigger::{
+    self, Trigger, TriggerCommand, TriggerEvent, TriggerFields, TriggerKind, TriggerSpec, decide,
+};
+use sless_domain::{DomainError, FunctionKey, Namespace, TriggerName};
+use sless_store::eventlog::{self, NewEvent};
+use sless_store::jobs::{self as job_rows, JobRow};
+use sless_store::triggers::{self as rows, TriggerRow};
 
 use crate::AppState;
 use crate::auth::Caller;
+use crate::command::{self, Command, RequestContext};
 use crate::error::{ApiError, ApiResult};
-use crate::functions::parse_json;
+use crate::functions::{self, parse_json};
 use crate::path::PathParams;
+
+/// How many of a cron trigger's runs its document shows.
+pub const RUNS_SHOWN: i64 = 10;
 
 /// The body of `POST /v1/namespaces/{ns}/triggers`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -46,37 +64,252 @@ pub struct PatchTrigger {
     pub enabled: bool,
 }
 
-fn not_yet() -> ApiError {
-    ApiError::not_implemented(
-        "triggers are not implemented yet: they come with issue 6 (triggers, cron schedules and one-shot jobs); nothing was written",
-    )
-}
-
 /// A trigger named in the path: a name that cannot be a trigger's is not found.
 fn path_name(name: &str) -> ApiResult<TriggerName> {
-    TriggerName::parse(name).map_err(|_| ApiError::not_found(format!("trigger {name:?} not found")))
+    TriggerName::parse(name).map_err(|_| not_found(name))
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/triggers", tag = "triggers", summary = "List triggers", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")), responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
+fn not_found(name: &str) -> ApiError {
+    ApiError::not_found(format!("trigger {name:?} not found"))
+}
+
+fn trigger_path(ns: &Namespace, name: &str) -> String {
+    format!("/v1/namespaces/{ns}/triggers/{name}")
+}
+
+/// A trigger as its document shows it, from the read model or the log.
+#[derive(Debug, Clone)]
+struct Doc {
+    name: String,
+    function: String,
+    kind: TriggerKind,
+    schedule: Option<String>,
+    timezone: Option<String>,
+    enabled: bool,
+    created_at: Option<DateTime<Utc>>,
+    updated_at: Option<DateTime<Utc>>,
+}
+
+impl Doc {
+    fn of_row(r: &TriggerRow) -> Doc {
+        Doc {
+            name: r.name.clone(),
+            function: r.function.clone(),
+            kind: if r.kind == "cron" {
+                TriggerKind::Cron
+            } else {
+                TriggerKind::Http
+            },
+            schedule: r.schedule.clone(),
+            timezone: r.timezone.clone(),
+            enabled: r.enabled,
+            created_at: Some(r.created_at),
+            updated_at: Some(r.updated_at),
+        }
+    }
+
+    /// The document of `t` as the log has it, if it exists.
+    fn of_log(t: &Logged) -> Option<Doc> {
+        let spec = t.state.spec.as_ref()?;
+        Some(Doc {
+            name: spec.name.to_string(),
+            function: spec.function.to_string(),
+            kind: spec.kind,
+            schedule: spec.schedule.as_ref().map(|s| s.cron.clone()),
+            timezone: spec.schedule.as_ref().map(|s| s.timezone.clone()),
+            enabled: spec.enabled,
+            created_at: t.created_at,
+            updated_at: t.updated_at,
+        })
+    }
+
+    /// The JSON document; `runs` are its cron runs, newest first.
+    fn view(&self, runs: &[JobRow], now: DateTime<Utc>) -> Value {
+        let mut v = json!({
+            "name": self.name,
+            "function": self.function,
+            "type": self.kind.as_str(),
+            "schedule": self.schedule,
+            "enabled": self.enabled,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        });
+        if self.kind == TriggerKind::Cron {
+            let next = match (&self.schedule, self.enabled) {
+                (Some(s), true) => Cron::parse(s, self.timezone.as_deref().unwrap_or("UTC"))
+                    .ok()
+                    .and_then(|c| c.next_after(now)),
+                _ => None,
+            };
+            v["timezone"] = json!(self.timezone);
+            v["next_run_at"] = json!(next);
+            v["runs"] = runs.iter().map(run_view).collect();
+        }
+        v
+    }
+}
+
+/// One run of a cron trigger, as its document lists it.
+fn run_view(r: &JobRow) -> Value {
+    json!({
+        "name": r.name,
+        "scheduled_at": r.scheduled_at,
+        "status": r.status,
+        "exit_code": r.exit_code,
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+        "error": r.error,
+    })
+}
+
+/// A trigger folded from its stream, with the times the log recorded.
+#[derive(Debug, Clone, Default)]
+struct Logged {
+    state: Trigger,
+    created_at: Option<DateTime<Utc>>,
+    updated_at: Option<DateTime<Utc>>,
+}
+
+impl Logged {
+    fn evolve(mut self, event: &TriggerEvent, at: DateTime<Utc>) -> Logged {
+        if matches!(event, TriggerEvent::TriggerCreated { .. }) {
+            self.created_at = Some(at);
+        }
+        self.updated_at = Some(at);
+        self.state = self.state.evolve(event);
+        self
+    }
+
+    /// The state after `events`, appended now.
+    fn after(&self, events: &[TriggerEvent]) -> Logged {
+        let now = Utc::now();
+        events.iter().fold(self.clone(), |t, e| t.evolve(e, now))
+    }
+}
+
+/// Reads a trigger's stream (the source of truth for commands).
+async fn load(state: &AppState, stream: &str) -> ApiResult<Logged> {
+    let events = eventlog::read_stream(&state.pool, stream).await?;
+    let mut t = Logged::default();
+    for e in &events {
+        let event = TriggerEvent::from_stored(&e.event_type, &e.data).map_err(|err| {
+            ApiError::internal(format!(
+                "event {} ({}) cannot be read: {err}",
+                e.position, e.event_type
+            ))
+        })?;
+        t = t.evolve(&event, e.recorded_at);
+    }
+    Ok(t)
+}
+
+/// The runs a cron trigger's document shows.
+async fn runs_of(state: &AppState, ns: &Namespace, doc: &Doc) -> ApiResult<Vec<JobRow>> {
+    if doc.kind != TriggerKind::Cron {
+        return Ok(vec![]);
+    }
+    Ok(job_rows::cron_runs(&state.pool, ns.as_str(), &doc.name, RUNS_SHOWN).await?)
+}
+
+fn new_events(ctx: &RequestContext, ns: &Namespace, events: &[TriggerEvent]) -> Vec<NewEvent> {
+    events
+        .iter()
+        .map(|e| NewEvent::trigger(ns, e, ctx.metadata()))
+        .collect()
+}
+
+/// The command of `events`, with a reconcile of the function when the
+/// trigger is an http one (whether the function is served depends on it).
+fn command_of(
+    ctx: &RequestContext,
+    ns: &Namespace,
+    stream: &str,
+    current: &Logged,
+    spec: &TriggerSpec,
+    events: &[TriggerEvent],
+) -> Command {
+    let cmd = Command::new(
+        stream.to_owned(),
+        current.state.stream_version,
+        new_events(ctx, ns, events),
+    );
+    match spec.kind {
+        TriggerKind::Http => {
+            cmd.reconcile(FunctionKey::new(ns.clone(), spec.function.clone()).queue_key())
+        }
+        TriggerKind::Cron => cmd,
+    }
+}
+
+/// True when a commit lost a race with another command on the stream.
+fn lost_race(e: &ApiError) -> bool {
+    e.status == StatusCode::CONFLICT && e.kind == "version-conflict"
+}
+
+/// How many times a command decides again after losing a race.
+const RETRIES: u32 = 4;
+
+/// An answer with the trigger's URL as `Location` when it was created.
+fn answer(ns: &Namespace, status: StatusCode, body: Value) -> Response {
+    let location = (status == StatusCode::CREATED)
+        .then(|| body["name"].as_str().map(|n| trigger_path(ns, n)))
+        .flatten();
+    match location {
+        Some(loc) => (status, [(header::LOCATION, loc)], Json(body)).into_response(),
+        None => (status, Json(body)).into_response(),
+    }
+}
+
+#[utoipa::path(get, path = "/namespaces/{ns}/triggers", tag = "triggers",
+    summary = "List triggers",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")),
+    responses((status = 200, description = "The namespace's triggers, by name", body = crate::openapi::TriggerList)))]
 pub async fn list(
-    State(_state): State<AppState>,
+    State(state): State<AppState>,
     caller: Caller,
     PathParams(ns): PathParams<String>,
-) -> ApiResult<StatusCode> {
-    caller.namespace(&ns)?;
-    Err(not_yet())
+) -> ApiResult<Json<Value>> {
+    let namespace = caller.namespace(&ns)?;
+    let rows = rows::trigger_rows(&state.pool, namespace.as_str()).await?;
+    let mut runs = job_rows::cron_runs_in(&state.pool, namespace.as_str(), RUNS_SHOWN).await?;
+    let now = Utc::now();
+    let items: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let mine: Vec<JobRow> = runs
+                .extract_if(.., |j| j.trigger.as_deref() == Some(r.name.as_str()))
+                .collect();
+            Doc::of_row(r).view(&mine, now)
+        })
+        .collect();
+    Ok(Json(json!({ "items": items })))
 }
 
-#[utoipa::path(post, path = "/namespaces/{ns}/triggers", tag = "triggers", summary = "Create a trigger", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")), request_body = CreateTrigger, responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
+/// `POST /v1/namespaces/{ns}/triggers`: appends `TriggerCreated`; 201 with
+/// the trigger. The function must exist; a name that is taken is 409.
+#[utoipa::path(post, path = "/namespaces/{ns}/triggers", tag = "triggers",
+    summary = "Create a trigger",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    request_body = CreateTrigger,
+    responses((status = 201, description = "Created", body = crate::openapi::TriggerView,
+        headers(("Location" = String, description = "The trigger's URL")))))]
 pub async fn create(
-    State(_state): State<AppState>,
+    State(state): State<AppState>,
     caller: Caller,
     PathParams(ns): PathParams<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> ApiResult<StatusCode> {
-    caller.namespace(&ns)?;
-    let req: CreateTrigger = parse_json(&body?)?;
-    TriggerSpec::parse(TriggerFields {
+) -> ApiResult<Response> {
+    let namespace = caller.namespace(&ns)?;
+    let body = body?;
+    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
+    if let Some((status, body)) = ctx.replay(&state).await? {
+        return Ok(answer(&namespace, status, body));
+    }
+    let req: CreateTrigger = parse_json(&body)?;
+    let spec = TriggerSpec::parse(TriggerFields {
         name: &req.name,
         function: &req.function,
         kind: &req.kind,
@@ -84,40 +317,198 @@ pub async fn create(
         timezone: req.timezone.as_deref(),
         enabled: req.enabled,
     })?;
-    Err(not_yet())
+    let function = FunctionKey::new(namespace.clone(), spec.function.clone());
+    if !functions::load(&state, &function).await?.exists() {
+        return Err(ApiError::invalid(
+            "function",
+            format!(
+                "there is no function {:?} in namespace {namespace}: create it first",
+                spec.function.as_str()
+            ),
+        ));
+    }
+    let stream = trigger::stream(&namespace, &spec.name);
+    let mut tries = 0;
+    loop {
+        let current = load(&state, &stream).await?;
+        let events = match decide(&current.state, TriggerCommand::Create(spec.clone())) {
+            Ok(events) => events,
+            Err(e) => {
+                let (status, body) = command::settle(&state, &ctx, e.into()).await?;
+                return Ok(answer(&namespace, status, body));
+            }
+        };
+        let after = current.after(&events);
+        let doc = Doc::of_log(&after).ok_or_else(|| ApiError::internal("a created trigger"))?;
+        let runs = runs_of(&state, &namespace, &doc).await?;
+        let cmd = command_of(&ctx, &namespace, &stream, &current, &spec, &events);
+        let committed = command::commit(&state, &ctx, cmd, |appended| {
+            let mut view = doc.view(&runs, Utc::now());
+            view["position"] = json!(appended.position);
+            (StatusCode::CREATED, view)
+        })
+        .await;
+        match committed {
+            // Decided again, a concurrent create of the name is a 409.
+            Err(e) if lost_race(&e) && tries < RETRIES => tries += 1,
+            committed => {
+                let (status, body) = committed?;
+                return Ok(answer(&namespace, status, body));
+            }
+        }
+    }
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers", summary = "Get a trigger", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger")), responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
+#[utoipa::path(get, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers",
+    summary = "Get a trigger (a cron trigger with its next tick and last runs)",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger")),
+    responses((status = 200, description = "The trigger", body = crate::openapi::TriggerView)))]
 pub async fn get(
-    State(_state): State<AppState>,
+    State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-) -> ApiResult<StatusCode> {
-    caller.namespace(&ns)?;
-    path_name(&name)?;
-    Err(not_yet())
+) -> ApiResult<Json<Value>> {
+    let namespace = caller.namespace(&ns)?;
+    let name = path_name(&name)?;
+    let stream = trigger::stream(&namespace, &name);
+    let row = rows::trigger_row(&state.pool, namespace.as_str(), name.as_str()).await?;
+    let doc = match row {
+        Some(row) if row.stream_version >= job_rows::log_version(&state.pool, &stream).await? => {
+            Doc::of_row(&row)
+        }
+        // Not projected yet, or behind the log: answer from the log.
+        _ => Doc::of_log(&load(&state, &stream).await?).ok_or_else(|| not_found(name.as_str()))?,
+    };
+    let runs = runs_of(&state, &namespace, &doc).await?;
+    Ok(Json(doc.view(&runs, Utc::now())))
 }
 
-#[utoipa::path(patch, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers", summary = "Enable or disable a trigger", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger")), request_body = PatchTrigger, responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
+/// `PATCH /v1/namespaces/{ns}/triggers/{name}` `{"enabled": bool}`:
+/// appends `TriggerToggled`, or nothing when it is in that state already;
+/// 200 with the trigger either way.
+#[utoipa::path(patch, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers",
+    summary = "Enable or disable a trigger",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    request_body = PatchTrigger,
+    responses((status = 200, description = "The trigger as it is now (`unchanged` when it was in that state already)", body = crate::openapi::TriggerView)))]
 pub async fn patch(
-    State(_state): State<AppState>,
+    State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> ApiResult<StatusCode> {
-    caller.namespace(&ns)?;
-    path_name(&name)?;
-    let _: PatchTrigger = parse_json(&body?)?;
-    Err(not_yet())
+) -> ApiResult<Json<Value>> {
+    let namespace = caller.namespace(&ns)?;
+    let name = path_name(&name)?;
+    let body = body?;
+    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
+    if let Some((_, body)) = ctx.replay(&state).await? {
+        return Ok(Json(body));
+    }
+    let req: PatchTrigger = parse_json(&body)?;
+    let stream = trigger::stream(&namespace, &name);
+    let mut tries = 0;
+    loop {
+        let current = load(&state, &stream).await?;
+        let Some(spec) = current.state.spec.clone() else {
+            if let Some((_, body)) = ctx.replay(&state).await? {
+                return Ok(Json(body));
+            }
+            return Err(not_found(name.as_str()));
+        };
+        let command = TriggerCommand::Toggle {
+            enabled: req.enabled,
+        };
+        let events = decide(&current.state, command).map_err(ApiError::from)?;
+        let after = current.after(&events);
+        let doc = Doc::of_log(&after).ok_or_else(|| not_found(name.as_str()))?;
+        let runs = runs_of(&state, &namespace, &doc).await?;
+        if events.is_empty() {
+            // Unless a concurrent retry of this very request made it so.
+            if let Some((_, body)) = ctx.replay(&state).await? {
+                return Ok(Json(body));
+            }
+            let mut view = doc.view(&runs, Utc::now());
+            view["unchanged"] = json!(true);
+            return Ok(Json(view));
+        }
+        let cmd = command_of(&ctx, &namespace, &stream, &current, &spec, &events);
+        let committed = command::commit(&state, &ctx, cmd, |appended| {
+            let mut view = doc.view(&runs, Utc::now());
+            view["position"] = json!(appended.position);
+            (StatusCode::OK, view)
+        })
+        .await;
+        match committed {
+            Err(e) if lost_race(&e) && tries < RETRIES => tries += 1,
+            committed => return Ok(Json(committed?.1)),
+        }
+    }
 }
 
-#[utoipa::path(delete, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers", summary = "Delete a trigger", params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger")), responses((status = 501, description = "Valid, but not implemented yet; nothing was written", body = crate::openapi::Problem, content_type = "application/problem+json")))]
+/// `DELETE /v1/namespaces/{ns}/triggers/{name}`: appends `TriggerDeleted`;
+/// 202 (an http trigger's function is reconciled next). The name is free again.
+#[utoipa::path(delete, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers",
+    summary = "Delete a trigger",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    responses((status = 202, description = "Deleted", body = crate::openapi::Removed)))]
 pub async fn delete(
-    State(_state): State<AppState>,
+    State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-) -> ApiResult<StatusCode> {
-    caller.namespace(&ns)?;
-    path_name(&name)?;
-    Err(not_yet())
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> ApiResult<Answer> {
+    let namespace = caller.namespace(&ns)?;
+    let name = path_name(&name)?;
+    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), b"")?;
+    if let Some((status, body)) = ctx.replay(&state).await? {
+        return Ok((status, Json(body)));
+    }
+    let stream = trigger::stream(&namespace, &name);
+    let mut tries = 0;
+    loop {
+        let current = load(&state, &stream).await?;
+        let events = match decide(&current.state, TriggerCommand::Delete) {
+            Ok(events) => events,
+            Err(e) => {
+                // A concurrent retry of this very request may have deleted it.
+                if let Some((status, body)) = ctx.replay(&state).await? {
+                    return Ok((status, Json(body)));
+                }
+                return Err(match e {
+                    DomainError::NotFound(_) => not_found(name.as_str()),
+                    e => e.into(),
+                });
+            }
+        };
+        let spec = current
+            .state
+            .spec
+            .clone()
+            .ok_or_else(|| not_found(name.as_str()))?;
+        let cmd = command_of(&ctx, &namespace, &stream, &current, &spec, &events);
+        let committed = command::commit(&state, &ctx, cmd, |appended| {
+            let body = json!({
+                "namespace": namespace,
+                "name": name,
+                "deleted": true,
+                "position": appended.position,
+            });
+            (StatusCode::ACCEPTED, body)
+        })
+        .await;
+        match committed {
+            Err(e) if lost_race(&e) && tries < RETRIES => tries += 1,
+            committed => {
+                let (status, body) = committed?;
+                return Ok((status, Json(body)));
+            }
+        }
+    }
 }
+
+type Answer = (StatusCode, Json<Value>);

@@ -18,6 +18,7 @@ mod api {
     mod health;
     mod idempotency;
     mod invocations;
+    mod jobs;
     mod namespaces;
     mod openapi;
     mod proxy;
@@ -25,6 +26,7 @@ mod api {
     mod serving;
     mod source;
     mod tenancy;
+    mod triggers;
     mod update;
     mod upload;
 }

@@ -14,9 +14,11 @@ pub mod blobs;
 pub mod eventlog;
 pub mod idempotency;
 pub mod invocations;
+pub mod jobs;
 pub mod queue;
 pub mod readmodel;
 pub mod retention;
+pub mod triggers;
 
 use std::time::Duration;
 

@@ -35,6 +35,10 @@ pub struct WorkItem {
 /// function X and make what runs match what the log says".
 pub const RECONCILE_FUNCTION: &str = "ReconcileFunction";
 
+/// The work kind that runs a job (or a cron trigger's run) once: its key is
+/// the job's stream (`job/{ns}/{name}`, `cron/{ns}/{trigger}/{unix seconds}`).
+pub const RUN_JOB: &str = "RunJob";
+
 /// A work item that does nothing: for measuring the queue itself.
 pub const NOOP: &str = "Noop";
 

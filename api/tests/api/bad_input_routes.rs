@@ -254,7 +254,7 @@ fn trigger(change: Value) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_trigger_requests_are_refused_and_valid_ones_are_not_implemented_yet() {
+async fn bad_trigger_requests_are_refused_and_write_nothing() {
     let env = Env::new().await;
     let ns = ns(SUB);
     let tok = token(SUB);
@@ -331,6 +331,26 @@ async fn bad_trigger_requests_are_refused_and_valid_ones_are_not_implemented_yet
             "NUL",
             trigger(json!({ "schedule": "0 0 * * *\u{0}" })),
             "schedule",
+        ),
+        invalid(
+            "CRON_TZ= prefix",
+            trigger(json!({ "schedule": "CRON_TZ=UTC 0 3 * * *" })),
+            "schedule",
+        ),
+        invalid(
+            "Quartz ?",
+            trigger(json!({ "schedule": "0 3 ? * *" })),
+            "schedule",
+        ),
+        invalid(
+            "never fires (30 February)",
+            trigger(json!({ "schedule": "0 0 30 2 *" })),
+            "schedule",
+        ),
+        invalid(
+            "unknown time zone",
+            trigger(json!({ "timezone": "Mars/Olympus_Mons" })),
+            "timezone",
         ),
         invalid(
             "@every",
@@ -411,20 +431,11 @@ async fn bad_trigger_requests_are_refused_and_valid_ones_are_not_implemented_yet
     )
     .await;
 
-    // Valid requests: 501 naming the issue that brings triggers; nothing written.
+    // Valid requests for a function that does not exist: refused, nothing written.
     for (what, req) in [
         (
             "cron",
             post_json(&uri, Some(&tok), &trigger(json!({})).to_string()),
-        ),
-        (
-            "cron with defaults",
-            post_json(
-                &uri,
-                Some(&tok),
-                &trigger(json!({ "timezone": null, "enabled": null, "schedule": "@daily" }))
-                    .to_string(),
-            ),
         ),
         (
             "http",
@@ -434,33 +445,57 @@ async fn bad_trigger_requests_are_refused_and_valid_ones_are_not_implemented_yet
                 &trigger(json!({ "type": "http", "schedule": null, "timezone": null })).to_string(),
             ),
         ),
-        (
-            "patch",
-            patch_json(&patch_uri, Some(&tok), r#"{"enabled": false}"#),
-        ),
     ] {
-        let answer = assert_refused(
-            &env,
-            what,
-            req,
-            StatusCode::NOT_IMPLEMENTED,
-            "not-implemented",
-            None,
-        )
-        .await;
-        assert!(
-            answer.body["detail"].as_str().unwrap().contains("issue 6"),
-            "{what}: {}",
-            answer.body
-        );
+        assert_refused(&env, what, req, INVALID, "invalid-field", Some("function")).await;
     }
+    // Another user's namespace, with a body that would do in one's own.
+    assert_refused(
+        &env,
+        "another namespace",
+        post_json(
+            &format!(
+                "/v1/namespaces/{}/triggers",
+                super::support::ns("someone-else@example.com")
+            ),
+            Some(&tok),
+            &trigger(json!({})).to_string(),
+        ),
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    )
+    .await;
+    // A trigger that does not exist cannot be toggled.
+    assert_refused(
+        &env,
+        "patch of no trigger",
+        patch_json(&patch_uri, Some(&tok), r#"{"enabled": false}"#),
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    )
+    .await;
     assert_eq!(env.counts().await, before);
+
+    // The control: with the function there, the base body is accepted.
+    assert_eq!(env.create(SUB, "report").await.status, StatusCode::CREATED);
+    let good = env
+        .send(post_json(
+            &uri,
+            Some(&tok),
+            &trigger(json!({ "timezone": null, "enabled": null, "schedule": "@daily" }))
+                .to_string(),
+        ))
+        .await;
+    assert_eq!(good.status, StatusCode::CREATED, "{}", good.body);
+    let on = env
+        .send(patch_json(&patch_uri, Some(&tok), r#"{"enabled": false}"#))
+        .await;
+    assert_eq!(on.status, StatusCode::OK, "{}", on.body);
 }
 
 fn job(change: Value) -> Value {
-    let mut j = json!({
-        "name": "once", "function": "report", "args": ["--all"], "env": { "MODE": "full" }
-    });
+    let mut j = json!({ "name": "once", "function": "report", "input": { "n": 1 } });
     for (k, v) in change.as_object().unwrap() {
         if v.is_null() {
             j.as_object_mut().unwrap().remove(k);
@@ -472,11 +507,10 @@ fn job(change: Value) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_job_requests_are_refused_and_valid_ones_are_not_implemented_yet() {
+async fn bad_job_requests_are_refused_and_write_nothing() {
     let env = Env::new().await;
     let tok = token(SUB);
     let uri = format!("/v1/namespaces/{}/jobs", ns(SUB));
-    let big = "x".repeat(32 * 1024);
     let cases = vec![
         case(
             "malformed JSON",
@@ -485,36 +519,52 @@ async fn bad_job_requests_are_refused_and_valid_ones_are_not_implemented_yet() {
             "malformed-request",
             None,
         ),
+        case(
+            "not JSON",
+            "name=once",
+            StatusCode::BAD_REQUEST,
+            "malformed-request",
+            None,
+        ),
         invalid("unknown field", job(json!({ "image": "x" })), "image"),
+        invalid(
+            "args are not a field",
+            job(json!({ "args": ["--all"] })),
+            "args",
+        ),
         invalid("missing name", job(json!({ "name": null })), "name"),
         invalid("bad name", job(json!({ "name": "Once" })), "name"),
+        invalid("name of 41", job(json!({ "name": "o".repeat(41) })), "name"),
+        invalid("name with a dot", job(json!({ "name": "a.b" })), "name"),
         invalid(
             "missing function",
             job(json!({ "function": null })),
             "function",
         ),
         invalid("bad function", job(json!({ "function": "-x" })), "function"),
-        invalid("args not a list", job(json!({ "args": "--all" })), "args"),
-        invalid("arg not a string", job(json!({ "args": [1] })), "args[0]"),
-        invalid("arg with NUL", job(json!({ "args": ["a\u{0}"] })), "args"),
-        invalid("101 args", job(json!({ "args": vec!["a"; 101] })), "args"),
-        invalid("env PORT", job(json!({ "env": { "PORT": "1" } })), "env"),
         invalid(
-            "env SLESS_",
-            job(json!({ "env": { "SLESS_A": "1" } })),
-            "env",
+            "input over 64 KiB",
+            job(json!({ "input": "x".repeat(64 * 1024) })),
+            "input",
         ),
-        invalid("env name A-B", job(json!({ "env": { "A-B": "1" } })), "env"),
+        invalid("timeout 0", job(json!({ "timeout_sec": 0 })), "timeout_sec"),
         invalid(
-            "env value NUL",
-            job(json!({ "env": { "A": "\u{0}" } })),
-            "env",
+            "timeout over a day",
+            job(json!({ "timeout_sec": 86_401 })),
+            "timeout_sec",
         ),
         invalid(
-            "env values over 128 KiB",
-            job(json!({ "env": { "A": big, "B": big, "C": big, "D": big, "E": "x" } })),
-            "env",
+            "negative timeout",
+            job(json!({ "timeout_sec": -1 })),
+            "timeout_sec",
         ),
+        invalid(
+            "timeout as a string",
+            job(json!({ "timeout_sec": "30" })),
+            "timeout_sec",
+        ),
+        // Valid, but there is no such function.
+        invalid("no such function", job(json!({})), "function"),
     ];
     let before = assert_refused_writing_nothing_with(
         &env,
@@ -525,17 +575,27 @@ async fn bad_job_requests_are_refused_and_valid_ones_are_not_implemented_yet() {
         cases,
     )
     .await;
-    for body in [job(json!({})), job(json!({ "args": null, "env": null }))] {
-        let answer = assert_refused(
-            &env,
-            "a valid job",
-            post_json(&uri, Some(&tok), &body.to_string()),
-            StatusCode::NOT_IMPLEMENTED,
-            "not-implemented",
-            None,
-        )
-        .await;
-        assert!(answer.body["detail"].as_str().unwrap().contains("issue 6"));
-    }
+    assert_refused(
+        &env,
+        "another namespace",
+        post_json(
+            &format!("/v1/namespaces/{}/jobs", ns("someone-else@example.com")),
+            Some(&tok),
+            &job(json!({})).to_string(),
+        ),
+        StatusCode::NOT_FOUND,
+        "not-found",
+        None,
+    )
+    .await;
     assert_eq!(env.counts().await, before);
+
+    // The control: with the function uploaded, the base body is accepted.
+    assert_eq!(env.create(SUB, "report").await.status, StatusCode::CREATED);
+    let up = env.upload(SUB, "report", &handler_zip("x")).await;
+    assert_eq!(up.status, StatusCode::ACCEPTED, "{}", up.body);
+    let good = env
+        .send(post_json(&uri, Some(&tok), &job(json!({})).to_string()))
+        .await;
+    assert_eq!(good.status, StatusCode::ACCEPTED, "{}", good.body);
 }
