@@ -250,6 +250,20 @@ pub fn worker() -> anyhow::Result<WorkerConfig> {
     })
 }
 
+/// The cron scheduler, from `SLESS_CRON_STARTING_DEADLINE_SECS` (3600): how
+/// late a tick may still fire (after an outage, only the latest tick fires).
+pub fn scheduler(pool: sless_store::PgPool) -> anyhow::Result<sless_workers::Scheduler> {
+    let d = sless_workers::scheduler::DEFAULT_STARTING_DEADLINE;
+    let secs: u64 = number("SLESS_CRON_STARTING_DEADLINE_SECS", d.as_secs())?;
+    if !(10..=30 * 86_400).contains(&secs) {
+        bail!("SLESS_CRON_STARTING_DEADLINE_SECS must be from 10 to 2592000 (30 days)");
+    }
+    Ok(sless_workers::Scheduler::new(
+        pool,
+        Duration::from_secs(secs),
+    ))
+}
+
 /// Invocation records, from `SLESS_INVOCATION_RETENTION_DAYS` (7) and
 /// `SLESS_INVOCATION_RETENTION_PER_FUNCTION` (10,000).
 pub fn invocations() -> anyhow::Result<RecorderConfig> {

@@ -122,6 +122,7 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> any
         on_start: None,
     };
     let worker = tokio::spawn(worker.run(stop.clone()));
+    let scheduler = tokio::spawn(config::scheduler(pool.clone())?.run(stop.clone()));
     // Processes did not survive the last stop: converge everything again.
     sless_store::queue::enqueue_reconcile_all(&pool).await?;
 
@@ -140,6 +141,7 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> any
     let _ = http.await;
     recorder.shutdown().await;
     let _ = worker.await;
+    let _ = scheduler.await;
     let _ = projector.await;
     let _ = manifests.await;
     driver.shutdown().await;
@@ -245,10 +247,12 @@ pub async fn worker(data_dir: PathBuf) -> anyhow::Result<()> {
         on_start: None,
     };
     let (tx, rx) = watch::channel(false);
+    let scheduler = tokio::spawn(config::scheduler(pool.clone())?.run(rx.clone()));
     let task = tokio::spawn(worker.run(rx));
     stop_signal().await;
     let _ = tx.send(true);
     task.await??;
+    let _ = scheduler.await;
     driver.shutdown().await;
     Ok(())
 }

@@ -249,6 +249,11 @@ pub struct InvocationView {
     pub cold: bool,
     pub error: Option<String>,
     pub request_id: String,
+    /// Where the call came from: `http` (through `/fn`), `job` or `cron`.
+    pub origin: String,
+    /// The run's stream for a job or cron run (`job/{ns}/{name}`,
+    /// `cron/{ns}/{trigger}/{unix seconds}`); null for a call through `/fn`.
+    pub run: Option<String>,
 }
 
 /// One page of invocation records, newest first.
@@ -449,7 +454,7 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
         add(404, &["not-found"]);
         add(413, &["payload-too-large"]);
         add(502, &["function-unreachable"]);
-        add(503, &["function-not-ready"]);
+        add(503, &["function-not-ready", "trigger-disabled"]);
         add(504, &["function-timeout"]);
         return p;
     }

@@ -189,6 +189,9 @@ struct Target {
     timeout: Duration,
     /// Set by the first call sent to this endpoint of this version.
     warm: Arc<AtomicBool>,
+    /// Its http triggers, when it has some and none is enabled: it is
+    /// not served.
+    disabled: Option<Vec<String>>,
 }
 
 impl Target {
@@ -205,6 +208,7 @@ impl Target {
             version: row.deployed_version,
             timeout: Duration::from_secs(row.spec.timeout_sec as u64),
             warm: Arc::default(),
+            disabled: None,
         })
     }
 
@@ -238,6 +242,9 @@ impl Endpoints {
         }
         let row = readmodel::function_row(pool, ns, name).await?;
         let mut target = row.as_ref().and_then(Target::of);
+        if let Some(t) = target.as_mut() {
+            t.disabled = sless_store::triggers::http_gate(pool, ns, name).await?;
+        }
         let mut known = self.known.write().unwrap();
         if known.len() > 100_000 {
             known.clear(); // a crude bound; entries are cheap to fetch again
@@ -510,6 +517,17 @@ async fn send(
                         "function {name:?} was deleted in namespace {ns:?}"
                     ))
                 })?;
+        }
+        if let Some(triggers) = &target.disabled {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "trigger-disabled",
+                "Trigger disabled",
+                format!(
+                    "function {name:?} is served only while one of its http triggers is enabled, and none is ({}); enable one with PATCH /v1/namespaces/{ns}/triggers/{{name}} {{\"enabled\": true}}",
+                    triggers.join(", ")
+                ),
+            ));
         }
         let endpoint = target.endpoint.as_ref().map_err(|phase| {
             ApiError::new(

@@ -278,6 +278,56 @@ pub async fn load_job<'e>(exec: impl PgExecutor<'e>, stream: &str) -> Result<Job
     fold_stream(&events, JobEvent::from_stored, Job::evolve)
 }
 
+/// A function's http triggers, as the log has them now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpTriggers {
+    /// Names of the http triggers of the function that exist.
+    pub names: Vec<String>,
+    /// How many of them are enabled.
+    pub enabled: usize,
+}
+
+impl HttpTriggers {
+    /// Served at its URL: it has no http trigger, or one that is enabled.
+    pub fn served(&self) -> bool {
+        self.names.is_empty() || self.enabled > 0
+    }
+}
+
+/// The http triggers of `function`, folded from the log (not the read
+/// model, which may lag): what the reconciler decides from. Trigger
+/// streams are short (created, toggled, deleted), and the audit index on
+/// (namespace, type) finds them.
+pub async fn http_triggers<'e>(
+    exec: impl PgExecutor<'e>,
+    ns: &Namespace,
+    function: &str,
+) -> Result<HttpTriggers> {
+    let types: Vec<&str> = TriggerEvent::TYPES.to_vec();
+    let events = sqlx::query(AssertSqlSafe(format!(
+        "select {COLUMNS} from events where namespace = $1 and type = any($2)
+         order by stream, version"
+    )))
+    .bind(ns.as_str())
+    .bind(&types)
+    .fetch_all(exec)
+    .await?
+    .into_iter()
+    .map(recorded)
+    .collect::<Vec<_>>();
+    let mut found = HttpTriggers::default();
+    for stream in events.chunk_by(|a, b| a.stream == b.stream) {
+        let t: Trigger = fold_stream(stream, TriggerEvent::from_stored, Trigger::evolve)?;
+        if let Some(spec) = t.spec.filter(|s| {
+            s.kind == sless_domain::trigger::TriggerKind::Http && s.function.as_str() == function
+        }) {
+            found.enabled += usize::from(spec.enabled);
+            found.names.push(spec.name.to_string());
+        }
+    }
+    Ok(found)
+}
+
 /// The transaction-id watermark: every transaction with a smaller id has
 /// ended. Take it before a reader's own writes.
 pub async fn watermark(conn: &mut PgConnection) -> Result<i64> {

@@ -134,6 +134,28 @@ pub async fn last_cron_run(
     Ok(cron_runs(exec, ns, trigger, 1).await?.into_iter().next())
 }
 
+/// A cron trigger's newest run that is pending or running, if any: while
+/// there is one, the scheduler skips the trigger's ticks (concurrency
+/// policy Forbid). Skipped runs never count, however recent.
+pub async fn unfinished_cron_run(
+    exec: impl PgExecutor<'_>,
+    ns: &str,
+    trigger: &str,
+) -> Result<Option<JobRow>> {
+    let row = sqlx::query(
+        "select * from jobs
+         where origin = 'cron' and namespace = $1 and trigger = $2
+           and status in ('Pending', 'Running')
+         order by scheduled_at desc
+         limit 1",
+    )
+    .bind(ns)
+    .bind(trigger)
+    .fetch_optional(exec)
+    .await?;
+    Ok(row.map(row_of))
+}
+
 /// How many events a stream has: its version in the log. A read-model row
 /// whose `stream_version` is below it is behind the log.
 pub async fn log_version(exec: impl PgExecutor<'_>, stream: &str) -> Result<u64> {

@@ -122,3 +122,85 @@ async fn sless_dev_runs_an_uploaded_python_function_and_keeps_it_across_a_restar
     assert_eq!(answer["message"], "hello, again");
     stop_dev(proc, &dir).await;
 }
+
+/// The README's cron trigger and job, on `sless dev` with its own clock:
+/// the trigger fires at the next whole minute (its scheduler runs in the
+/// binary), and the job runs once with its input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sless_dev_runs_a_cron_trigger_and_a_job_as_the_readme_shows() {
+    let dir = sless_testkit::scratch_dir("dev-cron").join("data");
+    let (proc, c) = start_dev(&dir, "log").await;
+    let res = c
+        .create(json!({"name": "hello", "runtime": "python3.11", "entrypoint": "handler.handle"}))
+        .await;
+    assert_eq!(res.status(), 201);
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hello-python");
+    assert_eq!(c.upload("hello", zip_dir(&example)).await.status(), 202);
+    c.wait_ready("hello", Duration::from_secs(120)).await;
+
+    let post = |path: &'static str, body: serde_json::Value| {
+        let c = c.clone();
+        async move {
+            let res = c
+                .http
+                .post(c.v1(path))
+                .bearer_auth(&c.token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (
+                res.status().as_u16(),
+                res.json::<serde_json::Value>().await.unwrap(),
+            )
+        }
+    };
+    let get = |path: String| {
+        let c = c.clone();
+        async move {
+            let res = c
+                .http
+                .get(c.v1(&path))
+                .bearer_auth(&c.token)
+                .send()
+                .await
+                .unwrap();
+            res.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let (status, trigger) = post(
+        "/triggers",
+        json!({"name": "every-minute", "function": "hello", "type": "cron", "schedule": "* * * * *", "timezone": "Europe/Berlin"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{trigger}");
+    let (status, job) = post(
+        "/jobs",
+        json!({"name": "once", "function": "hello", "input": {"name": "job"}}),
+    )
+    .await;
+    assert_eq!(status, 202, "{job}");
+    let job = sless_testkit::eventually("the job done", Duration::from_secs(60), || async {
+        let j = get("/jobs/once".into()).await;
+        (j["status"] == "Succeeded" || j["status"] == "Failed").then_some(j)
+    })
+    .await;
+    assert_eq!(job["status"], "Succeeded", "{job}");
+    assert!(
+        job["stdout"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("hello, job"),
+        "{job}"
+    );
+
+    // The next whole minute is at most 60 s away.
+    let run = sless_testkit::eventually("a cron run done", Duration::from_secs(100), || async {
+        let t = get("/triggers/every-minute".into()).await;
+        let run = t["runs"].as_array()?.first()?.clone();
+        (run["status"] == "Succeeded").then_some(run)
+    })
+    .await;
+    assert!(run["scheduled_at"].is_string(), "{run}");
+    stop_dev(proc, &dir).await;
+}

@@ -2,10 +2,13 @@
 
 mod dev;
 mod history;
+mod jobs;
+mod platform;
 mod replay;
 mod runtimes;
 #[path = "../support/mod.rs"]
 mod support;
+mod triggers;
 mod worker_kill;
 
 pub use support::*;

@@ -7,12 +7,15 @@
 
 pub mod collect;
 pub mod driver;
+pub mod jobs;
 pub mod local;
 pub mod reconcile;
+pub mod scheduler;
 pub mod worker;
 
 pub use driver::Driver;
 pub use reconcile::Reconciler;
+pub use scheduler::Scheduler;
 pub use worker::{Worker, WorkerConfig};
 
 /// How a work item's handler failed.

@@ -8,7 +8,8 @@
 //! with its current spec. A spec change redeploys the built artifact (a
 //! runtime change comes with a new version, so it is built first); a
 //! deleted function, or one with nothing uploaded, has whatever runs for it
-//! removed.
+//! removed, and so has a function with http triggers none of which is
+//! enabled (`FunctionStopped`).
 
 use sless_domain::{Function, FunctionEvent, FunctionKey};
 use sless_store::PgPool;
@@ -106,6 +107,26 @@ impl<D: Driver> Reconciler<D> {
             self.driver.remove(key).await.map_err(infra)?;
             return Ok(None);
         };
+        // A function with http triggers runs only while one of them is
+        // enabled; otherwise it is scaled to zero (and not built: enabling
+        // a trigger builds and deploys its current version).
+        let triggers = eventlog::http_triggers(&self.pool, &key.namespace, key.name.as_str())
+            .await
+            .map_err(HandlerError::retry)?;
+        if !triggers.served() {
+            self.driver.remove(key).await.map_err(infra)?;
+            if let Some(version) = state.deployed_version {
+                let stopped = FunctionEvent::FunctionStopped {
+                    version,
+                    reason: format!(
+                        "no http trigger of it is enabled ({})",
+                        triggers.names.join(", ")
+                    ),
+                };
+                return self.record(item, key, state, stopped).await.map(Some);
+            }
+            return Ok(None);
+        }
         if state.failed_version == Some(current.version) {
             return Ok(None); // waits for a new upload
         }

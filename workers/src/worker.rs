@@ -422,6 +422,7 @@ impl<D: Driver> Worker<D> {
                 let r = &self.reconciler;
                 crate::collect::collect(&r.pool, &r.blobs, item).await
             }
+            crate::jobs::KIND => Box::pin(self.reconciler.run_job(item)).await,
             queue::NOOP => Ok(()),
             other => Err(HandlerError::Fatal(format!("unknown work kind {other:?}"))),
         }

@@ -1,5 +1,5 @@
 //! Every route of the REST API (SEED.md's list) with a token of its own
-//! namespace (2xx, or 501 where the feature is still to come), a token of
+//! namespace (2xx), a token of
 //! another namespace (404, nothing written) and no token (401, nothing
 //! written).
 
@@ -25,7 +25,6 @@ struct Route {
 }
 
 const OK: &[StatusCode] = &[StatusCode::OK];
-const NOT_YET: &[StatusCode] = &[StatusCode::NOT_IMPLEMENTED];
 
 fn json_body(v: serde_json::Value) -> Option<(&'static str, Vec<u8>)> {
     Some(("application/json", v.to_string().into_bytes()))
@@ -79,7 +78,7 @@ fn routes() -> Vec<Route> {
                 &[StatusCode::OK, StatusCode::NOT_IMPLEMENTED],
             )
         },
-        route(Method::GET, "/triggers", None, NOT_YET),
+        route(Method::GET, "/triggers", None, OK),
         route(
             Method::POST,
             "/triggers",
@@ -87,26 +86,29 @@ fn routes() -> Vec<Route> {
                 "name": "nightly", "function": "hello", "type": "cron",
                 "schedule": "0 3 * * *", "timezone": "Europe/Berlin"
             })),
-            NOT_YET,
+            &[StatusCode::CREATED],
         ),
-        route(Method::GET, "/triggers/nightly", None, NOT_YET),
+        route(Method::GET, "/triggers/nightly", None, OK),
         route(
             Method::PATCH,
             "/triggers/nightly",
             json_body(json!({ "enabled": false })),
-            NOT_YET,
+            OK,
         ),
-        route(Method::DELETE, "/triggers/nightly", None, NOT_YET),
+        route(
+            Method::DELETE,
+            "/triggers/nightly",
+            None,
+            &[StatusCode::ACCEPTED],
+        ),
         route(
             Method::POST,
             "/jobs",
-            json_body(json!({
-                "name": "once", "function": "hello", "args": ["--all"], "env": { "MODE": "full" }
-            })),
-            NOT_YET,
+            json_body(json!({ "name": "once", "function": "hello", "input": { "mode": "full" } })),
+            &[StatusCode::ACCEPTED],
         ),
-        route(Method::GET, "/jobs/once", None, NOT_YET),
-        route(Method::DELETE, "/jobs/once", None, NOT_YET),
+        route(Method::GET, "/jobs/once", None, OK),
+        route(Method::DELETE, "/jobs/once", None, &[StatusCode::ACCEPTED]),
     ]
 }
 

@@ -1,0 +1,313 @@
+//! Running jobs: a `RunJob` work item (key: the job's stream,
+//! `job/{ns}/{name}` or a cron run's `cron/{ns}/{trigger}/{unix seconds}`)
+//! runs the version of the function its `JobRequested` named, once, to
+//! completion, through the driver, and records how it ended.
+//!
+//! At most once: `JobStarted` names the work item's attempt, and an
+//! attempt that finds the job started by an earlier one records it failed
+//! instead of running it again (see `sless_domain::job::decide`). While it
+//! runs, the stream is watched: a `JobDeleted` stops the run (dropping the
+//! driver's future kills the process group). Every append is fenced by the
+//! work item's lease, as the reconciler's are.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use sless_domain::job::{self, Job, JobCommand, JobEvent, Output, RunResult};
+use sless_domain::{FunctionKey, Namespace};
+use sless_store::eventlog::{self, Metadata, NewEvent};
+use sless_store::invocations::{self, Invocation};
+use sless_store::queue::{self, WorkItem};
+
+use crate::driver::{BuildRequest, Captured, Driver, DriverError, JobOutput, JobRequest};
+use crate::reconcile::Reconciler;
+use crate::{HandlerError, HandlerResult};
+
+pub use sless_store::queue::RUN_JOB as KIND;
+
+/// How often a running job's stream is read for a `JobDeleted`.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// The namespace of a job's stream (`job/{ns}/…`, `cron/{ns}/…`).
+fn namespace_of(stream: &str) -> HandlerResult<Namespace> {
+    let mut parts = stream.splitn(3, '/');
+    match (parts.next(), parts.next()) {
+        (Some("job" | "cron"), Some(ns)) => {
+            Namespace::parse(ns).map_err(|e| HandlerError::Fatal(e.to_string()))
+        }
+        _ => Err(HandlerError::Fatal(format!(
+            "{stream:?} is not a job stream"
+        ))),
+    }
+}
+
+/// The event a job's handler receives: the shape of an HTTP call, with
+/// method `JOB` (or `CRON` for a cron trigger's run), `json` the input and
+/// `body` the input as JSON text.
+pub fn handler_event(request: &job::JobRequest) -> serde_json::Value {
+    let (method, json) = match &request.cron {
+        None => ("JOB", request.input.clone()),
+        Some(tick) => (
+            "CRON",
+            serde_json::json!({
+                "source": "cron",
+                "trigger": tick.trigger,
+                "schedule": tick.schedule,
+                "timezone": tick.timezone,
+                "scheduled_at": tick.scheduled_at,
+                "missed": tick.missed,
+            }),
+        ),
+    };
+    serde_json::json!({
+        "method": method,
+        "path": "/",
+        "query": {},
+        "headers": {},
+        "body": json.to_string(),
+        "json": json,
+    })
+}
+
+fn output(c: Captured) -> Output {
+    Output {
+        text: c.text,
+        bytes: c.bytes,
+        truncated: c.truncated,
+    }
+}
+
+/// How a run ended, for the decider.
+fn run_result(out: JobOutput) -> RunResult {
+    RunResult {
+        error: match (out.timed_out, out.signal) {
+            (false, Some(sig)) => Some(format!("killed by signal {sig}")),
+            _ => None,
+        },
+        exit_code: out.exit_code,
+        timed_out: out.timed_out,
+        stdout: output(out.stdout),
+        stderr: output(out.stderr),
+        duration_ms: out.duration.as_millis() as u64,
+    }
+}
+
+/// A run that never started (no such version, a failed build).
+fn not_run(error: String) -> RunResult {
+    RunResult {
+        exit_code: None,
+        timed_out: false,
+        error: Some(error),
+        stdout: Output::default(),
+        stderr: Output::default(),
+        duration_ms: 0,
+    }
+}
+
+impl<D: Driver> Reconciler<D> {
+    /// Appends what `command` decides for the job, fenced by the lease.
+    /// Returns the events appended (none: nothing to do, or someone
+    /// appended first).
+    async fn job_append(
+        &self,
+        item: &WorkItem,
+        ns: &Namespace,
+        state: &Job,
+        command: JobCommand,
+    ) -> HandlerResult<Vec<JobEvent>> {
+        let events = job::decide(state, command).map_err(|e| HandlerError::Fatal(e.to_string()))?;
+        if events.is_empty() {
+            return Ok(events);
+        }
+        let mut tx = self.pool.begin().await.map_err(HandlerError::retry)?;
+        let new: Vec<NewEvent> = events
+            .iter()
+            .map(|e| NewEvent::job(ns, e, Metadata::system("worker", item.id)))
+            .collect();
+        match eventlog::append(&mut tx, &item.key, state.stream_version, &new).await {
+            Ok(_) => {}
+            // A delete came first; the next look sees it.
+            Err(sless_store::Error::Conflict { .. }) => return Ok(vec![]),
+            Err(e) => return Err(HandlerError::retry(e)),
+        }
+        if !queue::holds_lease(&mut tx, item)
+            .await
+            .map_err(HandlerError::retry)?
+        {
+            return Err(HandlerError::LeaseLost);
+        }
+        tx.commit().await.map_err(HandlerError::retry)?;
+        Ok(events)
+    }
+
+    /// Runs the job of a `RunJob` item.
+    pub async fn run_job(&self, item: &WorkItem) -> HandlerResult<()> {
+        let ns = namespace_of(&item.key)?;
+        let state = eventlog::load_job(&self.pool, &item.key)
+            .await
+            .map_err(HandlerError::retry)?;
+        let Some(request) = state.request.clone() else {
+            return Ok(()); // deleted before it ran
+        };
+        let started = self
+            .job_append(
+                item,
+                &ns,
+                &state,
+                JobCommand::Start {
+                    attempt: item.attempt,
+                },
+            )
+            .await?;
+        if !matches!(started[..], [JobEvent::JobStarted { .. }]) {
+            return Ok(()); // finished, deleted, or failed for a lost worker
+        }
+        let state = started.iter().fold(state, |s, e| s.evolve(e));
+        let began = Utc::now();
+        let result = tokio::select! {
+            // A run that could not start is failed, not retried: a later
+            // attempt would find it started and fail it anyway.
+            r = self.execute(&ns, &item.key, &request) => match r {
+                Ok(r) => r,
+                Err(HandlerError::LeaseLost) => return Err(HandlerError::LeaseLost),
+                Err(HandlerError::Retry(e) | HandlerError::Fatal(e)) => not_run(e),
+            },
+            () = self.deleted(&item.key, state.stream_version) => return Ok(()),
+        };
+        let origin = if request.cron.is_some() {
+            "cron"
+        } else {
+            "job"
+        };
+        let status = if result.exit_code == Some(0) && !result.timed_out && result.error.is_none() {
+            200
+        } else {
+            500
+        };
+        let error = (status != 200).then(|| {
+            result
+                .error
+                .clone()
+                .or_else(|| result.timed_out.then(|| "timed out".to_owned()))
+                .unwrap_or_else(|| format!("exit code {:?}", result.exit_code))
+        });
+        let duration = Duration::from_millis(result.duration_ms);
+        let bytes_out = result.stdout.bytes + result.stderr.bytes;
+        self.job_append(
+            item,
+            &ns,
+            &state,
+            JobCommand::Finish {
+                attempt: item.attempt,
+                result,
+            },
+        )
+        .await?;
+        let record = Invocation {
+            id: invocations::id_for(began),
+            namespace: ns.to_string(),
+            function: request.function.to_string(),
+            version: Some(request.version),
+            started_at: began,
+            duration,
+            status,
+            bytes_in: request.input.to_string().len() as u64,
+            bytes_out,
+            cold: true,
+            error,
+            request_id: format!("work-{}", item.id),
+            origin: origin.to_owned(),
+            run: Some(item.key.clone()),
+        };
+        if let Err(e) = invocations::insert(&self.pool, &[record]).await {
+            tracing::warn!(error = %e, "recording the run as an invocation failed");
+        }
+        Ok(())
+    }
+
+    /// Builds (or finds the build of) the version and runs it.
+    async fn execute(
+        &self,
+        ns: &Namespace,
+        stream: &str,
+        request: &job::JobRequest,
+    ) -> HandlerResult<RunResult> {
+        let key = FunctionKey::new(ns.clone(), request.function.clone());
+        let function = eventlog::load_function(&self.pool, &key)
+            .await
+            .map_err(HandlerError::retry)?;
+        let (Some(spec), true) = (function.spec.as_ref(), function.exists()) else {
+            return Ok(not_run(format!(
+                "function {:?} no longer exists",
+                key.name.as_str()
+            )));
+        };
+        let Some(source) = function.version(request.version) else {
+            return Ok(not_run(format!(
+                "version {} of function {:?} is no longer kept",
+                request.version,
+                key.name.as_str()
+            )));
+        };
+        let runtime = source.runtime.unwrap_or(spec.runtime);
+        let context = self
+            .blobs
+            .get(&source.context_key)
+            .await
+            .map_err(HandlerError::retry)?;
+        let artifact = match self
+            .driver
+            .build(BuildRequest {
+                key: key.clone(),
+                version: request.version,
+                runtime,
+                context_sha256: source.context_sha256.clone(),
+                context_key: source.context_key.clone(),
+                context,
+            })
+            .await
+        {
+            Ok(a) => a,
+            Err(DriverError::Build { message, log_tail }) => {
+                return Ok(not_run(format!(
+                    "version {} did not build: {message}\n{log_tail}",
+                    request.version
+                )));
+            }
+            Err(e) => return Err(HandlerError::retry(e)),
+        };
+        let run = self
+            .driver
+            .run_job(JobRequest {
+                key,
+                run: stream.to_owned(),
+                version: request.version,
+                runtime,
+                entrypoint: spec.entrypoint.clone(),
+                env_vars: spec.env_vars.clone(),
+                memory_mb: spec.memory_mb,
+                timeout: Duration::from_secs(request.timeout_sec as u64),
+                artifact,
+                event: handler_event(request),
+            })
+            .await;
+        match run {
+            Ok(out) => Ok(run_result(out)),
+            Err(DriverError::Infra(e)) => Err(HandlerError::Retry(e)),
+            Err(e) => Ok(not_run(e.to_string())),
+        }
+    }
+
+    /// Resolves once the job's stream has moved past `at` (a user deleted
+    /// it): the run is then stopped by dropping it.
+    async fn deleted(&self, stream: &str, at: u64) {
+        loop {
+            tokio::time::sleep(WATCH_EVERY).await;
+            if let Ok(job) = eventlog::load_job(&self.pool, stream).await
+                && job.stream_version > at
+            {
+                return;
+            }
+        }
+    }
+}
