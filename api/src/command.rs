@@ -122,8 +122,9 @@ pub struct Command {
     pub stream: String,
     pub expected_version: u64,
     pub events: Vec<NewEvent>,
-    /// The function whose reconcile the events call for, if any.
-    pub reconcile: Option<String>,
+    /// The work the events call for, if any: its kind and key (a
+    /// function's reconcile, a job's run). Enqueued only when there are events.
+    pub work: Option<(&'static str, String)>,
     /// Blobs the events name, which must still be stored when they commit
     /// (see `sless_store::retention`).
     pub blobs: Vec<String>,
@@ -139,15 +140,20 @@ impl Command {
             stream,
             expected_version,
             events,
-            reconcile: None,
+            work: None,
             blobs: Vec::new(),
             collect: Vec::new(),
         }
     }
 
     /// Also asks for a reconcile of the function `key` (a queue key).
-    pub fn reconcile(mut self, key: String) -> Command {
-        self.reconcile = Some(key);
+    pub fn reconcile(self, key: String) -> Command {
+        self.work(queue::RECONCILE_FUNCTION, key)
+    }
+
+    /// Also enqueues work of `kind` for `key`.
+    pub fn work(mut self, kind: &'static str, key: String) -> Command {
+        self.work = Some((kind, key));
         self
     }
 }
@@ -173,10 +179,10 @@ pub async fn commit(
                 return settle(state, ctx, e.into()).await;
             }
         };
-    if let Some(key) = &cmd.reconcile
+    if let Some((kind, key)) = &cmd.work
         && !cmd.events.is_empty()
     {
-        queue::enqueue_reconcile(&mut *tx, key).await?;
+        queue::enqueue(&mut *tx, kind, key, &serde_json::json!({})).await?;
     }
     for key in &cmd.blobs {
         retention::lock_shared(&mut tx, key).await?;

@@ -17,6 +17,7 @@ use sless_domain::{
 };
 use sless_store::blobs;
 use sless_store::eventlog;
+use sless_store::queue;
 use sless_store::readmodel::{self, FunctionRow};
 
 use crate::AppState;
@@ -200,7 +201,7 @@ pub async fn create(
         stream: key.stream(),
         expected_version: current.stream_version,
         events: command::new_events(&ctx, &key, &events),
-        reconcile: None,
+        work: None,
         blobs: Vec::new(),
         collect: Vec::new(),
     };
@@ -500,7 +501,7 @@ pub async fn delete(
             stream: key.stream(),
             expected_version: current.stream_version,
             events: command::new_events(&ctx, &key, &events),
-            reconcile: Some(key.queue_key()),
+            work: Some((queue::RECONCILE_FUNCTION, key.queue_key())),
             blobs: Vec::new(),
             collect: Vec::new(),
         };

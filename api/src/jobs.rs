@@ -19,7 +19,6 @@ use serde_json::{Value, json};
 use sless_domain::job::{self, Job, JobCommand, JobEvent, JobSpec, JobStatus, Output, decide};
 use sless_domain::{DomainError, FunctionKey, JobName, Namespace};
 use sless_store::eventlog::{self, NewEvent};
-use sless_store::idempotency::{self, StoredAnswer};
 use sless_store::jobs::{self as job_rows, JobRow};
 use sless_store::queue;
 
@@ -280,48 +279,6 @@ fn accepted(ns: &Namespace, status: StatusCode, body: Value) -> Response {
     }
 }
 
-/// Appends the request, enqueues its run and stores the answer for the
-/// `Idempotency-Key`, in one transaction (`command::commit`, with a
-/// `RunJob` item where a function's commands ask for a reconcile).
-async fn commit_request(
-    state: &AppState,
-    ctx: &RequestContext,
-    stream: &str,
-    expected_version: u64,
-    events: &[NewEvent],
-    answer: impl FnOnce(i64) -> (StatusCode, Value),
-) -> ApiResult<(StatusCode, Value)> {
-    let mut tx = state.pool.begin().await?;
-    let appended = match eventlog::append(&mut tx, stream, expected_version, events).await {
-        Ok(appended) => appended,
-        Err(e) => {
-            drop(tx);
-            return command::settle(state, ctx, e.into()).await;
-        }
-    };
-    queue::enqueue(&mut *tx, queue::RUN_JOB, stream, &json!({})).await?;
-    let (status, body) = answer(appended.position);
-    if let Some((key, hash)) = &ctx.idempotency {
-        let stored = StoredAnswer {
-            request_hash: hash.clone(),
-            status: status.as_u16(),
-            body: body.clone(),
-        };
-        if let Err(e) = idempotency::save(&mut *tx, &ctx.caller.sub, key, &stored).await {
-            if e.is_unique_violation() {
-                drop(tx);
-                return ctx
-                    .replay(state)
-                    .await?
-                    .ok_or_else(|| ApiError::internal("an idempotency key vanished"));
-            }
-            return Err(e.into());
-        }
-    }
-    tx.commit().await?;
-    Ok((status, body))
-}
-
 /// `POST /v1/namespaces/{ns}/jobs`: appends `JobRequested` for the
 /// function's current version and enqueues its run; 202 with the job.
 #[utoipa::path(post, path = "/namespaces/{ns}/jobs", tag = "jobs",
@@ -401,19 +358,14 @@ pub async fn create(
             .iter()
             .map(|e| NewEvent::job(&namespace, e, ctx.metadata()))
             .collect();
-        let committed = commit_request(
-            &state,
-            &ctx,
-            &stream,
-            current.state.stream_version,
-            &new,
-            |position| {
-                let mut view = doc.view();
-                view["position"] = json!(position);
-                view["status_url"] = json!(job_path(&namespace, spec.name.as_str()));
-                (StatusCode::ACCEPTED, view)
-            },
-        )
+        let cmd = Command::new(stream.clone(), current.state.stream_version, new)
+            .work(queue::RUN_JOB, stream.clone());
+        let committed = command::commit(&state, &ctx, cmd, |appended| {
+            let mut view = doc.view();
+            view["position"] = json!(appended.position);
+            view["status_url"] = json!(job_path(&namespace, spec.name.as_str()));
+            (StatusCode::ACCEPTED, view)
+        })
         .await;
         match committed {
             // Decided again, a concurrent create of the name is a 409.

@@ -64,7 +64,7 @@ pub async fn ensure(
                 metadata: ctx.metadata(),
             })
             .collect(),
-        reconcile: None,
+        work: None,
         blobs: Vec::new(),
         collect: Vec::new(),
     };

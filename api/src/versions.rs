@@ -18,6 +18,7 @@ use sless_domain::source::read_context;
 use sless_domain::{
     Function, FunctionCommand, FunctionEvent, FunctionKey, SourceVersion, decide, prune_versions,
 };
+use sless_store::queue;
 use sless_store::readmodel;
 
 use crate::AppState;
@@ -287,7 +288,7 @@ pub async fn rollback(
             stream: key.stream(),
             expected_version: current.stream_version,
             events: command::new_events(&ctx, &key, &events),
-            reconcile: Some(key.queue_key()),
+            work: Some((queue::RECONCILE_FUNCTION, key.queue_key())),
             blobs: Vec::new(),
             collect: Vec::new(),
         };
