@@ -369,7 +369,6 @@ pub struct JobView {
     pub function: String,
     /// The function's version it runs (the current one when it was created).
     pub version: u32,
-    #[schema(value_type = Object)]
     pub input: serde_json::Value,
     pub timeout_sec: u32,
     pub exit_code: Option<i32>,

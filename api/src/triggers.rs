@@ -48,6 +48,7 @@ pub struct CreateTrigger {
     pub function: String,
     /// `http` or `cron`.
     #[serde(rename = "type")]
+    #[schema(pattern = r"^(http|cron)$")]
     pub kind: String,
     /// A cron trigger's schedule (five fields), required for `cron`.
     pub schedule: Option<String>,
