@@ -25,7 +25,7 @@ use crate::{HandlerError, HandlerResult};
 
 pub use sless_store::queue::RUN_JOB as KIND;
 
-/// How often a running job's stream is read for a `JobDeleted`.
+/// How often a running job's stream version is read for a `JobDeleted`.
 const WATCH_EVERY: Duration = Duration::from_millis(250);
 
 /// The namespace of a job's stream (`job/{ns}/…`, `cron/{ns}/…`).
@@ -303,8 +303,9 @@ impl<D: Driver> Reconciler<D> {
     async fn deleted(&self, stream: &str, at: u64) {
         loop {
             tokio::time::sleep(WATCH_EVERY).await;
-            if let Ok(job) = eventlog::load_job(&self.pool, stream).await
-                && job.stream_version > at
+            if sless_store::jobs::log_version(&self.pool, stream)
+                .await
+                .is_ok_and(|v| v > at)
             {
                 return;
             }
