@@ -8,6 +8,7 @@
 pub mod collect;
 pub mod driver;
 pub mod jobs;
+pub mod kube;
 pub mod local;
 pub mod reconcile;
 pub mod scheduler;

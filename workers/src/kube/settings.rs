@@ -1,0 +1,102 @@
+//! What the Kubernetes driver is configured with.
+
+use std::collections::BTreeMap;
+
+/// Settings of the Kubernetes driver. `sless` reads them from the
+/// environment (`SLESS_KUBE_*`); every field has a default except the
+/// registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeSettings {
+    /// Where images are pushed and pulled from, without a trailing slash,
+    /// e.g. `registry.example.com/sless`. An image is
+    /// `{registry}/{ns}-{name}:v{version}-{sha8}`.
+    pub registry: String,
+    /// The namespace sless itself runs in (its API pods proxy to functions).
+    pub system_namespace: String,
+    /// Labels of the pods allowed to reach functions (the invoke proxy).
+    pub proxy_pod_labels: BTreeMap<String, String>,
+    /// The namespace kaniko builds run in. It holds the registry push
+    /// Secret; tenant namespaces never do.
+    pub build_namespace: String,
+    /// The base image of each runtime is `{runtime_image_prefix}{runtime}:{runtime_image_tag}`
+    /// (e.g. `registry.example.com/sless/sless-runtime-python3.11:0.1.0`),
+    /// passed to kaniko as the build argument `SLESS_RUNTIME_IMAGE`.
+    pub runtime_image_prefix: String,
+    pub runtime_image_tag: String,
+    /// The kaniko executor image.
+    pub kaniko_image: String,
+    /// A Secret of type `kubernetes.io/dockerconfigjson` in the build
+    /// namespace, mounted into kaniko to push.
+    pub registry_push_secret: String,
+    /// A Secret of type `kubernetes.io/dockerconfigjson` in the system
+    /// namespace, copied into each tenant namespace as an image pull
+    /// Secret. `None`: nodes pull without one.
+    pub registry_pull_secret: Option<String>,
+    /// How long a build may run (`activeDeadlineSeconds` of the kaniko Job).
+    pub build_timeout_secs: u32,
+    /// How long a finished build or job is kept (`ttlSecondsAfterFinished`).
+    pub finished_ttl_secs: u32,
+    /// How long a rollout may take before it is failed
+    /// (`progressDeadlineSeconds`).
+    pub rollout_timeout_secs: u32,
+    /// The port function containers listen on and their Service exposes.
+    pub function_port: u16,
+    /// Replicas of a served function.
+    pub replicas: i32,
+    /// CPU request and limit of a function container, e.g. `100m`, `1`.
+    pub cpu_request: String,
+    pub cpu_limit: String,
+    /// Size of the writable `/tmp` of a function, in MiB (also its
+    /// ephemeral-storage limit).
+    pub tmp_mb: u32,
+    /// `startingDeadlineSeconds` of CronJobs.
+    pub cron_starting_deadline_secs: i64,
+    /// ResourceQuota of a tenant namespace.
+    pub quota: TenantQuota,
+}
+
+/// The ResourceQuota `ensure` gives each tenant namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantQuota {
+    pub pods: u32,
+    /// Sums over the namespace, as Kubernetes quantities (`8`, `16Gi`).
+    pub cpu_limits: String,
+    pub memory_limits: String,
+    pub ephemeral_storage_limits: String,
+}
+
+impl KubeSettings {
+    /// The defaults, pushing to and pulling from `registry`.
+    pub fn new(registry: impl Into<String>) -> KubeSettings {
+        let registry = registry.into().trim_end_matches('/').to_owned();
+        KubeSettings {
+            runtime_image_prefix: format!("{registry}/sless-runtime-"),
+            runtime_image_tag: env!("CARGO_PKG_VERSION").into(),
+            registry,
+            system_namespace: "sless".into(),
+            proxy_pod_labels: BTreeMap::from([
+                ("app.kubernetes.io/name".into(), "sless".into()),
+                ("app.kubernetes.io/component".into(), "api".into()),
+            ]),
+            build_namespace: "sless-builds".into(),
+            kaniko_image: "gcr.io/kaniko-project/executor:v1.23.2".into(),
+            registry_push_secret: "sless-registry-push".into(),
+            registry_pull_secret: None,
+            build_timeout_secs: 900,
+            finished_ttl_secs: 3600,
+            rollout_timeout_secs: 300,
+            function_port: 8080,
+            replicas: 1,
+            cpu_request: "50m".into(),
+            cpu_limit: "1".into(),
+            tmp_mb: 64,
+            cron_starting_deadline_secs: 3600,
+            quota: TenantQuota {
+                pods: 50,
+                cpu_limits: "16".into(),
+                memory_limits: "32Gi".into(),
+                ephemeral_storage_limits: "8Gi".into(),
+            },
+        }
+    }
+}
