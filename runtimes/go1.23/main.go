@@ -698,7 +698,7 @@ func (s *server) respond(w http.ResponseWriter, r *http.Request, path, query str
 		case r.Method != http.MethodGet && r.Method != http.MethodHead:
 			return 405, sendJSON(w, r.Method, 405, map[string]string{"error": "MethodNotAllowed", "message": "use GET"}, header{"Allow", "GET, HEAD"})
 		default:
-			return 200, sendJSON(w, r.Method, 200, map[string]string{"status": "ok"})
+			return 200, sendJSON(w, r.Method, 200, healthDocument())
 		}
 	}
 	resp := s.call(r.Context(), r.Method, path, buildEvent(r, path, query, body))
@@ -753,12 +753,34 @@ func (t *lineTracker) copyFrom(r io.Reader, done chan<- struct{}) {
 	}
 }
 
-// runJob calls the function once with the event read from stdin and exits.
+// healthDocument is what the health check answers: with the instance the
+// driver started this process as, so a driver can tell its process from
+// another one that took the port.
+func healthDocument() map[string]string {
+	doc := map[string]string{"status": "ok"}
+	if instance := os.Getenv("SLESS_INSTANCE"); instance != "" {
+		doc["instance"] = instance
+	}
+	return doc
+}
+
+// runJob calls the function once with the job's event (SLESS_JOB_EVENT when
+// set, else stdin) and exits.
 func runJob(h *handler) {
+	if inline, ok := os.LookupEnv("SLESS_JOB_EVENT"); ok {
+		if !json.Valid([]byte(inline)) {
+			fail(exitConfig, "SLESS_JOB_EVENT is not JSON")
+		}
+		runJobWith(h, []byte(inline))
+	}
 	raw, err := io.ReadAll(os.Stdin)
 	if err != nil || !json.Valid(raw) {
 		fail(exitConfig, "the event on stdin is not JSON")
 	}
+	runJobWith(h, raw)
+}
+
+func runJobWith(h *handler, raw []byte) {
 	stdout := os.Stdout
 	tracker := &lineTracker{out: stdout, atLineStart: true}
 	r, w, err := os.Pipe()
@@ -789,7 +811,7 @@ func runJob(h *handler) {
 }
 
 func main() {
-	job := len(os.Args) > 1 && os.Args[1] == "--job"
+	job := (len(os.Args) > 1 && os.Args[1] == "--job") || os.Getenv("SLESS_JOB") == "1"
 	cfg := readConfig(job)
 	if err := os.Chdir(cfg.codeDir); err != nil {
 		fail(exitConfig, "SLESS_CODE_DIR %q: %v", cfg.codeDir, err)

@@ -396,7 +396,7 @@ async function respond(func, req, res, reqPath, query, body) {
     } else if (method !== 'GET' && method !== 'HEAD') {
       sendJson(res, method, 405, { error: 'MethodNotAllowed', message: 'use GET' }, [['Allow', 'GET, HEAD']]);
     } else {
-      sendJson(res, method, 200, { status: 'ok' });
+      sendJson(res, method, 200, healthDocument());
     }
     return;
   }
@@ -537,6 +537,16 @@ function jobResultJson(result) {
   return jsonBytes(value).toString('utf8');
 }
 
+/**
+ * What the health check answers: with the instance the driver started this
+ * process as, so a driver can tell its process from another one that took
+ * the port.
+ */
+function healthDocument() {
+  const instance = process.env.SLESS_INSTANCE;
+  return instance ? { status: 'ok', instance } : { status: 'ok' };
+}
+
 function readStdin() {
   return new Promise((resolve, reject) => {
     const chunks = [];
@@ -558,11 +568,13 @@ function exitAfter(write, text, code) {
  * process alive.
  */
 async function runJob(func) {
+  const inline = process.env.SLESS_JOB_EVENT;
   let event;
   try {
-    event = JSON.parse(await readStdin());
+    event = JSON.parse(inline !== undefined ? inline : await readStdin());
   } catch (err) {
-    fail(EXIT_CONFIG, `the event on stdin is not JSON: ${messageOf(err)}`);
+    const where = inline !== undefined ? 'SLESS_JOB_EVENT' : 'the event on stdin';
+    fail(EXIT_CONFIG, `${where} is not JSON: ${messageOf(err)}`);
   }
   // Remember whether the function's own output ended a line, so that the
   // result starts on a line of its own.
@@ -591,7 +603,7 @@ async function runJob(func) {
 // ---------------------------------------------------------------------------
 
 async function main() {
-  if (process.argv.slice(2).includes('--job')) {
+  if (process.argv.slice(2).includes('--job') || process.env.SLESS_JOB === '1') {
     const { codeDir, entrypoint } = readConfig(process.env, true);
     process.chdir(codeDir);
     return runJob(await loadEntrypoint(codeDir, entrypoint));

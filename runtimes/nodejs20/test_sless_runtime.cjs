@@ -525,6 +525,8 @@ test('the health path does not call the function', async () => {
   res = await rt.request('GET', '/__sless/other');
   assert.equal(res.status, 404);
   assert.equal(fs.existsSync(marker), false, 'user code ran for a reserved path');
+  const named = await start('funcs.text', { env: { SLESS_INSTANCE: 'a1b2' } });
+  assert.deepEqual(json(await named.request('GET', '/__sless/health')), { status: 'ok', instance: 'a1b2' });
   res = await rt.request('GET', '/real');
   assert.deepEqual([res.status, res.body.toString()], [200, 'counted']);
   assert.equal(fs.readFileSync(marker, 'utf8'), '/real\n');
@@ -556,11 +558,11 @@ test('one access log line per request, without the query string', async () => {
 // -- job mode ---------------------------------------------------------------
 
 /** Runs the wrapper with `--job`, `input` on stdin; resolves once it exited. */
-function runJob(entrypoint, input) {
+function runJob(entrypoint, input, { args = ['--job'], env = {} } = {}) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(process.execPath, [WRAPPER, '--job'], {
+    const proc = spawn(process.execPath, [WRAPPER, ...args], {
       cwd: tmp,
-      env: { ...process.env, SLESS_CODE_DIR: path.join(tmp, 'code'), SLESS_ENTRYPOINT: entrypoint },
+      env: { ...process.env, SLESS_CODE_DIR: path.join(tmp, 'code'), SLESS_ENTRYPOINT: entrypoint, ...env },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     const out = [];
@@ -592,6 +594,16 @@ function lastLine(stdout) {
   const lines = stdout.trimEnd().split('\n');
   return JSON.parse(lines[lines.length - 1]);
 }
+
+test('job mode: SLESS_JOB=1 with the event in SLESS_JOB_EVENT, as a cluster runs it', async () => {
+  const event = JSON.stringify(jobEvent({ n: '$(HOME)' }));
+  let run = await runJob('jobs.echoInput', '', { args: [], env: { SLESS_JOB: '1', SLESS_JOB_EVENT: event } });
+  assert.equal(run.code, 0, run.stderr);
+  assert.deepEqual(lastLine(run.stdout), { ok: true, input: { n: '$(HOME)' }, method: 'JOB' });
+  run = await runJob('jobs.echoInput', '', { env: { SLESS_JOB_EVENT: '{not json' } });
+  assert.equal(run.code, 2);
+  assert.match(run.stderr, /SLESS_JOB_EVENT is not JSON/);
+});
 
 test('job mode: the result is the last stdout line as JSON', async () => {
   const run = await runJob('jobs.echoInput', jobEvent({ n: [1, 2] }));

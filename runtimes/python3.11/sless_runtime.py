@@ -489,7 +489,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     json.dumps({"error": "MethodNotAllowed", "message": "use GET"}).encode("utf-8"),
                 )
                 return 405
-            self._send_json(200, {"status": "ok"})
+            self._send_json(200, _health_document())
             return 200
 
         event = self._event(path, query, body)
@@ -550,12 +550,37 @@ def job_result_json(result):
     )
 
 
-def run_job(func):
-    """Call ``func`` once with the event read from stdin; returns the exit code."""
+def _health_document():
+    """What the health check answers: with the instance the driver started
+    this process as, so a driver can tell its process from another one that
+    took the port."""
+    doc = {"status": "ok"}
+    instance = os.environ.get("SLESS_INSTANCE")
+    if instance:
+        doc["instance"] = instance
+    return doc
+
+
+def _job_requested(argv):
+    return "--job" in argv or os.environ.get("SLESS_JOB") == "1"
+
+
+def _read_job_event():
+    """The event of a job: ``SLESS_JOB_EVENT`` when set (a cluster's Job),
+    else stdin."""
+    inline = os.environ.get("SLESS_JOB_EVENT")
+    where = "SLESS_JOB_EVENT" if inline is not None else "the event on stdin"
     try:
-        event = json.loads(sys.stdin.buffer.read().decode("utf-8", errors="replace"))
+        if inline is not None:
+            return json.loads(inline)
+        return json.loads(sys.stdin.buffer.read().decode("utf-8", errors="replace"))
     except ValueError as exc:
-        _fail(EXIT_CONFIG, "the event on stdin is not JSON: %s" % exc)
+        _fail(EXIT_CONFIG, "%s is not JSON: %s" % (where, exc))
+
+
+def run_job(func):
+    """Call ``func`` once with the job's event; returns the exit code."""
+    event = _read_job_event()
     stdout = sys.stdout
     tracker = _LineTracker(stdout)
     sys.stdout = tracker
@@ -591,7 +616,7 @@ def main(argv=None):
     except Exception:
         pass
     argv = sys.argv[1:] if argv is None else argv
-    if "--job" in argv:
+    if _job_requested(argv):
         _, _, code_dir, deps_dir, entrypoint = _read_config(job=True)
         _setup_sys_path(code_dir, deps_dir)
         os.chdir(code_dir)

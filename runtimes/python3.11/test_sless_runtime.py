@@ -152,7 +152,7 @@ def write_tree(root, files):
 class Runtime:
     """One wrapper process serving one entrypoint."""
 
-    def __init__(self, tmp, entrypoint, deps=True):
+    def __init__(self, tmp, entrypoint, deps=True, extra_env=None):
         self.port = free_port()
         self.stderr_path = os.path.join(tmp, "stderr-%s-%d.log" % (entrypoint, self.port))
         self._stderr = open(self.stderr_path, "wb")
@@ -164,6 +164,8 @@ class Runtime:
             SLESS_ENTRYPOINT=entrypoint,
         )
         env.pop("PYTHONPATH", None)
+        env.pop("SLESS_INSTANCE", None)
+        env.update(extra_env or {})
         if deps:
             env["SLESS_DEPS_DIR"] = os.path.join(tmp, "deps")
         else:
@@ -250,8 +252,8 @@ class RuntimeTestCase(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def start(self, entrypoint, healthy=True, deps=True):
-        rt = Runtime(self.tmp, entrypoint, deps=deps)
+    def start(self, entrypoint, healthy=True, deps=True, extra_env=None):
+        rt = Runtime(self.tmp, entrypoint, deps=deps, extra_env=extra_env)
         self.addCleanup(rt.stop)
         if healthy:
             rt.wait_healthy()
@@ -443,7 +445,7 @@ class ErrorTest(RuntimeTestCase):
 class JobModeTest(RuntimeTestCase):
     """``--job``: the event on stdin, one call, the result on stdout."""
 
-    def run_job(self, entrypoint, event, deps=True, stdin=None):
+    def run_job(self, entrypoint, event, deps=True, stdin=None, extra_env=None, args=("--job",)):
         env = {
             k: v for k, v in os.environ.items() if not k.startswith("SLESS_")
         }
@@ -451,11 +453,12 @@ class JobModeTest(RuntimeTestCase):
             SLESS_CODE_DIR=os.path.join(self.tmp, "code"),
             SLESS_ENTRYPOINT=entrypoint,
         )
+        env.update(extra_env or {})
         if deps:
             env["SLESS_DEPS_DIR"] = os.path.join(self.tmp, "deps")
         data = stdin if stdin is not None else json.dumps(event).encode("utf-8")
         return subprocess.run(
-            [sys.executable, WRAPPER, "--job"],
+            [sys.executable, WRAPPER, *args],
             input=data,
             capture_output=True,
             env=env,
@@ -534,6 +537,26 @@ class JobModeTest(RuntimeTestCase):
         self.assertEqual(proc.returncode, 2)
         self.assertIn("not JSON", proc.stderr.decode("utf-8"))
 
+    def test_sless_job_and_the_event_in_the_environment(self):
+        # How a cluster's Job runs it: no argument, nothing on stdin.
+        event = self.job_event({"n": "$(HOME)"})
+        proc = self.run_job(
+            "jobs.echo_input",
+            None,
+            stdin=b"",
+            args=(),
+            extra_env={"SLESS_JOB": "1", "SLESS_JOB_EVENT": json.dumps(event)},
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(
+            self.last_line(proc), {"ok": True, "input": {"n": "$(HOME)"}, "method": "JOB"}
+        )
+        proc = self.run_job(
+            "jobs.text", None, stdin=b"", extra_env={"SLESS_JOB_EVENT": "{not json"}
+        )
+        self.assertEqual(proc.returncode, 2)
+        self.assertIn("SLESS_JOB_EVENT is not JSON", proc.stderr.decode("utf-8"))
+
 
 class ReservedPathTest(RuntimeTestCase):
     def test_health_does_not_call_user_code(self):
@@ -546,6 +569,9 @@ class ReservedPathTest(RuntimeTestCase):
             self.assertEqual(self.assertJSON(resp, data), {"status": "ok"})
         resp, data = rt.request("GET", "/__sless/other")
         self.assertEqual(resp.status, 404)
+        named = self.start("funcs.counted", extra_env={"SLESS_INSTANCE": "a1b2"})
+        resp, data = named.request("GET", "/__sless/health")
+        self.assertEqual(self.assertJSON(resp, data), {"status": "ok", "instance": "a1b2"})
         self.assertFalse(os.path.exists(self.marker), "user code ran for a reserved path")
         resp, data = rt.request("GET", "/real")
         self.assertEqual((resp.status, data), (200, b"counted"))

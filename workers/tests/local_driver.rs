@@ -199,6 +199,56 @@ async fn builds_deploys_and_serves_a_python_function() {
     driver.shutdown().await;
 }
 
+/// Something else listens on the port a deploy picked and answers every
+/// request, health checks too: the deploy must not take it for the
+/// function, and starts the function on another port.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_port_taken_by_another_server_is_not_mistaken_for_the_function() {
+    let squatter = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let taken = squatter.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut conn, _)) = squatter.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let body = r#"{"status":"ok"}"#;
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let driver = LocalDriver::new(LocalDriverConfig {
+        python: std::env::var("SLESS_PYTHON").unwrap_or_else(|_| "python3".into()),
+        health_timeout: Duration::from_secs(30),
+        first_ports: vec![taken],
+        ..LocalDriverConfig::new(dir.path())
+    })
+    .unwrap();
+    let k = key("squatted");
+    let code = "def handle(event):\n    return 'the function'\n";
+    let artifact = driver
+        .build(build_req(&k, 1, sha(1), context(&[("handler.py", code)])))
+        .await
+        .unwrap();
+    let dep = driver.deploy(deploy_req(&k, 1, artifact)).await.unwrap();
+    assert_ne!(dep.endpoint, format!("http://127.0.0.1:{taken}"));
+    assert_eq!(
+        get_text(&dep.endpoint).await.as_deref(),
+        Some("the function")
+    );
+    let log = std::fs::read_to_string(dir.path().join("logs/sless-test/squatted/v1.log")).unwrap();
+    assert!(
+        log.contains(&taken.to_string()),
+        "the first start's failure is in the log:\n{log}"
+    );
+    driver.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn builds_are_cached_by_context_sha() {
     let dir = tempfile::tempdir().unwrap();

@@ -78,6 +78,9 @@ pub struct LocalDriverConfig {
     pub go_cache: PathBuf,
     /// How long a deploy waits for the function to become healthy.
     pub health_timeout: Duration,
+    /// Ports deploys take first, each once and in order, before asking the
+    /// kernel for a free one. Empty by default.
+    pub first_ports: Vec<u16>,
 }
 
 impl LocalDriverConfig {
@@ -96,6 +99,7 @@ impl LocalDriverConfig {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| data_dir.join("go/cache")),
             health_timeout: Duration::from_secs(60),
+            first_ports: Vec::new(),
             data_dir,
         }
     }
@@ -142,6 +146,8 @@ pub struct LocalDriver {
     /// Serialises deploy/remove of one function.
     key_locks: Mutex<HashMap<FunctionKey, Arc<tokio::sync::Mutex<()>>>>,
     closed: AtomicBool,
+    /// What is left of `cfg.first_ports`.
+    first_ports: Mutex<std::collections::VecDeque<u16>>,
 }
 
 impl LocalDriver {
@@ -164,7 +170,6 @@ impl LocalDriver {
             .map_err(std::io::Error::other)?;
         Ok(LocalDriver {
             tools: cfg.toolchains(),
-            cfg,
             python_wrapper,
             node_wrapper,
             client,
@@ -172,6 +177,8 @@ impl LocalDriver {
             registry: Mutex::new(HashMap::new()),
             key_locks: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
+            first_ports: Mutex::new(cfg.first_ports.iter().copied().collect()),
+            cfg,
         })
     }
 
@@ -225,38 +232,61 @@ impl LocalDriver {
             .join(format!("v{version}.log"))
     }
 
-    async fn healthy(&self, port: u16) -> bool {
+    /// Whether the process started as `spec` answers its health check on
+    /// `port`: the answer must name the instance `spec` was started as, so
+    /// another process that took the port does not pass for it.
+    async fn healthy(&self, port: u16, spec: &LaunchSpec) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Health {
+            instance: Option<String>,
+        }
         let url = format!("http://127.0.0.1:{port}/__sless/health");
-        match self
+        let Ok(resp) = self
             .client
             .get(url)
             .timeout(HEALTH_REQUEST_TIMEOUT)
             .send()
             .await
-        {
-            Ok(resp) => resp.status() == reqwest::StatusCode::OK,
-            Err(_) => false,
+        else {
+            return false;
+        };
+        if resp.status() != reqwest::StatusCode::OK {
+            return false;
         }
+        let answered = resp.json::<Health>().await.ok().and_then(|h| h.instance);
+        answered.as_deref() == spec.env_value(INSTANCE_ENV)
     }
 
-    /// Waits until the process answers its health check; on failure returns
+    /// Waits until the process answers its health check; on failure says
     /// why.
-    async fn wait_healthy(&self, port: u16, running: &mut Running) -> Result<(), String> {
+    async fn wait_healthy(
+        &self,
+        port: u16,
+        spec: &LaunchSpec,
+        running: &mut Running,
+    ) -> Result<(), StartFailure> {
         let deadline = Instant::now() + self.cfg.health_timeout;
-        let timed_out = || {
-            format!(
+        let timed_out = || StartFailure {
+            message: format!(
                 "function not healthy within {}",
                 human_duration(self.cfg.health_timeout)
-            )
+            ),
+            port_taken: false,
         };
         let exited = |status: std::io::Result<std::process::ExitStatus>| match status {
-            Ok(status) => format!("function {} during start", process::describe_exit(&status)),
-            Err(e) => format!("function process could not be waited for: {e}"),
+            Ok(status) => StartFailure {
+                message: format!("function {} during start", process::describe_exit(&status)),
+                port_taken: status.code() == Some(EXIT_LISTEN),
+            },
+            Err(e) => StartFailure {
+                message: format!("function process could not be waited for: {e}"),
+                port_taken: false,
+            },
         };
         loop {
             tokio::select! {
                 status = running.child.wait() => return Err(exited(status)),
-                probe = tokio::time::timeout_at(deadline, self.healthy(port)) => match probe {
+                probe = tokio::time::timeout_at(deadline, self.healthy(port, spec)) => match probe {
                     Ok(true) => return Ok(()),
                     Ok(false) => {}
                     Err(_) => return Err(timed_out()),
@@ -293,6 +323,10 @@ impl LocalDriver {
             env.extend([
                 ("SLESS_PORT".to_owned(), port.to_string()),
                 ("SLESS_HOST".to_owned(), "127.0.0.1".to_owned()),
+                (
+                    INSTANCE_ENV.to_owned(),
+                    uuid::Uuid::new_v4().simple().to_string(),
+                ),
             ]);
         }
         env.extend([
@@ -377,13 +411,11 @@ impl LocalDriver {
             && cur.entrypoint == req.entrypoint
             && cur.env_vars == req.env_vars
             && cur.pid().is_some()
-            && self.healthy(cur.port).await
+            && self.healthy(cur.port, cur.spec()).await
         {
             return Ok(cur.deployment.clone());
         }
 
-        let port = free_port().map_err(|e| DriverError::Infra(format!("no free port: {e}")))?;
-        let spec = self.launch_spec(&req, &artifact_dir, Some(port)).await?;
         let log_path = self.log_path(&req.key, req.version);
         let sink = tokio::task::spawn_blocking(move || LogSink::open(&log_path))
             .await
@@ -391,22 +423,43 @@ impl LocalDriver {
             .map_err(|e| DriverError::Infra(format!("cannot open the function log: {e}")))?;
         let sink = Arc::new(sink);
 
-        let mut running = process::start(&self.spawner, &spec, &sink)
-            .await
-            .map_err(|e| {
-                DriverError::Infra(format!(
-                    "cannot start {}: {e}",
-                    spec.program.to_string_lossy()
-                ))
-            })?;
-        if let Err(message) = self.wait_healthy(port, &mut running).await {
-            process::terminate(&mut running).await;
-            running.drain_output().await;
-            return Err(DriverError::Deploy {
-                message,
-                log_tail: sink.tail(),
-            });
-        }
+        // The port is free when picked, but another process may take it
+        // before the function listens: the function then exits with
+        // EXIT_LISTEN and starts again on another port.
+        let mut attempt = 1;
+        let (port, spec, running) = loop {
+            let first = self.first_ports.lock().unwrap().pop_front();
+            let port = match first {
+                Some(port) => port,
+                None => free_port()
+                    .map_err(|e| DriverError::Infra(format!("no free port: {e}")))?,
+            };
+            let spec = self.launch_spec(&req, &artifact_dir, Some(port)).await?;
+            let mut running = process::start(&self.spawner, &spec, &sink)
+                .await
+                .map_err(|e| {
+                    DriverError::Infra(format!(
+                        "cannot start {}: {e}",
+                        spec.program.to_string_lossy()
+                    ))
+                })?;
+            match self.wait_healthy(port, &spec, &mut running).await {
+                Ok(()) => break (port, spec, running),
+                Err(failure) => {
+                    process::terminate(&mut running).await;
+                    running.drain_output().await;
+                    if failure.port_taken && attempt < PORT_ATTEMPTS {
+                        tracing::info!(function = %req.key, port, "the port was taken; starting on another");
+                        attempt += 1;
+                        continue;
+                    }
+                    return Err(DriverError::Deploy {
+                        message: failure.message,
+                        log_tail: sink.tail(),
+                    });
+                }
+            }
+        };
 
         let deployment = Deployment {
             version: req.version,
@@ -474,6 +527,23 @@ impl Driver for LocalDriver {
         self.run_job_locally(req).await
     }
 }
+
+/// Why a function process did not become healthy.
+struct StartFailure {
+    message: String,
+    /// It exited because it could not listen on its port.
+    port_taken: bool,
+}
+
+/// The environment variable naming the instance a served process was
+/// started as; its health check answers with it.
+const INSTANCE_ENV: &str = "SLESS_INSTANCE";
+
+/// The exit code of a runtime wrapper that could not listen on its port.
+const EXIT_LISTEN: i32 = 4;
+
+/// How many ports a deploy tries before it gives up.
+const PORT_ATTEMPTS: u32 = 3;
 
 /// A loopback port nobody listens on right now.
 fn free_port() -> std::io::Result<u16> {

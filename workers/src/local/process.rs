@@ -203,6 +203,17 @@ pub(crate) struct LaunchSpec {
     pub env: Vec<(String, String)>,
 }
 
+impl LaunchSpec {
+    /// The value the process gets for `name` (the last one set wins).
+    pub fn env_value(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 /// A started process and the tasks reading its output.
 pub(crate) struct Running {
     pub child: Child,
@@ -347,6 +358,11 @@ impl Instance {
     /// The pid of the process while it runs.
     pub(crate) fn pid(&self) -> Option<u32> {
         self.state.lock().unwrap().pid
+    }
+
+    /// How the process is started.
+    pub(crate) fn spec(&self) -> &LaunchSpec {
+        &self.spec
     }
 
     /// How often the process was restarted after it died.
