@@ -46,11 +46,27 @@ pub struct KubeSettings {
     /// CPU request and limit of a function container, e.g. `100m`, `1`.
     pub cpu_request: String,
     pub cpu_limit: String,
-    /// Size of the writable `/tmp` of a function, in MiB (also its
-    /// ephemeral-storage limit).
+    /// Size of the writable `/tmp` of a function, in MiB. Its
+    /// ephemeral-storage request and limit are this plus room for its logs.
     pub tmp_mb: u32,
     /// `startingDeadlineSeconds` of CronJobs.
     pub cron_starting_deadline_secs: i64,
+    /// Whether functions may open connections out of the cluster. `true`:
+    /// egress to any address except `egress_denied_cidrs`; `false`: DNS only.
+    pub function_egress: bool,
+    /// Addresses functions never reach even with `function_egress`: by
+    /// default the private ranges (where pods, Services and the nodes
+    /// usually are), carrier-grade NAT and link-local (the cloud metadata
+    /// endpoint, which hands out node credentials).
+    pub egress_denied_cidrs: Vec<String>,
+    /// CPU request and limit of a kaniko build, e.g. `500m`, `2`.
+    pub build_cpu_request: String,
+    pub build_cpu_limit: String,
+    /// Memory of a kaniko build, in MiB (request and limit).
+    pub build_memory_mb: u32,
+    /// Scratch disk of a kaniko build (the unpacked base image, the context
+    /// and the layers), in MiB (its ephemeral-storage request and limit).
+    pub build_ephemeral_mb: u32,
     /// ResourceQuota of a tenant namespace.
     pub quota: TenantQuota,
 }
@@ -91,6 +107,20 @@ impl KubeSettings {
             cpu_limit: "1".into(),
             tmp_mb: 64,
             cron_starting_deadline_secs: 3600,
+            function_egress: true,
+            egress_denied_cidrs: [
+                "10.0.0.0/8",
+                "172.16.0.0/12",
+                "192.168.0.0/16",
+                "100.64.0.0/10",
+                "169.254.0.0/16",
+            ]
+            .map(String::from)
+            .to_vec(),
+            build_cpu_request: "500m".into(),
+            build_cpu_limit: "2".into(),
+            build_memory_mb: 2048,
+            build_ephemeral_mb: 10240,
             quota: TenantQuota {
                 pods: 50,
                 cpu_limits: "16".into(),

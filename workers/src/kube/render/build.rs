@@ -1,0 +1,205 @@
+//! The kaniko Job that builds a function's image, and the Secret it reads
+//! the build context's address from.
+//!
+//! Builds run in `settings.build_namespace`, not in a tenant namespace:
+//! kaniko unpacks images and runs the Dockerfile's steps as root inside its
+//! container, which Pod Security `restricted` forbids. The build namespace
+//! holds the registry push Secret and nothing a tenant's code can reach;
+//! the pod still gets no service account token, no Service variables and
+//! the RuntimeDefault seccomp profile, and runs the generated Dockerfile
+//! only (the user's archive may not carry one). A build is not retried
+//! more than once: a failed kaniko build rarely succeeds the second time.
+//!
+//! The context is read over HTTPS from a presigned URL that lives only in
+//! the Secret; the Job names the Secret, so neither the URL nor any
+//! credential is in its spec. The registry credentials are the push Secret,
+//! mounted as kaniko's `config.json`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, EnvVarSource, KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec,
+    ResourceRequirements, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use sless_domain::FunctionKey;
+
+use super::pod::runtime_default_seccomp;
+use super::{
+    ANNOTATION_IMAGE, COMPONENT_BUILD, LABEL_BUILD, mebibytes, meta, names, quantities,
+    versioned_labels,
+};
+use crate::driver::BuildRequest;
+use crate::kube::KubeSettings;
+
+/// The key of the build Secret holding the context's presigned URL.
+pub const CONTEXT_URL_KEY: &str = "context-url";
+/// The env variable kaniko's `--context` is expanded from.
+pub const CONTEXT_URL_ENV: &str = "SLESS_CONTEXT_URL";
+/// The kaniko container.
+pub const BUILD_CONTAINER: &str = "kaniko";
+/// Where kaniko reads registry credentials.
+const DOCKER_CONFIG_DIR: &str = "/kaniko/.docker";
+/// Retries of a failed build.
+pub const BUILD_BACKOFF_LIMIT: i32 = 1;
+
+/// The labels of a build's objects: the function's, its version and
+/// `sless.dev/build=v{version}-{sha8}`.
+fn build_labels(key: &FunctionKey, version: u32, sha256: &str) -> BTreeMap<String, String> {
+    let mut labels = versioned_labels(key, COMPONENT_BUILD, version);
+    labels.insert(
+        LABEL_BUILD.to_owned(),
+        names::label_value(&names::build_tag(version, sha256)),
+    );
+    labels
+}
+
+/// The Secret a build reads its context's address from: in the build
+/// namespace, named like the build Job, holding `context_url` (a presigned
+/// HTTPS URL of the tar.gz) under [`CONTEXT_URL_KEY`].
+pub fn build_secret(
+    settings: &KubeSettings,
+    key: &FunctionKey,
+    version: u32,
+    sha256: &str,
+    context_url: &str,
+) -> Secret {
+    Secret {
+        metadata: meta(
+            names::build_job_name(key, version, sha256),
+            &settings.build_namespace,
+            build_labels(key, version, sha256),
+            BTreeMap::new(),
+        ),
+        type_: Some("Opaque".to_owned()),
+        string_data: Some(BTreeMap::from([(
+            CONTEXT_URL_KEY.to_owned(),
+            context_url.to_owned(),
+        )])),
+        immutable: Some(true),
+        ..Secret::default()
+    }
+}
+
+/// The kaniko Job that builds `req` and pushes it as
+/// [`names::image`]. kaniko writes the pushed image's digest to the
+/// termination message, where the driver can read it.
+pub fn build_job(settings: &KubeSettings, req: &BuildRequest) -> Job {
+    let name = names::build_job_name(&req.key, req.version, &req.context_sha256);
+    let image = names::image(settings, &req.key, req.version, &req.context_sha256);
+    let labels = build_labels(&req.key, req.version, &req.context_sha256);
+    let container = Container {
+        name: BUILD_CONTAINER.to_owned(),
+        image: Some(settings.kaniko_image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        args: Some(vec![
+            format!("--context=$({CONTEXT_URL_ENV})"),
+            "--dockerfile=Dockerfile".to_owned(),
+            format!("--destination={image}"),
+            format!(
+                "--build-arg=SLESS_RUNTIME_IMAGE={}",
+                names::runtime_image(settings, req.runtime)
+            ),
+            // Every build is of a new context: a layer cache would only
+            // hold what the next build cannot use.
+            "--cache=false".to_owned(),
+            // One layer over the base image: faster, and our Dockerfiles
+            // have nothing worth a layer of its own.
+            "--single-snapshot".to_owned(),
+            "--push-retry=2".to_owned(),
+            "--digest-file=/dev/termination-log".to_owned(),
+        ]),
+        env: Some(vec![EnvVar {
+            name: CONTEXT_URL_ENV.to_owned(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: name.clone(),
+                    key: CONTEXT_URL_KEY.to_owned(),
+                    optional: Some(false),
+                }),
+                ..EnvVarSource::default()
+            }),
+        }]),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities([
+                ("cpu", Quantity(settings.build_cpu_request.clone())),
+                ("memory", mebibytes(settings.build_memory_mb)),
+                ("ephemeral-storage", mebibytes(settings.build_ephemeral_mb)),
+            ])),
+            limits: Some(quantities([
+                ("cpu", Quantity(settings.build_cpu_limit.clone())),
+                ("memory", mebibytes(settings.build_memory_mb)),
+                ("ephemeral-storage", mebibytes(settings.build_ephemeral_mb)),
+            ])),
+            claims: None,
+        }),
+        security_context: Some(SecurityContext {
+            privileged: Some(false),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "docker-config".to_owned(),
+            mount_path: DOCKER_CONFIG_DIR.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        }]),
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Container::default()
+    };
+    let pod = PodSpec {
+        containers: vec![container],
+        restart_policy: Some("Never".to_owned()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        security_context: Some(PodSecurityContext {
+            seccomp_profile: Some(runtime_default_seccomp()),
+            ..PodSecurityContext::default()
+        }),
+        volumes: Some(vec![Volume {
+            name: "docker-config".to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(settings.registry_push_secret.clone()),
+                items: Some(vec![KeyToPath {
+                    key: ".dockerconfigjson".to_owned(),
+                    path: "config.json".to_owned(),
+                    mode: None,
+                }]),
+                default_mode: Some(0o400),
+                optional: Some(false),
+            }),
+            ..Volume::default()
+        }]),
+        ..PodSpec::default()
+    };
+    Job {
+        metadata: meta(
+            name,
+            &settings.build_namespace,
+            labels.clone(),
+            BTreeMap::from([(ANNOTATION_IMAGE.to_owned(), image)]),
+        ),
+        spec: Some(JobSpec {
+            backoff_limit: Some(BUILD_BACKOFF_LIMIT),
+            active_deadline_seconds: Some(i64::from(settings.build_timeout_secs)),
+            ttl_seconds_after_finished: Some(ttl(settings)),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    }
+}
+
+/// `ttlSecondsAfterFinished` of our Jobs.
+pub(super) fn ttl(settings: &KubeSettings) -> i32 {
+    i32::try_from(settings.finished_ttl_secs).unwrap_or(i32::MAX)
+}

@@ -1,0 +1,211 @@
+//! Names of the objects we create, the images we build and where a served
+//! function is reached.
+//!
+//! Every name is a deterministic function of what it names. Names that
+//! must fit a Kubernetes limit are cut and given a short hash of the whole
+//! input, so two inputs that differ still give two names. Object kinds
+//! share a namespace's Jobs and pods, so each kind of run has a prefix of
+//! its own: `job-` (a user's job), `run-` (a cron tick sless runs itself)
+//! and `cron-` (a CronJob, whose Jobs are `cron-{trigger}-{minutes}`).
+
+use sless_domain::archive::sha256_hex;
+use sless_domain::{FunctionKey, Runtime};
+
+use crate::kube::KubeSettings;
+
+/// The longest DNS-1123 label, and the longest label value.
+pub const MAX_LABEL: usize = 63;
+/// The longest CronJob name: its Jobs get an 11-character suffix.
+pub const MAX_CRONJOB: usize = 52;
+/// Hex digits of the hash a cut name ends with.
+const HASH_LEN: usize = 10;
+
+/// The image of a build: `{registry}/{ns}-{name}:v{version}-{sha8}`, where
+/// `sha8` is the start of the build context's sha256.
+///
+/// The repository `{ns}-{name}` is unambiguous only because tenant
+/// namespaces have a fixed shape (`sless-` and 16 hex digits); the driver
+/// should run what a build pushed by digest, which no later push can
+/// replace (the build Job writes it to its termination message).
+pub fn image(settings: &KubeSettings, key: &FunctionKey, version: u32, sha256: &str) -> String {
+    format!(
+        "{}/{}-{}:{}",
+        settings.registry,
+        key.namespace,
+        key.name,
+        build_tag(version, sha256)
+    )
+}
+
+/// `v{version}-{sha8}`: the tag of a build's image and its
+/// `sless.dev/build` label.
+pub fn build_tag(version: u32, sha256: &str) -> String {
+    format!("v{version}-{}", sha8(sha256))
+}
+
+/// The base image of a runtime: `{runtime_image_prefix}{runtime}:{runtime_image_tag}`.
+pub fn runtime_image(settings: &KubeSettings, runtime: Runtime) -> String {
+    format!(
+        "{}{}:{}",
+        settings.runtime_image_prefix, runtime, settings.runtime_image_tag
+    )
+}
+
+/// The name of a served function's Deployment and Service: the function's
+/// own name (a DNS-1035 label already: it starts with a letter and has at
+/// most 40 characters).
+pub fn function_name(key: &FunctionKey) -> String {
+    fit(key.name.as_str(), MAX_LABEL)
+}
+
+/// Where the invoke proxy reaches a served function:
+/// `http://{name}.{ns}.svc.cluster.local:{function_port}`.
+pub fn endpoint(settings: &KubeSettings, key: &FunctionKey) -> String {
+    format!(
+        "http://{}.{}.svc.cluster.local:{}",
+        function_name(key),
+        key.namespace,
+        settings.function_port
+    )
+}
+
+/// The name of the kaniko Job (and of its Secret) that builds `version` of
+/// a function from the context with `sha256`. Builds of every tenant share
+/// the build namespace, and `-` may appear in both a namespace and a
+/// function name, so the name always ends with a hash of the whole,
+/// unambiguous key: `{ns}-{name}-v{version}` (cut to fit) `-{hash}`.
+pub fn build_job_name(key: &FunctionKey, version: u32, sha256: &str) -> String {
+    let readable = format!("{}-{}-v{version}", key.namespace, key.name);
+    let unique = format!("{}/{}/{version}/{sha256}", key.namespace, key.name);
+    with_hash(&readable, &unique, MAX_LABEL)
+}
+
+/// The name of a cron trigger's CronJob: `cron-{trigger}`, at most 52
+/// characters.
+pub fn cronjob_name(trigger: &str) -> String {
+    fit(&dns_chars(&format!("cron-{trigger}")), MAX_CRONJOB)
+}
+
+/// What a run id (`JobRequest::run`) names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunId<'a> {
+    /// `job/{ns}/{name}`: a user's job.
+    Job { name: &'a str },
+    /// `cron/{ns}/{trigger}/{unix}`: a cron trigger's tick.
+    Cron { trigger: &'a str, at: &'a str },
+    /// Anything else.
+    Other,
+}
+
+impl<'a> RunId<'a> {
+    pub fn parse(run: &'a str) -> RunId<'a> {
+        let parts: Vec<&str> = run.split('/').collect();
+        match parts.as_slice() {
+            ["job", _, name] if !name.is_empty() => RunId::Job { name },
+            ["cron", _, trigger, at]
+                if !trigger.is_empty()
+                    && !at.is_empty()
+                    && at.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                RunId::Cron { trigger, at }
+            }
+            _ => RunId::Other,
+        }
+    }
+}
+
+/// The name of the Job of one run, at most 63 characters: `job-{name}` for
+/// a user's job, `run-{trigger}-{unix}` for a cron tick, `run-{hash}` for
+/// any other run id.
+pub fn run_job_name(run: &str) -> String {
+    match RunId::parse(run) {
+        RunId::Job { name } => fit(&dns_chars(&format!("job-{name}")), MAX_LABEL),
+        RunId::Cron { trigger, at } => fit(&dns_chars(&format!("run-{trigger}-{at}")), MAX_LABEL),
+        RunId::Other => format!("run-{}", &sha256_hex(run.as_bytes())[..16]),
+    }
+}
+
+/// A valid label value (at most 63 of `A-Za-z0-9._-`, starting and ending
+/// with a letter or digit, or empty) for `s`: `s` itself when it is one,
+/// else its valid characters, cut, and a hash of `s`.
+pub fn label_value(s: &str) -> String {
+    if is_label_value(s) {
+        return s.to_owned();
+    }
+    let cleaned: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    with_hash(&cleaned, s, MAX_LABEL)
+}
+
+/// Whether `s` is a valid label value.
+pub fn is_label_value(s: &str) -> bool {
+    s.is_empty()
+        || (s.len() <= MAX_LABEL
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.ends_with(|c: char| c.is_ascii_alphanumeric()))
+}
+
+/// Whether `s` is a DNS-1123 label of at most `max` characters.
+pub fn is_dns_label(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// The first 8 characters of a sha256 (all of it when shorter).
+fn sha8(sha256: &str) -> &str {
+    sha256.get(..8).unwrap_or(sha256)
+}
+
+/// `s` in DNS-1123 characters: lowercase, anything else becomes `-`.
+fn dns_chars(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// `s` when it fits in `max` characters, else its start and a hash of it.
+fn fit(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        s.to_owned()
+    } else {
+        with_hash(s, s, max)
+    }
+}
+
+/// `{readable, cut}-{hash of unique}` in at most `max` characters. The cut
+/// part loses punctuation at either end, so the result starts with a letter
+/// or digit and ends with a hex digit.
+fn with_hash(readable: &str, unique: &str, max: usize) -> String {
+    let hash = &sha256_hex(unique.as_bytes())[..HASH_LEN];
+    let room = max - HASH_LEN - 1;
+    let cut = readable
+        .get(..room.min(readable.len()))
+        .unwrap_or("")
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    if cut.is_empty() {
+        hash.to_owned()
+    } else {
+        format!("{cut}-{hash}")
+    }
+}

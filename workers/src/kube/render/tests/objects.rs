@@ -1,0 +1,410 @@
+use std::collections::BTreeMap;
+
+use chrono::Utc;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use sless_domain::job::{CronTick, JobRequest as DomainJobRequest};
+use sless_domain::{FunctionName, TriggerName};
+
+use super::{
+    DOLLAR_VALUE, SHA, assert_labels_valid, build_request, cron_spec, deploy_request, env_of,
+    hardening_violations, hello, job_request, json_of, settings,
+};
+use crate::kube::render::build::{BUILD_CONTAINER, CONTEXT_URL_ENV, CONTEXT_URL_KEY};
+use crate::kube::render::cron::cron_event;
+use crate::kube::render::pod::HEALTH_PATH;
+use crate::kube::render::{
+    LABEL_BUILD, LABEL_COMPONENT, LABEL_FUNCTION, LABEL_JOB, LABEL_NAMESPACE, LABEL_RUN,
+    LABEL_TRIGGER, LABEL_VERSION, build_job, build_job_name, build_secret, cron_job, deployment,
+    run_job, service,
+};
+
+const IMAGE: &str = "registry.example.com/sless/sless-0123456789abcdef-hello:v3-d2a84f4b";
+
+fn pod_of_deployment(d: &Deployment) -> &PodSpec {
+    d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+fn pod_of_job(j: &Job) -> &PodSpec {
+    j.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+/// Whether every label of `selector` is among `labels`.
+fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+#[test]
+fn every_function_pod_is_hardened() {
+    let mut s = settings();
+    for pull in [None, Some("regcred".to_owned())] {
+        s.registry_pull_secret = pull;
+        let d = deployment(&s, &deploy_request(hello()), IMAGE, 2);
+        let j = run_job(&s, &job_request(hello(), "job/ns/nightly"), IMAGE);
+        let c = cron_job(&s, &cron_spec(hello(), "every-5"));
+        let cron_pod = c.spec.as_ref().unwrap().job_template.spec.as_ref().unwrap();
+        let pods = [
+            ("deployment", pod_of_deployment(&d), 256),
+            ("job", pod_of_job(&j), 512),
+            ("cronjob", cron_pod.template.spec.as_ref().unwrap(), 128),
+        ];
+        for (what, pod, memory_mb) in pods {
+            let bad = hardening_violations(pod, &s, memory_mb);
+            assert!(bad.is_empty(), "{what} is not hardened: {bad:#?}");
+        }
+    }
+}
+
+#[test]
+fn the_hardening_check_catches_a_weakened_pod() {
+    let s = settings();
+    let d = deployment(&s, &deploy_request(hello()), IMAGE, 1);
+    let mut pod = pod_of_deployment(&d).clone();
+    let sc = pod.containers[0].security_context.as_mut().unwrap();
+    sc.capabilities.as_mut().unwrap().drop = None;
+    sc.read_only_root_filesystem = None;
+    pod.automount_service_account_token = None;
+    let bad = hardening_violations(&pod, &s, 256);
+    assert_eq!(
+        bad,
+        [
+            "pod: automountServiceAccountToken false",
+            "container: capabilities drop ALL",
+            "container: readOnlyRootFilesystem",
+        ]
+    );
+}
+
+#[test]
+fn the_deployment_serves_the_version_under_a_fixed_selector() {
+    let s = settings();
+    let d = deployment(&s, &deploy_request(hello()), IMAGE, 2);
+    json_of(&d, "Deployment");
+    assert_labels_valid(&d.metadata);
+    assert_eq!(d.metadata.name.as_deref(), Some("hello"));
+    assert_eq!(
+        d.metadata.namespace.as_deref(),
+        Some("sless-0123456789abcdef")
+    );
+    let spec = d.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    assert_eq!(spec.progress_deadline_seconds, Some(300));
+    assert!(spec.revision_history_limit.is_some_and(|n| n <= 5));
+    let rolling = spec
+        .strategy
+        .as_ref()
+        .unwrap()
+        .rolling_update
+        .as_ref()
+        .unwrap();
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
+    assert_eq!(rolling.max_surge, Some(IntOrString::Int(1)));
+
+    let selector = spec.selector.match_labels.as_ref().unwrap();
+    assert!(!selector.contains_key(LABEL_VERSION), "{selector:?}");
+    assert_eq!(selector[LABEL_NAMESPACE], "sless-0123456789abcdef");
+    assert_eq!(selector[LABEL_FUNCTION], "hello");
+    let template = spec.template.metadata.as_ref().unwrap();
+    assert_labels_valid(template);
+    let pod_labels = template.labels.as_ref().unwrap();
+    assert!(
+        selects(selector, pod_labels),
+        "{selector:?} ⊄ {pod_labels:?}"
+    );
+    assert_eq!(pod_labels[LABEL_VERSION], "3");
+    assert_eq!(
+        template.annotations.as_ref().unwrap()["sless.dev/image"],
+        IMAGE
+    );
+
+    let c = &pod_of_deployment(&d).containers[0];
+    assert_eq!(c.image.as_deref(), Some(IMAGE));
+    assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 8080);
+    for probe in [&c.readiness_probe, &c.liveness_probe] {
+        let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(get.path.as_deref(), Some(HEALTH_PATH));
+        assert_eq!(get.port, IntOrString::Int(8080));
+    }
+    let liveness = c.liveness_probe.as_ref().unwrap();
+    assert!(
+        liveness.failure_threshold.unwrap() * liveness.period_seconds.unwrap() >= 60,
+        "a pod is restarted only after a minute without an answer"
+    );
+    let env = env_of(c);
+    assert_eq!(env["SLESS_PORT"], "8080");
+    assert_eq!(env["SLESS_HOST"], "0.0.0.0");
+    assert!(!env.contains_key("SLESS_JOB"));
+}
+
+#[test]
+fn a_new_version_changes_the_pods_but_not_the_selector() {
+    let s = settings();
+    let v3 = deployment(&s, &deploy_request(hello()), IMAGE, 1);
+    let mut req = deploy_request(hello());
+    req.version = 4;
+    let v4 = deployment(&s, &req, "other:v4", 1);
+    let (a, b) = (v3.spec.unwrap(), v4.spec.unwrap());
+    assert_eq!(a.selector, b.selector);
+    assert_ne!(a.template, b.template);
+}
+
+#[test]
+fn the_service_selects_the_deployments_pods_and_no_job_pods() {
+    let s = settings();
+    let svc = service(&s, &hello());
+    json_of(&svc, "Service");
+    assert_labels_valid(&svc.metadata);
+    let spec = svc.spec.as_ref().unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    assert_eq!(spec.ports.as_ref().unwrap()[0].port, 8080);
+    assert_eq!(
+        spec.ports.as_ref().unwrap()[0].target_port,
+        Some(IntOrString::Int(8080))
+    );
+    let selector = spec.selector.as_ref().unwrap();
+    let d = deployment(&s, &deploy_request(hello()), IMAGE, 1);
+    assert_eq!(
+        Some(selector),
+        d.spec.as_ref().unwrap().selector.match_labels.as_ref()
+    );
+    let serving = d.spec.as_ref().unwrap().template.metadata.as_ref().unwrap();
+    assert!(selects(selector, serving.labels.as_ref().unwrap()));
+
+    let j = run_job(&s, &job_request(hello(), "job/ns/nightly"), IMAGE);
+    let c = cron_job(&s, &cron_spec(hello(), "every-5"));
+    let job_pod = j.spec.unwrap().template.metadata.unwrap().labels.unwrap();
+    let cron_pod = c.spec.unwrap().job_template.spec.unwrap().template.metadata;
+    assert!(
+        !selects(selector, &job_pod),
+        "a job's pod would get traffic"
+    );
+    assert!(!selects(selector, &cron_pod.unwrap().labels.unwrap()));
+}
+
+#[test]
+fn user_env_is_escaped_and_cannot_take_our_names() {
+    let s = settings();
+    let d = deployment(&s, &deploy_request(hello()), IMAGE, 1);
+    let c = &pod_of_deployment(&d).containers[0];
+    let env = env_of(c);
+    assert_eq!(env["GREETING"], "a$$(B)", "{DOLLAR_VALUE} must be escaped");
+    assert_eq!(env["SLESS_PORT"], "8080");
+    assert_eq!(env["SLESS_ENTRYPOINT"], "handler.handle");
+    assert_eq!(env["HOME"], "/tmp");
+    assert_eq!(env["SLESS_FUNCTION"], "sless-0123456789abcdef/hello");
+    assert_eq!(env["SLESS_VERSION"], "3");
+    // Each name once: the user's SLESS_PORT, SLESS_ENTRYPOINT and HOME are
+    // left out, not listed after ours.
+    assert_eq!(c.env.as_ref().unwrap().len(), env.len());
+}
+
+#[test]
+fn a_user_job_runs_once_in_job_mode() {
+    let s = settings();
+    let req = job_request(hello(), "job/sless-0123456789abcdef/nightly");
+    let j = run_job(&s, &req, IMAGE);
+    json_of(&j, "Job");
+    assert_labels_valid(&j.metadata);
+    assert_eq!(j.metadata.name.as_deref(), Some("job-nightly"));
+    let labels = j.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels[LABEL_COMPONENT], "job");
+    assert_eq!(labels[LABEL_JOB], "nightly");
+    assert_eq!(labels[LABEL_RUN], "job-nightly");
+    assert_eq!(labels[LABEL_FUNCTION], "hello");
+    assert!(!labels.contains_key("job-name"));
+    let spec = j.spec.as_ref().unwrap();
+    assert_eq!(spec.backoff_limit, Some(0));
+    assert_eq!(spec.active_deadline_seconds, Some(91), "90.5 s, rounded up");
+    assert_eq!(spec.ttl_seconds_after_finished, Some(3600));
+    assert!(spec.selector.is_none() && spec.manual_selector.is_none());
+    let template = spec.template.metadata.as_ref().unwrap();
+    assert_labels_valid(template);
+    assert!(selects(labels, template.labels.as_ref().unwrap()));
+    let pod = pod_of_job(&j);
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    let c = &pod.containers[0];
+    assert!(c.ports.is_none() && c.readiness_probe.is_none() && c.liveness_probe.is_none());
+    let env = env_of(c);
+    assert_eq!(env["SLESS_JOB"], "1");
+    assert!(!env.contains_key("SLESS_PORT"));
+    let event = &env["SLESS_JOB_EVENT"];
+    assert!(
+        event.contains("$$(HOME)") && !event.contains("\"$(HOME)"),
+        "{event}"
+    );
+    let unescaped: serde_json::Value = serde_json::from_str(&event.replace("$$", "$")).unwrap();
+    assert_eq!(unescaped, req.event);
+}
+
+#[test]
+fn a_cron_run_is_labelled_with_its_trigger() {
+    let s = settings();
+    let mut req = job_request(hello(), "cron/sless-0123456789abcdef/report/1764470400");
+    req.timeout = std::time::Duration::ZERO;
+    let j = run_job(&s, &req, IMAGE);
+    assert_eq!(j.metadata.name.as_deref(), Some("run-report-1764470400"));
+    let labels = j.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels[LABEL_TRIGGER], "report");
+    assert!(!labels.contains_key(LABEL_JOB));
+    assert_eq!(
+        j.spec.unwrap().active_deadline_seconds,
+        Some(1),
+        "at least a second"
+    );
+}
+
+#[test]
+fn the_cronjob_runs_the_trigger_on_its_schedule() {
+    let s = settings();
+    let spec = cron_spec(hello(), "every-5");
+    let c = cron_job(&s, &spec);
+    json_of(&c, "CronJob");
+    assert_labels_valid(&c.metadata);
+    assert_eq!(c.metadata.name.as_deref(), Some("cron-every-5"));
+    let labels = c.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels[LABEL_COMPONENT], "cron");
+    assert_eq!(labels[LABEL_TRIGGER], "every-5");
+    assert_eq!(labels[LABEL_VERSION], "3");
+    let cs = c.spec.as_ref().unwrap();
+    assert_eq!(cs.schedule, "*/5 * * * *");
+    assert_eq!(cs.time_zone.as_deref(), Some("Europe/Paris"));
+    assert_eq!(cs.concurrency_policy.as_deref(), Some("Forbid"));
+    assert_eq!(cs.starting_deadline_seconds, Some(3600));
+    assert_eq!(cs.successful_jobs_history_limit, Some(3));
+    assert_eq!(cs.failed_jobs_history_limit, Some(3));
+    let template = &cs.job_template;
+    assert_labels_valid(template.metadata.as_ref().unwrap());
+    assert_eq!(
+        template.metadata.as_ref().unwrap().labels.as_ref(),
+        Some(labels)
+    );
+    let js = template.spec.as_ref().unwrap();
+    assert_eq!(js.backoff_limit, Some(0));
+    assert_eq!(js.active_deadline_seconds, Some(60));
+    assert_eq!(js.ttl_seconds_after_finished, Some(3600));
+    let pod_meta = js.template.metadata.as_ref().unwrap();
+    assert_eq!(pod_meta.labels.as_ref(), Some(labels));
+    let pod = js.template.spec.as_ref().unwrap();
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    let env = env_of(&pod.containers[0]);
+    assert_eq!(env["SLESS_JOB"], "1");
+    let event: serde_json::Value = serde_json::from_str(&env["SLESS_JOB_EVENT"]).unwrap();
+    assert_eq!(event, cron_event(&spec));
+}
+
+#[test]
+fn the_cron_event_is_the_one_the_local_driver_gives() {
+    let spec = cron_spec(hello(), "every-5");
+    let tick = DomainJobRequest {
+        function: FunctionName::parse("hello").unwrap(),
+        version: 3,
+        input: serde_json::Value::Null,
+        timeout_sec: 60,
+        cron: Some(CronTick {
+            trigger: TriggerName::parse("every-5").unwrap(),
+            schedule: spec.schedule.clone(),
+            timezone: spec.timezone.clone(),
+            scheduled_at: Utc::now(),
+            missed: 0,
+        }),
+    };
+    let mut local = crate::jobs::handler_event(&tick);
+    // A CronJob cannot know the tick it starts for.
+    local["json"]["scheduled_at"] = serde_json::Value::Null;
+    local["body"] = local["json"].to_string().into();
+    assert_eq!(cron_event(&spec), local);
+}
+
+#[test]
+fn the_build_job_holds_no_credential_and_stops_in_time() {
+    let s = settings();
+    let req = build_request(hello());
+    let url = "https://s3.example.com/blobs/contexts/x.tar.gz?X-Amz-Signature=secret";
+    let secret = build_secret(&s, &req.key, req.version, SHA, url);
+    let job = build_job(&s, &req);
+    json_of(&secret, "Secret");
+    let text = json_of(&job, "Job").to_string();
+    assert!(
+        !text.contains("X-Amz") && !text.contains("s3.example.com"),
+        "{text}"
+    );
+
+    let name = build_job_name(&req.key, 3, SHA);
+    for meta in [&job.metadata, &secret.metadata] {
+        assert_labels_valid(meta);
+        assert_eq!(meta.name.as_ref(), Some(&name));
+        assert_eq!(meta.namespace.as_deref(), Some("sless-builds"));
+        let labels = meta.labels.as_ref().unwrap();
+        assert_eq!(labels[LABEL_COMPONENT], "build");
+        assert_eq!(labels[LABEL_BUILD], "v3-d2a84f4b");
+        assert_eq!(labels[LABEL_NAMESPACE], "sless-0123456789abcdef");
+        assert_eq!(labels[LABEL_VERSION], "3");
+    }
+    assert_eq!(secret.string_data.as_ref().unwrap()[CONTEXT_URL_KEY], url);
+
+    let spec = job.spec.as_ref().unwrap();
+    assert!(spec.backoff_limit.is_some_and(|b| (0..=2).contains(&b)));
+    assert_eq!(spec.active_deadline_seconds, Some(900));
+    assert_eq!(spec.ttl_seconds_after_finished, Some(3600));
+    assert_labels_valid(spec.template.metadata.as_ref().unwrap());
+    let pod = pod_of_job(&job);
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    assert_eq!(pod.enable_service_links, Some(false));
+    let c = &pod.containers[0];
+    assert_eq!(c.name, BUILD_CONTAINER);
+    assert_eq!(c.image.as_deref(), Some(s.kaniko_image.as_str()));
+    let args = c.args.as_ref().unwrap();
+    for arg in [
+        format!("--context=$({CONTEXT_URL_ENV})"),
+        format!(
+            "--destination={}",
+            super::super::image(&s, &req.key, 3, SHA)
+        ),
+        format!(
+            "--build-arg=SLESS_RUNTIME_IMAGE={}",
+            super::super::runtime_image(&s, req.runtime)
+        ),
+        "--dockerfile=Dockerfile".to_owned(),
+    ] {
+        assert!(args.contains(&arg), "{arg} missing from {args:?}");
+    }
+    let env = c.env.as_ref().unwrap();
+    let from = env[0].value_from.as_ref().unwrap().secret_key_ref.as_ref();
+    assert_eq!(env[0].name, CONTEXT_URL_ENV);
+    assert!(env[0].value.is_none());
+    assert_eq!(
+        from.map(|r| (&r.name, r.key.as_str())),
+        Some((&name, CONTEXT_URL_KEY))
+    );
+    let res = c.resources.as_ref().unwrap();
+    for part in ["cpu", "memory", "ephemeral-storage"] {
+        assert!(
+            res.limits.as_ref().unwrap().contains_key(part),
+            "{part} limit"
+        );
+        assert!(
+            res.requests.as_ref().unwrap().contains_key(part),
+            "{part} request"
+        );
+    }
+    let push = &pod.volumes.as_ref().unwrap()[0];
+    let source = push.secret.as_ref().unwrap();
+    assert_eq!(source.secret_name.as_deref(), Some("sless-registry-push"));
+    let item = &source.items.as_ref().unwrap()[0];
+    assert_eq!(
+        (item.key.as_str(), item.path.as_str()),
+        (".dockerconfigjson", "config.json")
+    );
+    let mount = &c.volume_mounts.as_ref().unwrap()[0];
+    assert_eq!(
+        (
+            mount.name.as_str(),
+            mount.mount_path.as_str(),
+            mount.read_only
+        ),
+        (push.name.as_str(), "/kaniko/.docker", Some(true))
+    );
+}
