@@ -174,3 +174,4 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+pub mod kube_api;
