@@ -14,6 +14,7 @@ use sless_api::proxy::ProxyLimits;
 use sless_store::blobs::S3Config;
 use sless_store::queue::Backoff;
 use sless_workers::WorkerConfig;
+use sless_workers::kube::KubeSettings;
 
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -330,6 +331,138 @@ pub fn keep_versions() -> anyhow::Result<usize> {
     Ok(keep)
 }
 
+/// Where functions run: `SLESS_DRIVER`, `local` (the default) or
+/// `kubernetes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverKind {
+    Local,
+    Kubernetes,
+}
+
+pub fn driver() -> anyhow::Result<DriverKind> {
+    match var("SLESS_DRIVER").as_deref() {
+        None | Some("local") => Ok(DriverKind::Local),
+        Some("kubernetes") => Ok(DriverKind::Kubernetes),
+        Some(other) => bail!("SLESS_DRIVER={other:?}: use local or kubernetes"),
+    }
+}
+
+/// The Kubernetes driver's settings, from `SLESS_KUBE_*`
+/// (docs/kubernetes.md lists them). `SLESS_KUBE_REGISTRY` is required.
+pub fn kube() -> anyhow::Result<KubeSettings> {
+    kube_from(&|name| var(name))
+}
+
+fn kube_from(get: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<KubeSettings> {
+    let registry = get("SLESS_KUBE_REGISTRY").context(
+        "SLESS_DRIVER=kubernetes needs SLESS_KUBE_REGISTRY (where images are pushed, e.g. registry.example.com/sless)",
+    )?;
+    let mut s = KubeSettings::new(registry);
+    let text = |name: &str, field: &mut String| {
+        if let Some(v) = get(name) {
+            *field = v;
+        }
+    };
+    text("SLESS_KUBE_SYSTEM_NAMESPACE", &mut s.system_namespace);
+    text("SLESS_KUBE_BUILD_NAMESPACE", &mut s.build_namespace);
+    text("SLESS_KUBE_KANIKO_IMAGE", &mut s.kaniko_image);
+    text(
+        "SLESS_KUBE_REGISTRY_PUSH_SECRET",
+        &mut s.registry_push_secret,
+    );
+    text(
+        "SLESS_KUBE_RUNTIME_IMAGE_PREFIX",
+        &mut s.runtime_image_prefix,
+    );
+    text("SLESS_KUBE_RUNTIME_IMAGE_TAG", &mut s.runtime_image_tag);
+    text("SLESS_KUBE_CPU_REQUEST", &mut s.cpu_request);
+    text("SLESS_KUBE_CPU_LIMIT", &mut s.cpu_limit);
+    text("SLESS_KUBE_BUILD_CPU_REQUEST", &mut s.build_cpu_request);
+    text("SLESS_KUBE_BUILD_CPU_LIMIT", &mut s.build_cpu_limit);
+    text("SLESS_KUBE_QUOTA_CPU", &mut s.quota.cpu_limits);
+    text("SLESS_KUBE_QUOTA_MEMORY", &mut s.quota.memory_limits);
+    text(
+        "SLESS_KUBE_QUOTA_EPHEMERAL_STORAGE",
+        &mut s.quota.ephemeral_storage_limits,
+    );
+    s.registry_pull_secret = get("SLESS_KUBE_REGISTRY_PULL_SECRET");
+    let num = |name: &str, default: u64, range: std::ops::RangeInclusive<u64>| {
+        let Some(v) = get(name) else {
+            return Ok(default);
+        };
+        let n: u64 = v
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{name}={v:?} is not a number: {e}"))?;
+        if !range.contains(&n) {
+            bail!(
+                "{name}={n} is out of range ({}..={})",
+                range.start(),
+                range.end()
+            );
+        }
+        Ok(n)
+    };
+    let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    s.build_timeout_secs = small(num(
+        "SLESS_KUBE_BUILD_TIMEOUT_SECS",
+        s.build_timeout_secs.into(),
+        60..=86_400,
+    )?);
+    s.finished_ttl_secs = small(num(
+        "SLESS_KUBE_FINISHED_TTL_SECS",
+        s.finished_ttl_secs.into(),
+        0..=2_592_000,
+    )?);
+    s.rollout_timeout_secs = small(num(
+        "SLESS_KUBE_ROLLOUT_TIMEOUT_SECS",
+        s.rollout_timeout_secs.into(),
+        10..=86_400,
+    )?);
+    s.function_port = u16::try_from(num(
+        "SLESS_KUBE_FUNCTION_PORT",
+        s.function_port.into(),
+        1024..=65_535,
+    )?)?;
+    s.replicas = i32::try_from(num("SLESS_KUBE_REPLICAS", 1, 1..=100)?)?;
+    s.tmp_mb = small(num("SLESS_KUBE_TMP_MB", s.tmp_mb.into(), 1..=65_536)?);
+    s.build_memory_mb = small(num(
+        "SLESS_KUBE_BUILD_MEMORY_MB",
+        s.build_memory_mb.into(),
+        256..=65_536,
+    )?);
+    s.build_ephemeral_mb = small(num(
+        "SLESS_KUBE_BUILD_EPHEMERAL_MB",
+        s.build_ephemeral_mb.into(),
+        1024..=1_048_576,
+    )?);
+    s.quota.pods = small(num(
+        "SLESS_KUBE_QUOTA_PODS",
+        s.quota.pods.into(),
+        1..=10_000,
+    )?);
+    s.cron_starting_deadline_secs = i64::try_from(num(
+        "SLESS_CRON_STARTING_DEADLINE_SECS",
+        u64::try_from(s.cron_starting_deadline_secs).unwrap_or(3600),
+        10..=604_800,
+    )?)?;
+    if let Some(v) = get("SLESS_KUBE_FUNCTION_EGRESS") {
+        s.function_egress = match v.as_str() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            _ => bail!("SLESS_KUBE_FUNCTION_EGRESS={v:?}: use true or false"),
+        };
+    }
+    if let Some(v) = get("SLESS_KUBE_EGRESS_DENIED_CIDRS") {
+        s.egress_denied_cidrs = v
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .collect();
+    }
+    Ok(s)
+}
+
 pub fn python() -> String {
     var("SLESS_PYTHON").unwrap_or_else(|| "python3".into())
 }
@@ -339,6 +472,48 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+
+    fn kube_with(vars: &[(&str, &str)]) -> anyhow::Result<KubeSettings> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        kube_from(&|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn kubernetes_settings_have_defaults_and_refuse_bad_values() {
+        let err = kube_with(&[]).unwrap_err().to_string();
+        assert!(err.contains("SLESS_KUBE_REGISTRY"), "{err}");
+        let s = kube_with(&[("SLESS_KUBE_REGISTRY", "registry.example.com/sless/")]).unwrap();
+        assert_eq!(s, KubeSettings::new("registry.example.com/sless"));
+        let s = kube_with(&[
+            ("SLESS_KUBE_REGISTRY", "r.example/s"),
+            ("SLESS_KUBE_BUILD_TIMEOUT_SECS", "1200"),
+            ("SLESS_KUBE_REGISTRY_PULL_SECRET", "pull"),
+            ("SLESS_KUBE_FUNCTION_EGRESS", "false"),
+            (
+                "SLESS_KUBE_EGRESS_DENIED_CIDRS",
+                "10.0.0.0/8, 169.254.0.0/16",
+            ),
+        ])
+        .unwrap();
+        assert_eq!(s.build_timeout_secs, 1200);
+        assert_eq!(s.registry_pull_secret.as_deref(), Some("pull"));
+        assert!(!s.function_egress);
+        assert_eq!(s.egress_denied_cidrs, ["10.0.0.0/8", "169.254.0.0/16"]);
+        for (name, value) in [
+            ("SLESS_KUBE_BUILD_TIMEOUT_SECS", "5"),
+            ("SLESS_KUBE_FUNCTION_PORT", "80"),
+            ("SLESS_KUBE_REPLICAS", "zero"),
+            ("SLESS_KUBE_FUNCTION_EGRESS", "maybe"),
+        ] {
+            let err = kube_with(&[("SLESS_KUBE_REGISTRY", "r.example/s"), (name, value)])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(name), "{name}: {err}");
+        }
+    }
 
     const KEYS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/api/tests/api/keys");
 

@@ -4,6 +4,7 @@
 //! `replay` and `reconcile` are operations (see `ops`).
 
 mod config;
+mod drivers;
 mod embedded;
 mod ops;
 mod serve;

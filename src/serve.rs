@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::drivers::AnyDriver;
 use anyhow::Context;
 use serde_json::json;
 use sless_api::{AppState, Auth};
 use sless_domain::Namespace;
 use sless_store::PgPool;
 use sless_store::blobs::BlobStore;
-use sless_workers::local::{LocalDriver, LocalDriverConfig};
 use sless_workers::{Reconciler, Worker};
 use tokio::sync::watch;
 
@@ -25,14 +25,6 @@ async fn stop_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-}
-
-fn local_driver(dir: &Path) -> anyhow::Result<Arc<LocalDriver>> {
-    let mut cfg = LocalDriverConfig::new(dir.join("local"));
-    cfg.python = config::python();
-    Ok(Arc::new(
-        LocalDriver::new(cfg).context("preparing the local driver")?,
-    ))
 }
 
 async fn serve_http(
@@ -86,7 +78,7 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> any
     sless_store::migrate(&pool).await?;
     let blobs = BlobStore::new(&s3_config);
     blobs.check().await.context("checking the S3 bucket")?;
-    let driver = local_driver(&data_dir)?;
+    let driver = AnyDriver::from_env(&data_dir, &blobs).await?;
 
     if pg.is_some() {
         // Our own private database: no other worker can hold these items, so
@@ -233,7 +225,7 @@ pub async fn worker(data_dir: PathBuf) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)?;
     let pool = pool_from_env(10).await?;
     let blobs = BlobStore::new(&config::require_s3()?);
-    let driver = local_driver(&data_dir)?;
+    let driver = AnyDriver::from_env(&data_dir, &blobs).await?;
     let cfg = config::worker()?;
     eprintln!("sless worker {} started (lease {:?})", cfg.id, cfg.lease);
     let worker = Worker {

@@ -71,6 +71,9 @@ pub struct Function {
     pub endpoint: Option<String>,
     /// The artifact built for `current_version`, if the build finished.
     pub built: Option<(u32, String)>,
+    /// The artifact last built for each version still kept (a rollback
+    /// finds its version's build here).
+    pub artifacts: std::collections::BTreeMap<u32, String>,
     pub phase: Phase,
     pub last_error: Option<String>,
     /// The version whose build or deploy failed last (cleared by a new upload).
@@ -179,6 +182,7 @@ impl Function {
             }
             FunctionEvent::VersionsPruned { versions } => {
                 self.versions.retain(|v| !versions.contains(&v.version));
+                self.artifacts.retain(|v, _| !versions.contains(v));
             }
             FunctionEvent::BuildStarted { version } => {
                 if self.current_version == Some(*version) {
@@ -187,6 +191,7 @@ impl Function {
             }
             FunctionEvent::BuildSucceeded { version, artifact } => {
                 self.built = Some((*version, artifact.clone()));
+                self.artifacts.insert(*version, artifact.clone());
             }
             FunctionEvent::BuildFailed {
                 version,

@@ -155,6 +155,22 @@ impl BlobStore {
         Ok(body.into_bytes().to_vec())
     }
 
+    /// A URL anyone holding it can GET `key` with until `ttl` has passed
+    /// (a presigned request, so it carries no credentials of its own).
+    pub async fn presigned_get(&self, key: &str, ttl: std::time::Duration) -> Result<String> {
+        let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(ttl)
+            .map_err(|e| Error::Blob(format!("presigning {key}: {e}")))?;
+        let request = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .presigned(config)
+            .await
+            .map_err(|e| blob_err("presign", key, e))?;
+        Ok(request.uri().to_owned())
+    }
+
     /// Every key under a prefix (for tests and operators).
     pub async fn list(&self, prefix: &str) -> Result<Vec<String>> {
         let mut keys = Vec::new();

@@ -41,6 +41,7 @@ impl FunctionRow {
             deployed_version: self.deployed_version,
             endpoint: self.endpoint.clone(),
             built: None,
+            artifacts: Default::default(),
             phase: self.phase,
             last_error: self.last_error.clone(),
             failed_version: None,

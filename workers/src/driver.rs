@@ -19,6 +19,10 @@ pub struct BuildRequest {
     pub context_key: String,
     /// The build context itself: a tar.gz of the function's files plus a Dockerfile.
     pub context: Vec<u8>,
+    /// What an earlier build of this version gave, as the log recorded it.
+    /// A driver whose artifacts cannot change once built (an image tagged
+    /// with the context's digest) returns it without building again.
+    pub built: Option<Artifact>,
 }
 
 /// The result of a build: something `deploy` can run.
@@ -100,6 +104,25 @@ pub struct JobOutput {
     pub duration: Duration,
 }
 
+/// A cron trigger as a driver that runs cron itself (a CronJob) needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronRequest {
+    /// The trigger's name.
+    pub trigger: String,
+    /// Five fields, or `@hourly` and the like, as the trigger has it.
+    pub schedule: String,
+    /// IANA time zone the schedule is read in.
+    pub timezone: String,
+    /// The function's version each tick runs, and how.
+    pub version: u32,
+    pub runtime: Runtime,
+    pub entrypoint: String,
+    pub env_vars: BTreeMap<String, String>,
+    pub memory_mb: u32,
+    pub timeout: Duration,
+    pub artifact: Artifact,
+}
+
 /// Most bytes of stdout (and of stderr) a job's record keeps.
 pub const JOB_OUTPUT_LIMIT: usize = 64 * 1024;
 
@@ -136,6 +159,31 @@ pub trait Driver: Send + Sync + 'static {
 
     /// Stops and removes whatever runs for the function (no error if nothing does).
     fn remove(&self, key: &FunctionKey) -> impl Future<Output = Result<(), DriverError>> + Send;
+
+    /// Scales the function to zero (none of its http triggers is enabled);
+    /// a later `deploy` starts it again. Drivers with nothing to keep
+    /// remove it.
+    fn stop(&self, key: &FunctionKey) -> impl Future<Output = Result<(), DriverError>> + Send {
+        self.remove(key)
+    }
+
+    /// Whether the driver fires cron triggers itself ([`Driver::sync_cron`]);
+    /// when it does not, sless's scheduler fires them.
+    fn runs_cron(&self) -> bool {
+        false
+    }
+
+    /// Makes the function's cron triggers exactly `triggers`: creates or
+    /// updates each, and removes the function's others. Only called when
+    /// [`Driver::runs_cron`].
+    fn sync_cron(
+        &self,
+        key: &FunctionKey,
+        triggers: Vec<CronRequest>,
+    ) -> impl Future<Output = Result<(), DriverError>> + Send {
+        let _ = (key, triggers);
+        async { Ok(()) }
+    }
 
     /// What runs for the function and is healthy, if anything.
     fn status(&self, key: &FunctionKey) -> impl Future<Output = Option<Deployment>> + Send;

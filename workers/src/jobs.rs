@@ -19,7 +19,7 @@ use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::invocations::{self, Invocation};
 use sless_store::queue::{self, WorkItem};
 
-use crate::driver::{BuildRequest, Captured, Driver, DriverError, JobOutput, JobRequest};
+use crate::driver::{Artifact, BuildRequest, Captured, Driver, DriverError, JobOutput, JobRequest};
 use crate::reconcile::Reconciler;
 use crate::{HandlerError, HandlerResult};
 
@@ -264,6 +264,11 @@ impl<D: Driver> Reconciler<D> {
                 context_sha256: source.context_sha256.clone(),
                 context_key: source.context_key.clone(),
                 context,
+                built: function
+                    .artifacts
+                    .get(&request.version)
+                    .cloned()
+                    .map(|reference| Artifact { reference }),
             })
             .await
         {

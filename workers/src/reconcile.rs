@@ -17,7 +17,7 @@ use sless_store::blobs::BlobStore;
 use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::queue::{self, WorkItem};
 
-use crate::driver::{BuildRequest, DeployRequest, Driver, DriverError};
+use crate::driver::{Artifact, BuildRequest, DeployRequest, Driver, DriverError};
 use crate::{HandlerError, HandlerResult};
 
 pub use sless_store::queue::RECONCILE_FUNCTION as KIND;
@@ -114,7 +114,7 @@ impl<D: Driver> Reconciler<D> {
             .await
             .map_err(HandlerError::retry)?;
         if !triggers.served() {
-            self.driver.remove(key).await.map_err(infra)?;
+            self.driver.stop(key).await.map_err(infra)?;
             if let Some(version) = state.deployed_version {
                 let stopped = FunctionEvent::FunctionStopped {
                     version,
@@ -163,6 +163,11 @@ impl<D: Driver> Reconciler<D> {
                 context_sha256: current.context_sha256.clone(),
                 context_key: current.context_key.clone(),
                 context,
+                built: state
+                    .artifacts
+                    .get(&current.version)
+                    .cloned()
+                    .map(|reference| Artifact { reference }),
             })
             .await;
         let artifact = match build {

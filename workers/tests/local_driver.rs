@@ -97,6 +97,7 @@ fn build_req(key: &FunctionKey, version: u32, sha: String, context: Vec<u8>) -> 
         context_key: format!("contexts/{sha}.tar.gz"),
         context_sha256: sha,
         context,
+        built: None,
     }
 }
 

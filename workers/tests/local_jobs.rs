@@ -114,6 +114,7 @@ fn build_req(k: &FunctionKey, runtime: Runtime, n: u32, files: &[(&str, &str)]) 
         context_key: format!("contexts/{sha}.tar.gz"),
         context_sha256: sha,
         context: context(files),
+        built: None,
     }
 }
 

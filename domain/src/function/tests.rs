@@ -592,3 +592,26 @@ fn retention_prunes_the_oldest_but_never_the_current_version() {
     assert_eq!(kept, [1, 4, 5]);
     assert_eq!(state.next_version(), 6, "numbers are never given again");
 }
+
+#[test]
+fn every_kept_version_remembers_its_build_for_a_rollback() {
+    let built = |version, artifact: &str| FunctionEvent::BuildSucceeded {
+        version,
+        artifact: artifact.into(),
+    };
+    let s = given(&[
+        FunctionEvent::FunctionCreated { spec: spec() },
+        uploaded(1, "a"),
+        built(1, "image:v1"),
+        uploaded(2, "b"),
+        built(2, "image:v2"),
+        FunctionEvent::FunctionRolledBack { version: 1 },
+    ]);
+    assert_eq!(s.current_version, Some(1));
+    assert_eq!(s.built, Some((2, "image:v2".into())));
+    assert_eq!(s.artifacts.get(&1).map(String::as_str), Some("image:v1"));
+    let s = s.evolve(&FunctionEvent::VersionsPruned { versions: vec![2] });
+    assert_eq!(s.artifacts.keys().copied().collect::<Vec<_>>(), [1]);
+    let s = s.evolve(&FunctionEvent::FunctionDeleted {});
+    assert!(s.artifacts.is_empty());
+}

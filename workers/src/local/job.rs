@@ -276,7 +276,7 @@ async fn read_stream<R: AsyncRead + Unpin>(reader: Option<R>, capture: &mut Capt
 /// One stream's output: its first `limit / 2` bytes, its last `limit / 2`
 /// bytes, and how many there were.
 #[derive(Debug)]
-pub(super) struct Capture {
+pub(crate) struct Capture {
     limit: usize,
     head: Vec<u8>,
     /// A ring of the last bytes after the head; `tail_start` is its oldest.
@@ -292,7 +292,7 @@ impl Default for Capture {
 }
 
 impl Capture {
-    pub(super) fn with_limit(limit: usize) -> Capture {
+    pub(crate) fn with_limit(limit: usize) -> Capture {
         Capture {
             limit,
             head: Vec::new(),
@@ -302,7 +302,7 @@ impl Capture {
         }
     }
 
-    pub(super) fn push(&mut self, mut bytes: &[u8]) {
+    pub(crate) fn push(&mut self, mut bytes: &[u8]) {
         self.total += bytes.len() as u64;
         let head_room = (self.limit / 2).saturating_sub(self.head.len());
         let into_head = head_room.min(bytes.len());
@@ -328,7 +328,7 @@ impl Capture {
         }
     }
 
-    pub(super) fn finish(self) -> Captured {
+    pub(crate) fn finish(self) -> Captured {
         let mut tail = self.tail[self.tail_start..].to_vec();
         tail.extend_from_slice(&self.tail[..self.tail_start]);
         let kept = (self.head.len() + tail.len()) as u64;

@@ -28,7 +28,7 @@
 //! with the worker even on `kill -9`, and run in their own process group.
 
 mod build;
-mod job;
+pub(crate) mod job;
 mod process;
 
 use std::collections::HashMap;
@@ -431,8 +431,9 @@ impl LocalDriver {
             let first = self.first_ports.lock().unwrap().pop_front();
             let port = match first {
                 Some(port) => port,
-                None => free_port()
-                    .map_err(|e| DriverError::Infra(format!("no free port: {e}")))?,
+                None => {
+                    free_port().map_err(|e| DriverError::Infra(format!("no free port: {e}")))?
+                }
             };
             let spec = self.launch_spec(&req, &artifact_dir, Some(port)).await?;
             let mut running = process::start(&self.spawner, &spec, &sink)

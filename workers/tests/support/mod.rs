@@ -17,23 +17,37 @@ use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::{PgPool, queue};
 use sless_testkit::{TestDb, TestS3, scratch_dir};
 use sless_workers::local::{LocalDriver, LocalDriverConfig};
-use sless_workers::{Reconciler, Worker, WorkerConfig};
+use sless_workers::{Driver, Reconciler, Worker, WorkerConfig};
 
-pub struct Harness {
+pub struct Harness<D = LocalDriver> {
     pub db: TestDb,
     pub s3: TestS3,
     pub blobs: BlobStore,
-    pub driver: Arc<LocalDriver>,
-    pub worker: Worker<LocalDriver>,
+    pub driver: Arc<D>,
+    pub worker: Worker<D>,
 }
 
 impl Harness {
     pub async fn new() -> Harness {
-        let db = TestDb::new().await;
         let s3 = TestS3::new().await;
-        let blobs = s3.blobs();
         let driver =
             Arc::new(LocalDriver::new(LocalDriverConfig::new(scratch_dir("driver"))).unwrap());
+        Harness::with_driver(s3, driver).await
+    }
+
+    pub fn key(name: &str) -> FunctionKey {
+        FunctionKey::new(
+            Namespace::parse("sless-test").unwrap(),
+            FunctionName::parse(name).unwrap(),
+        )
+    }
+}
+
+impl<D: Driver> Harness<D> {
+    /// A harness whose worker runs functions with `driver`.
+    pub async fn with_driver(s3: TestS3, driver: Arc<D>) -> Harness<D> {
+        let db = TestDb::new().await;
+        let blobs = s3.blobs();
         let config = WorkerConfig {
             lease: Duration::from_secs(30),
             backoff: queue::Backoff {
@@ -59,13 +73,6 @@ impl Harness {
             driver,
             worker,
         }
-    }
-
-    pub fn key(name: &str) -> FunctionKey {
-        FunctionKey::new(
-            Namespace::parse("sless-test").unwrap(),
-            FunctionName::parse(name).unwrap(),
-        )
     }
 
     pub async fn append(&self, key: &FunctionKey, events: &[FunctionEvent], reconcile: bool) {

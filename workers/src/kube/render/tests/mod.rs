@@ -55,6 +55,7 @@ fn build_request(key: FunctionKey) -> BuildRequest {
         context_sha256: SHA.to_owned(),
         context_key: format!("blobs/contexts/{SHA}.tar.gz"),
         context: Vec::new(),
+        built: None,
     }
 }
 

@@ -1,0 +1,117 @@
+//! The driver a process runs functions with, chosen by `SLESS_DRIVER`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use sless_domain::FunctionKey;
+use sless_store::blobs::BlobStore;
+use sless_workers::Driver;
+use sless_workers::driver::{
+    Artifact, BuildRequest, CronRequest, DeployRequest, Deployment, DriverError, JobOutput,
+    JobRequest,
+};
+use sless_workers::kube::KubeDriver;
+use sless_workers::local::{LocalDriver, LocalDriverConfig};
+
+use crate::config::{self, DriverKind};
+
+/// The local driver (processes on this machine) or the Kubernetes one.
+pub enum AnyDriver {
+    Local(Box<LocalDriver>),
+    Kubernetes(KubeDriver),
+}
+
+impl AnyDriver {
+    /// The driver `SLESS_DRIVER` names; the local one keeps its builds and
+    /// logs below `data_dir`.
+    pub async fn from_env(data_dir: &Path, blobs: &BlobStore) -> anyhow::Result<Arc<AnyDriver>> {
+        let driver = match config::driver()? {
+            DriverKind::Local => {
+                let mut cfg = LocalDriverConfig::new(data_dir.join("local"));
+                cfg.python = config::python();
+                AnyDriver::Local(Box::new(
+                    LocalDriver::new(cfg).context("preparing the local driver")?,
+                ))
+            }
+            DriverKind::Kubernetes => {
+                let settings = config::kube()?;
+                let driver = KubeDriver::connect(settings, blobs.clone())
+                    .await
+                    .map_err(anyhow::Error::msg)?;
+                AnyDriver::Kubernetes(driver)
+            }
+        };
+        Ok(Arc::new(driver))
+    }
+
+    /// Stops what this process started (local processes); functions on a
+    /// cluster keep running.
+    pub async fn shutdown(&self) {
+        if let AnyDriver::Local(d) = self {
+            d.shutdown().await;
+        }
+    }
+}
+
+impl Driver for AnyDriver {
+    async fn build(&self, req: BuildRequest) -> Result<Artifact, DriverError> {
+        match self {
+            AnyDriver::Local(d) => d.build(req).await,
+            AnyDriver::Kubernetes(d) => d.build(req).await,
+        }
+    }
+
+    async fn deploy(&self, req: DeployRequest) -> Result<Deployment, DriverError> {
+        match self {
+            AnyDriver::Local(d) => d.deploy(req).await,
+            AnyDriver::Kubernetes(d) => d.deploy(req).await,
+        }
+    }
+
+    async fn remove(&self, key: &FunctionKey) -> Result<(), DriverError> {
+        match self {
+            AnyDriver::Local(d) => d.remove(key).await,
+            AnyDriver::Kubernetes(d) => d.remove(key).await,
+        }
+    }
+
+    async fn stop(&self, key: &FunctionKey) -> Result<(), DriverError> {
+        match self {
+            AnyDriver::Local(d) => d.stop(key).await,
+            AnyDriver::Kubernetes(d) => d.stop(key).await,
+        }
+    }
+
+    async fn status(&self, key: &FunctionKey) -> Option<Deployment> {
+        match self {
+            AnyDriver::Local(d) => d.status(key).await,
+            AnyDriver::Kubernetes(d) => d.status(key).await,
+        }
+    }
+
+    async fn run_job(&self, req: JobRequest) -> Result<JobOutput, DriverError> {
+        match self {
+            AnyDriver::Local(d) => d.run_job(req).await,
+            AnyDriver::Kubernetes(d) => d.run_job(req).await,
+        }
+    }
+
+    fn runs_cron(&self) -> bool {
+        match self {
+            AnyDriver::Local(d) => d.runs_cron(),
+            AnyDriver::Kubernetes(d) => d.runs_cron(),
+        }
+    }
+
+    async fn sync_cron(
+        &self,
+        key: &FunctionKey,
+        triggers: Vec<CronRequest>,
+    ) -> Result<(), DriverError> {
+        match self {
+            AnyDriver::Local(d) => d.sync_cron(key, triggers).await,
+            AnyDriver::Kubernetes(d) => d.sync_cron(key, triggers).await,
+        }
+    }
+}

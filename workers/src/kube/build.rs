@@ -1,0 +1,166 @@
+//! Builds: a kaniko Job in the build namespace per (function, version,
+//! context). The context is fetched through a presigned URL kept in a
+//! Secret of the build's own (no credential in the Job spec); the image is
+//! pushed as `{registry}/{ns}-{name}:v{version}-{sha8}`.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+
+use super::Inner;
+use super::api::{self, JobEnd, infra, is_status, job_end, log_tail};
+use super::render::build::{BUILD_CONTAINER, build_job, build_secret};
+use super::render::{LABEL_BUILD, LABEL_FUNCTION, LABEL_NAMESPACE, names};
+use crate::driver::{Artifact, BuildRequest, DriverError};
+
+/// Lines of a failed build's log kept in `BuildFailed`.
+const LOG_TAIL_LINES: i64 = 60;
+
+/// How much longer than the build's own deadline the driver waits for the
+/// Job to say how it ended.
+const GRACE: Duration = Duration::from_secs(60);
+
+pub(super) async fn build(inner: &Inner, req: BuildRequest) -> Result<Artifact, DriverError> {
+    let settings = &inner.settings;
+    let image = names::image(settings, &req.key, req.version, &req.context_sha256);
+    // An image is never pushed twice under one tag: the log's earlier build
+    // of this version is the image.
+    if req.built.as_ref().is_some_and(|a| a.reference == image) {
+        return Ok(Artifact { reference: image });
+    }
+    let ns = &settings.build_namespace;
+    let name = names::build_job_name(&req.key, req.version, &req.context_sha256);
+    let jobs = Api::<Job>::namespaced(inner.client.clone(), ns);
+    let secrets = Api::<Secret>::namespaced(inner.client.clone(), ns);
+
+    let existing = jobs
+        .get_opt(&name)
+        .await
+        .map_err(infra("reading a build"))?;
+    let job = match existing {
+        Some(job) => job,
+        None => start(inner, &req, &jobs, &secrets, &name).await?,
+    };
+    let within = Duration::from_secs(settings.build_timeout_secs.into()) + GRACE;
+    let ended = match job_end(&job) {
+        Some(end) => end,
+        None => {
+            let seen = api::watch_until(&jobs, &name, within, |j| {
+                j.is_none_or(|j| job_end(j).is_some())
+            })
+            .await
+            .map_err(|e| DriverError::Infra(format!("waiting for build {ns}/{name}: {e}")))?;
+            match seen.as_ref().and_then(job_end) {
+                Some(end) => end,
+                None => {
+                    return Err(DriverError::Infra(format!(
+                        "build {ns}/{name} was deleted before it ended"
+                    )));
+                }
+            }
+        }
+    };
+    // The context's address is not needed any more.
+    api::delete(&secrets, &name)
+        .await
+        .map_err(infra("deleting a build's context secret"))?;
+    if ended.succeeded {
+        return Ok(Artifact { reference: image });
+    }
+    Err(failed(inner, &req, &name, ended).await)
+}
+
+/// Creates the kaniko Job, then the Secret with its context's address,
+/// owned by the Job so the cluster removes both together (the pod waits
+/// for the Secret if it starts first).
+async fn start(
+    inner: &Inner,
+    req: &BuildRequest,
+    jobs: &Api<Job>,
+    secrets: &Api<Secret>,
+    name: &str,
+) -> Result<Job, DriverError> {
+    let settings = &inner.settings;
+    let ttl = Duration::from_secs(settings.build_timeout_secs.into()) + GRACE;
+    let url = inner
+        .blobs
+        .presigned_get(&req.context_key, ttl)
+        .await
+        .map_err(|e| DriverError::Infra(format!("presigning the build context: {e}")))?;
+    let job = create_or_get(jobs, &build_job(settings, req)).await?;
+    // A Secret left by a build that never got this far holds an old URL.
+    api::delete(secrets, name)
+        .await
+        .map_err(infra("replacing a build's context secret"))?;
+    let mut secret = build_secret(settings, &req.key, req.version, &req.context_sha256, &url);
+    secret.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "batch/v1".to_owned(),
+        kind: "Job".to_owned(),
+        name: job.name_any(),
+        uid: job.uid().unwrap_or_default(),
+        ..OwnerReference::default()
+    }]);
+    create_or_get(secrets, &secret).await?;
+    Ok(job)
+}
+
+/// Creates `obj`, or returns the one another worker created first.
+async fn create_or_get<K>(api: &Api<K>, obj: &K) -> Result<K, DriverError>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(created) => Ok(created),
+        Err(e) if is_status(&e, 409) => api
+            .get(&obj.name_any())
+            .await
+            .map_err(infra("reading what another worker created")),
+        Err(e) if is_status(&e, 404) => Err(DriverError::Infra(format!(
+            "cannot create {}: does the build namespace exist? (it comes with deploy/, docs/kubernetes.md): {e}",
+            obj.name_any()
+        ))),
+        Err(e) => Err(infra("creating a build")(e)),
+    }
+}
+
+/// `BuildFailed`'s content: why the Job failed and the tail of kaniko's log.
+async fn failed(inner: &Inner, req: &BuildRequest, name: &str, ended: JobEnd) -> DriverError {
+    let pods = Api::<Pod>::namespaced(inner.client.clone(), &inner.settings.build_namespace);
+    let selector = format!(
+        "{LABEL_NAMESPACE}={},{LABEL_FUNCTION}={},{LABEL_BUILD}={}",
+        names::label_value(req.key.namespace.as_str()),
+        names::label_value(req.key.name.as_str()),
+        names::label_value(&names::build_tag(req.version, &req.context_sha256)),
+    );
+    let mut log_tail = String::new();
+    if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
+        // The newest attempt says most.
+        let newest = list
+            .items
+            .iter()
+            .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
+        if let Some(pod) = newest {
+            log_tail = log_tail_of(&pods, &pod.name_any()).await;
+        }
+    }
+    let why = match ended.reason.as_str() {
+        "DeadlineExceeded" => format!(
+            "the build took longer than {} s",
+            inner.settings.build_timeout_secs
+        ),
+        _ if ended.message.is_empty() => format!("build {name} failed ({})", ended.reason),
+        _ => format!("build {name} failed: {}", ended.message),
+    };
+    DriverError::Build {
+        message: why,
+        log_tail,
+    }
+}
+
+async fn log_tail_of(pods: &Api<Pod>, pod: &str) -> String {
+    log_tail(pods, pod, BUILD_CONTAINER, LOG_TAIL_LINES, false).await
+}

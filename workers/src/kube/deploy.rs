@@ -1,0 +1,279 @@
+//! Serving a function: a Deployment and a Service applied server-side; a
+//! deploy is done when the rollout is available, and failed when a pod of
+//! the new version cannot pull its image or keeps crashing, or the
+//! rollout passes its deadline.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use super::Inner;
+use super::api::{self, apply, infra, log_tail, selector};
+use super::render::function::{deployment, service};
+use super::render::pod::CONTAINER;
+use super::render::{
+    ANNOTATION_IMAGE, COMPONENT_FUNCTION, LABEL_VERSION, function_labels, names, versioned_labels,
+};
+use crate::driver::{Artifact, DeployRequest, Deployment, DriverError};
+
+/// Waiting reasons of a container that will not get better by waiting.
+const HOPELESS: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+/// Lines of a failed pod's log kept in `DeployFailed`.
+const LOG_TAIL_LINES: i64 = 60;
+
+/// How much longer than the rollout's own deadline the driver waits.
+const GRACE: Duration = Duration::from_secs(30);
+
+pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployment, DriverError> {
+    let settings = &inner.settings;
+    let ns = req.key.namespace.as_str();
+    let name = names::function_name(&req.key);
+    let image = req.artifact.reference.clone();
+    apply(
+        &Api::<Service>::namespaced(inner.client.clone(), ns),
+        &service(settings, &req.key),
+    )
+    .await
+    .map_err(infra(format_args!("service {ns}/{name}")))?;
+    let deployments = Api::<K8sDeployment>::namespaced(inner.client.clone(), ns);
+    let applied = apply(
+        &deployments,
+        &deployment(settings, &req, &image, settings.replicas),
+    )
+    .await
+    .map_err(|e| match e {
+        kube::Error::Api(s) if s.code == 422 => DriverError::Deploy {
+            message: format!("the cluster refused the deployment: {}", s.message),
+            log_tail: String::new(),
+        },
+        e => infra(format_args!("deployment {ns}/{name}"))(e),
+    })?;
+    let generation = applied.metadata.generation.unwrap_or(0);
+    let within = Duration::from_secs(settings.rollout_timeout_secs.into()) + GRACE;
+    let pods = Api::<Pod>::namespaced(inner.client.clone(), ns);
+    let version_pods = selector(&versioned_labels(&req.key, COMPONENT_FUNCTION, req.version));
+    let mut deployment_events =
+        std::pin::pin!(watcher::watch_object(deployments.clone(), &name).default_backoff());
+    let mut pod_events = std::pin::pin!(
+        watcher(
+            pods.clone(),
+            watcher::Config::default().labels(&version_pods)
+        )
+        .default_backoff()
+        .applied_objects()
+    );
+    let deadline = tokio::time::sleep(within);
+    let mut deadline = std::pin::pin!(deadline);
+    loop {
+        tokio::select! {
+            seen = deployment_events.next() => match seen {
+                Some(Ok(Some(d))) => match rollout(&d, generation, settings.replicas) {
+                    Rollout::Done => break,
+                    Rollout::Stuck(why) => {
+                        // A pod of the version usually says more.
+                        let listed = pods.list(&ListParams::default().labels(&version_pods)).await;
+                        let found = listed.ok().and_then(|l| l.items.into_iter().find_map(|p| hopeless(&p).map(|h| (p, h))));
+                        if let Some((pod, found)) = found {
+                            return Err(pod_failure(&pods, &pod, found, req.version).await);
+                        }
+                        return Err(DriverError::Deploy { message: why, log_tail: String::new() });
+                    }
+                    Rollout::Going => {}
+                },
+                Some(Ok(None)) => {
+                    return Err(DriverError::Infra(format!(
+                        "deployment {ns}/{name} was deleted during its rollout"
+                    )));
+                }
+                Some(Err(e)) => tracing::debug!(%name, "deployment watch interrupted: {e}"),
+                None => return Err(DriverError::Infra("the deployment watch ended".into())),
+            },
+            seen = pod_events.next() => match seen {
+                Some(Ok(pod)) => {
+                    if let Some(found) = hopeless(&pod) {
+                        return Err(pod_failure(&pods, &pod, found, req.version).await);
+                    }
+                }
+                Some(Err(e)) => tracing::debug!(%name, "pod watch interrupted: {e}"),
+                None => return Err(DriverError::Infra("the pod watch ended".into())),
+            },
+            () = &mut deadline => {
+                return Err(DriverError::Deploy {
+                    message: format!("the rollout did not finish within {} s", within.as_secs()),
+                    log_tail: String::new(),
+                });
+            }
+        }
+    }
+    Ok(Deployment {
+        version: req.version,
+        endpoint: names::endpoint(settings, &req.key),
+        artifact: Artifact { reference: image },
+    })
+}
+
+/// `DeployFailed`'s content for a pod that will not start: the reason,
+/// and the log of its last attempt.
+async fn pod_failure(
+    pods: &Api<Pod>,
+    pod: &Pod,
+    (reason, message): (String, String),
+    version: u32,
+) -> DriverError {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let previous = reason == "CrashLoopBackOff";
+    let log_tail = log_tail(pods, &name, CONTAINER, LOG_TAIL_LINES, previous).await;
+    DriverError::Deploy {
+        message: format!("version {version} does not start: {reason}{message}"),
+        log_tail,
+    }
+}
+
+enum Rollout {
+    Going,
+    Done,
+    Stuck(String),
+}
+
+/// Where the rollout of `generation` to `replicas` pods stands.
+fn rollout(d: &K8sDeployment, generation: i64, replicas: i32) -> Rollout {
+    let Some(status) = d.status.as_ref() else {
+        return Rollout::Going;
+    };
+    for c in status.conditions.iter().flatten() {
+        if c.type_ == "Progressing"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+        {
+            return Rollout::Stuck(format!(
+                "the rollout stopped progressing: {}",
+                c.message.clone().unwrap_or_default()
+            ));
+        }
+    }
+    let observed = status.observed_generation.unwrap_or(0) >= generation;
+    let updated = status.updated_replicas.unwrap_or(0) >= replicas;
+    let available = status.available_replicas.unwrap_or(0) >= replicas;
+    // Old pods still terminating do not count against it.
+    let only_new = status.replicas.unwrap_or(0) <= status.updated_replicas.unwrap_or(0);
+    if observed && updated && available && only_new {
+        Rollout::Done
+    } else {
+        Rollout::Going
+    }
+}
+
+/// A waiting reason of `pod` that means its version will not start.
+fn hopeless(pod: &Pod) -> Option<(String, String)> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    statuses.iter().find_map(|s| {
+        let waiting = s.state.as_ref()?.waiting.as_ref()?;
+        let reason = waiting.reason.clone()?;
+        HOPELESS.contains(&reason.as_str()).then(|| {
+            let message = waiting
+                .message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
+            (reason, message)
+        })
+    })
+}
+
+/// What serves the function, when its rollout is complete and available.
+pub(super) async fn status(inner: &Inner, key: &sless_domain::FunctionKey) -> Option<Deployment> {
+    let ns = key.namespace.as_str();
+    let d = Api::<K8sDeployment>::namespaced(inner.client.clone(), ns)
+        .get_opt(&names::function_name(key))
+        .await
+        .ok()??;
+    let replicas = d.spec.as_ref()?.replicas.unwrap_or(1);
+    if replicas == 0 {
+        return None;
+    }
+    if !matches!(
+        rollout(&d, d.metadata.generation.unwrap_or(0), replicas),
+        Rollout::Done
+    ) {
+        return None;
+    }
+    let template = d.spec.as_ref()?.template.metadata.as_ref()?;
+    let version = template.labels.as_ref()?.get(LABEL_VERSION)?.parse().ok()?;
+    let image = template
+        .annotations
+        .as_ref()?
+        .get(ANNOTATION_IMAGE)?
+        .clone();
+    Some(Deployment {
+        version,
+        endpoint: names::endpoint(&inner.settings, key),
+        artifact: Artifact { reference: image },
+    })
+}
+
+/// Scales the Deployment to zero pods; a later deploy scales it back.
+pub(super) async fn scale_to_zero(
+    inner: &Inner,
+    key: &sless_domain::FunctionKey,
+) -> Result<(), DriverError> {
+    let ns = key.namespace.as_str();
+    let name = names::function_name(key);
+    let deployments = Api::<K8sDeployment>::namespaced(inner.client.clone(), ns);
+    let patch = serde_json::json!({"spec": {"replicas": 0}});
+    match deployments
+        .patch_scale(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if api::is_status(&e, 404) => Ok(()),
+        Err(e) => Err(infra(format_args!("scaling {ns}/{name} to zero"))(e)),
+    }
+}
+
+/// Deletes everything of the function: Deployment, Service, CronJobs, the
+/// Jobs of its runs, and its builds.
+pub(super) async fn remove(
+    inner: &Inner,
+    key: &sless_domain::FunctionKey,
+) -> Result<(), DriverError> {
+    let ns = key.namespace.as_str();
+    let name = names::function_name(key);
+    let client = inner.client.clone();
+    let what = |kind: &str| format!("deleting the {kind} of {ns}/{name}");
+    api::delete(&Api::<K8sDeployment>::namespaced(client.clone(), ns), &name)
+        .await
+        .map_err(infra(what("deployment")))?;
+    api::delete(&Api::<Service>::namespaced(client.clone(), ns), &name)
+        .await
+        .map_err(infra(what("service")))?;
+    let mut of_function: BTreeMap<String, String> = function_labels(key, COMPONENT_FUNCTION);
+    of_function.remove(super::render::LABEL_COMPONENT);
+    let all = selector(&of_function);
+    api::delete_matching(&Api::<CronJob>::namespaced(client.clone(), ns), &all)
+        .await
+        .map_err(infra(what("cron jobs")))?;
+    api::delete_matching(&Api::<Job>::namespaced(client.clone(), ns), &all)
+        .await
+        .map_err(infra(what("jobs")))?;
+    api::delete_matching(
+        &Api::<Job>::namespaced(client, &inner.settings.build_namespace),
+        &all,
+    )
+    .await
+    .map_err(infra(what("builds")))?;
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! One run of a function to completion: a Job labelled
+//! `sless.dev/job=<name>`, waited for with a watch; what its pod printed
+//! (stdout and stderr together, as the pod log has them) becomes the
+//! run's output. Dropping the run deletes the Job and its pod.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, LogParams, PostParams};
+
+use super::Inner;
+use super::api::{self, infra, is_status, job_end};
+use super::render::job::run_job;
+use super::render::pod::CONTAINER;
+use super::render::{LABEL_RUN, names};
+use crate::driver::{Captured, DriverError, JOB_OUTPUT_LIMIT, JobOutput, JobRequest};
+use crate::local::job::Capture;
+
+/// Most bytes of a run's log read back.
+const LOG_READ_LIMIT: i64 = 16 * 1024 * 1024;
+
+/// How much longer than the run's timeout the driver waits for the Job to
+/// say how it ended (the pod must be scheduled and pulled first).
+const GRACE: Duration = Duration::from_secs(120);
+
+pub(super) async fn run(inner: &Inner, req: JobRequest) -> Result<JobOutput, DriverError> {
+    let ns = req.key.namespace.as_str();
+    let jobs = Api::<Job>::namespaced(inner.client.clone(), ns);
+    let job = run_job(&inner.settings, &req, &req.artifact.reference);
+    let name = job.name_any();
+    // Armed before the Job exists: a run dropped at any point leaves none.
+    let guard = DeleteOnDrop {
+        jobs: Some(jobs.clone()),
+        name: name.clone(),
+    };
+    let created = match jobs.create(&PostParams::default(), &job).await {
+        Ok(created) => created,
+        Err(e) if is_status(&e, 409) => {
+            // A run is started once: a Job of that name is left from an
+            // earlier life of the job's name. Replace it.
+            api::delete(&jobs, &name)
+                .await
+                .map_err(infra("deleting a stale job"))?;
+            api::watch_until(&jobs, &name, Duration::from_secs(60), |j| j.is_none())
+                .await
+                .map_err(|e| DriverError::Infra(format!("waiting for {ns}/{name} to go: {e}")))?;
+            jobs.create(&PostParams::default(), &job)
+                .await
+                .map_err(infra("creating a job"))?
+        }
+        Err(e) => return Err(infra("creating a job")(e)),
+    };
+    let within = req.timeout + GRACE;
+    let seen = api::watch_until(&jobs, &name, within, |j| {
+        j.is_none_or(|j| job_end(j).is_some())
+    })
+    .await
+    .map_err(|e| DriverError::Infra(format!("waiting for job {ns}/{name}: {e}")))?;
+    let Some(finished) = seen else {
+        return Err(DriverError::Infra(format!(
+            "job {ns}/{name} was deleted while it ran"
+        )));
+    };
+    let end = job_end(&finished).expect("waited for the end");
+    let pods = Api::<Pod>::namespaced(inner.client.clone(), ns);
+    let uid = created.uid().unwrap_or_default();
+    let pod = pods
+        .list(&ListParams::default().labels(&format!("{LABEL_RUN}={}", names::label_value(&name))))
+        .await
+        .map_err(infra("finding a job's pod"))?
+        .items
+        .into_iter()
+        .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
+        .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
+    let (exit_code, signal) = pod.as_ref().map(exit_of).unwrap_or((None, None));
+    let stdout = match &pod {
+        Some(pod) => read_log(&pods, &pod.name_any()).await,
+        None => Captured::default(),
+    };
+    let duration = finished
+        .status
+        .as_ref()
+        .and_then(|s| Some((s.start_time.clone()?, s.completion_time.clone())))
+        .map(|(start, done)| {
+            let now = || {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            };
+            let done = done.map_or_else(now, |t| t.0.as_millisecond());
+            Duration::from_millis(u64::try_from(done - start.0.as_millisecond()).unwrap_or(0))
+        })
+        .unwrap_or_default();
+    guard.disarm();
+    Ok(JobOutput {
+        exit_code: exit_code.or((!end.succeeded).then_some(1).filter(|_| signal.is_none())),
+        signal,
+        timed_out: end.reason == "DeadlineExceeded",
+        stdout,
+        stderr: Captured::default(),
+        duration,
+    })
+}
+
+/// How the function's container ended.
+fn exit_of(pod: &Pod) -> (Option<i32>, Option<i32>) {
+    let terminated = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|all| all.iter().find(|c| c.name == CONTAINER))
+        .and_then(|c| c.state.as_ref()?.terminated.clone());
+    match terminated {
+        Some(t) => (Some(t.exit_code), t.signal),
+        None => (None, None),
+    }
+}
+
+/// The pod's log, kept as a local run keeps its stdout.
+async fn read_log(pods: &Api<Pod>, pod: &str) -> Captured {
+    let params = LogParams {
+        container: Some(CONTAINER.to_owned()),
+        limit_bytes: Some(LOG_READ_LIMIT),
+        ..LogParams::default()
+    };
+    let text = pods.logs(pod, &params).await.unwrap_or_default();
+    let mut capture = Capture::with_limit(JOB_OUTPUT_LIMIT);
+    capture.push(text.as_bytes());
+    capture.finish()
+}
+
+/// Deletes the run's Job (and so its pod) unless the run ended: dropping
+/// the run's future cancels it.
+struct DeleteOnDrop {
+    jobs: Option<Api<Job>>,
+    name: String,
+}
+
+impl DeleteOnDrop {
+    fn disarm(mut self) {
+        self.jobs = None;
+    }
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        let Some(jobs) = self.jobs.take() else {
+            return;
+        };
+        let name = std::mem::take(&mut self.name);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                if let Err(e) = api::delete(&jobs, &name).await {
+                    tracing::warn!(job = %name, "could not delete a cancelled run: {e}");
+                }
+            });
+        }
+    }
+}
