@@ -6,6 +6,7 @@
 mod config;
 mod drivers;
 mod embedded;
+mod manifests;
 mod ops;
 mod serve;
 
@@ -86,6 +87,10 @@ enum Command {
         #[arg(long)]
         admin: bool,
     },
+    /// Write or check the Kubernetes manifests of deploy/base, which are
+    /// generated from this binary (docs/kubernetes.md).
+    #[command(hide = true)]
+    Manifests(manifests::Args),
 }
 
 /// The database an operation acts on.
@@ -109,6 +114,9 @@ pub struct ServeArgs {
 
 fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    if let Command::Manifests(args) = &cli.command {
+        return manifests::run(args);
+    }
     // An operation prints what it does itself; its long statements (a
     // replay's checksums) are expected, not worth a warning.
     let default_filter = match cli.command {
@@ -189,6 +197,7 @@ fn main() -> anyhow::Result<ExitCode> {
                     .context("an HS256 token")?;
                 println!("{token}");
             }
+            Command::Manifests(_) => unreachable!("handled before the runtime starts"),
         }
         Ok(ExitCode::SUCCESS)
     })
