@@ -23,12 +23,9 @@ use serde_json::{Value, json};
 pub const SYSTEM_NAMESPACE: &str = "sless";
 /// The namespace kaniko builds run in (`SLESS_KUBE_BUILD_NAMESPACE`).
 pub const BUILD_NAMESPACE: &str = "sless-builds";
-pub const SERVICE_ACCOUNT: &str = "sless";
+pub use sless_workers::kube::rbac::SERVICE_ACCOUNT;
 /// The dockerconfigjson Secret kaniko pushes with, in the build namespace.
 pub const REGISTRY_PUSH_SECRET: &str = "sless-registry-push";
-/// The dockerconfigjson Secret copied into tenant namespaces, in the system
-/// namespace, when `SLESS_KUBE_REGISTRY_PULL_SECRET` names it.
-pub const REGISTRY_PULL_SECRET: &str = "sless-registry-pull";
 /// The image of the binary; overlays set its registry and tag (`images:`).
 pub const IMAGE: &str = "sless";
 /// The port `sless api` listens on in its pod.

@@ -308,6 +308,20 @@ fn every_variable_the_manifests_set_is_a_setting_the_binary_reads() {
         unread.is_empty(),
         "settings the binary does not read: {unread:?}"
     );
+    // And the other way: every Kubernetes setting config.rs reads is in
+    // the table (so in the ConfigMap or the documentation).
+    let config = std::fs::read_to_string(root().join("src/config.rs")).unwrap();
+    let read: BTreeSet<&str> = config
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with("SLESS_KUBE_") && !s.contains(' '))
+        .collect();
+    let untabled: Vec<&&str> = read.iter().filter(|n| !settings.contains(**n)).collect();
+    assert!(
+        untabled.is_empty(),
+        "read by config.rs, missing from the table of settings: {untabled:?}"
+    );
 }
 
 #[test]

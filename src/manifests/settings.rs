@@ -226,7 +226,43 @@ pub const SETTINGS: &[Setting] = &[
         "SLESS_KUBE_TMP_MB",
         "64",
         Config("64"),
-        "size of a function's writable /tmp in MiB (also its ephemeral-storage limit)"
+        "size of a function's writable /tmp in MiB (its ephemeral-storage limit is this plus 64 MiB for logs)"
+    ),
+    setting!(
+        "SLESS_KUBE_FUNCTION_EGRESS",
+        "true",
+        Config("true"),
+        "whether functions may open connections out of the cluster (false: DNS only)"
+    ),
+    setting!(
+        "SLESS_KUBE_EGRESS_DENIED_CIDRS",
+        "the private ranges, 100.64.0.0/10 and 169.254.0.0/16",
+        Unset,
+        "comma-separated address ranges functions never reach, even with egress allowed"
+    ),
+    setting!(
+        "SLESS_KUBE_BUILD_CPU_REQUEST",
+        "500m",
+        Config("500m"),
+        "CPU request of a kaniko build"
+    ),
+    setting!(
+        "SLESS_KUBE_BUILD_CPU_LIMIT",
+        "2",
+        Config("2"),
+        "CPU limit of a kaniko build"
+    ),
+    setting!(
+        "SLESS_KUBE_BUILD_MEMORY_MB",
+        "2048",
+        Config("2048"),
+        "memory of a kaniko build in MiB (request and limit)"
+    ),
+    setting!(
+        "SLESS_KUBE_BUILD_EPHEMERAL_MB",
+        "10240",
+        Config("10240"),
+        "ephemeral storage of a kaniko build in MiB (its layers are written there)"
     ),
     setting!(
         "SLESS_KUBE_QUOTA_PODS",

@@ -55,6 +55,7 @@ impl Cluster {
     /// Every write the driver made was a server-side apply by `sless`, or a
     /// create, delete or status-free patch.
     pub fn assert_writes_are_ours(&self) {
+        cluster::assert_rbac_allows_every_request(&self.fake);
         for r in self.fake.requests() {
             let apply = r.content_type.as_deref() == Some("application/apply-patch+yaml");
             if apply {

@@ -97,4 +97,5 @@ async fn uploads_build_and_roll_out_and_a_rollback_reuses_its_image() {
     h.worker.run_once(10).await.unwrap();
     assert!(deployment().is_none());
     assert!(builds().is_empty());
+    cluster::assert_rbac_allows_every_request(&fake);
 }

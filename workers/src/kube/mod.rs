@@ -14,6 +14,7 @@ mod api;
 mod build;
 mod cron;
 mod deploy;
+pub mod rbac;
 pub mod render;
 mod run;
 pub mod settings;

@@ -12,12 +12,7 @@ use super::api::{apply, infra};
 use super::render::namespace::{tenant_labels, tenant_objects};
 use crate::driver::DriverError;
 
-/// The ServiceAccount sless runs as, in the system namespace.
-pub const SERVICE_ACCOUNT: &str = "sless";
-
-/// The ClusterRole holding what sless may do inside a tenant namespace;
-/// `ensure` binds it there (and only there) to sless's ServiceAccount.
-pub const TENANT_CLUSTER_ROLE: &str = "sless-tenant";
+pub use super::rbac::{SERVICE_ACCOUNT, TENANT_CLUSTER_ROLE};
 
 /// Applies the tenant namespace `ns` and its objects; with `again` false,
 /// only the first time this process asks.

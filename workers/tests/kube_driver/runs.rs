@@ -151,6 +151,7 @@ async fn a_job_run_reports_its_exit_and_its_pod_log() {
 
     let out = c.driver.run_job(job_req(&k, "slow")).await.unwrap();
     assert!(out.timed_out);
+    c.assert_writes_are_ours();
 }
 
 #[tokio::test]
