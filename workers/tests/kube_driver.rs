@@ -202,6 +202,24 @@ async fn a_failed_build_reports_the_reason_and_the_log_tail() {
     };
     assert!(message.contains("failed"), "{message}");
     assert!(log_tail.contains("No matching distribution"), "{log_tail}");
+
+    // Asked again (a job of that version, a rollback to it), it builds
+    // again rather than answering with the old failure.
+    c.fake
+        .complete_jobs("sless.dev/component=build", Outcome::succeeded("pushed"));
+    let again = c.driver.build(build_req(&c, &k, 1, 2).await).await;
+    assert!(again.is_ok(), "{again:?}");
+    assert_eq!(
+        c.objects(
+            "batch/v1",
+            "jobs",
+            "sless-builds",
+            "sless.dev/component=build"
+        )
+        .len(),
+        1
+    );
+    c.assert_writes_are_ours();
 }
 
 #[tokio::test]

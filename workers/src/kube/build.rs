@@ -42,6 +42,17 @@ pub(super) async fn build(inner: &Inner, req: BuildRequest) -> Result<Artifact, 
         .await
         .map_err(infra("reading a build"))?;
     let job = match existing {
+        // A build that failed earlier is tried again: the reconciler asks
+        // again only for a new request (a retried job, a rollback).
+        Some(job) if job_end(&job).is_some_and(|end| !end.succeeded) => {
+            api::delete(&jobs, &name)
+                .await
+                .map_err(infra("deleting a failed build"))?;
+            api::watch_until(&jobs, &name, GRACE, |j| j.is_none())
+                .await
+                .map_err(|e| DriverError::Infra(format!("waiting for {ns}/{name} to go: {e}")))?;
+            start(inner, &req, &jobs, &secrets, &name).await?
+        }
         Some(job) => job,
         None => start(inner, &req, &jobs, &secrets, &name).await?,
     };

@@ -20,7 +20,7 @@ mod run;
 pub mod settings;
 mod tenant;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use sless_domain::{FunctionKey, Namespace};
@@ -44,8 +44,8 @@ struct Inner {
     settings: KubeSettings,
     /// Where build contexts are; builds fetch theirs through a presigned URL.
     blobs: BlobStore,
-    /// Tenant namespaces this process has ensured already.
-    ensured: Mutex<HashSet<String>>,
+    /// Tenant namespaces this process has ensured, and when.
+    ensured: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 impl KubeDriver {
@@ -55,7 +55,7 @@ impl KubeDriver {
                 client,
                 settings,
                 blobs,
-                ensured: Mutex::new(HashSet::new()),
+                ensured: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -81,7 +81,7 @@ impl KubeDriver {
         tenant::ensure(&self.inner, ns, true).await
     }
 
-    /// Like [`KubeDriver::ensure_namespace`], but once per process.
+    /// Like [`KubeDriver::ensure_namespace`], but at most every ten minutes.
     async fn ensured(&self, ns: &Namespace) -> Result<(), DriverError> {
         tenant::ensure(&self.inner, ns, false).await
     }

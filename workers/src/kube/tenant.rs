@@ -14,10 +14,21 @@ use crate::driver::DriverError;
 
 pub use super::rbac::{SERVICE_ACCOUNT, TENANT_CLUSTER_ROLE};
 
+/// How long a process trusts that a namespace it ensured is still as it
+/// left it (someone may delete it, or change its policies).
+const ENSURE_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Applies the tenant namespace `ns` and its objects; with `again` false,
-/// only the first time this process asks.
+/// only when this process has not done so in the last
+/// [`ENSURE_AGAIN_AFTER`].
 pub(super) async fn ensure(inner: &Inner, ns: &Namespace, again: bool) -> Result<(), DriverError> {
-    if !again && inner.ensured.lock().unwrap().contains(ns.as_str()) {
+    let fresh = inner
+        .ensured
+        .lock()
+        .unwrap()
+        .get(ns.as_str())
+        .is_some_and(|at| at.elapsed() < ENSURE_AGAIN_AFTER);
+    if !again && fresh {
         return Ok(());
     }
     let objects = tenant_objects(&inner.settings, ns);
@@ -57,7 +68,11 @@ pub(super) async fn ensure(inner: &Inner, ns: &Namespace, again: bool) -> Result
     ) {
         copy_pull_secret(inner, source, ns, copy).await?;
     }
-    inner.ensured.lock().unwrap().insert(ns.as_str().to_owned());
+    inner
+        .ensured
+        .lock()
+        .unwrap()
+        .insert(ns.as_str().to_owned(), std::time::Instant::now());
     Ok(())
 }
 
