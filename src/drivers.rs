@@ -11,7 +11,7 @@ use sless_workers::driver::{
     Artifact, BuildRequest, CronRequest, DeployRequest, Deployment, DriverError, JobOutput,
     JobRequest,
 };
-use sless_workers::kube::KubeDriver;
+use sless_workers::kube::{CronRunRecorder, KubeDriver};
 use sless_workers::local::{LocalDriver, LocalDriverConfig};
 
 use crate::config::{self, DriverKind};
@@ -43,6 +43,15 @@ impl AnyDriver {
             }
         };
         Ok(Arc::new(driver))
+    }
+
+    /// What records the runs of the driver's own cron (CronJobs), for a
+    /// driver that has one.
+    pub fn cron_run_recorder(&self, pool: &sless_store::PgPool) -> Option<CronRunRecorder> {
+        match self {
+            AnyDriver::Local(_) => None,
+            AnyDriver::Kubernetes(d) => Some(d.cron_run_recorder(pool.clone())),
+        }
     }
 
     /// Stops what this process started (local processes); functions on a

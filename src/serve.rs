@@ -5,16 +5,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::drivers::AnyDriver;
 use anyhow::Context;
 use serde_json::json;
 use sless_api::{AppState, Auth};
 use sless_domain::Namespace;
 use sless_store::PgPool;
 use sless_store::blobs::BlobStore;
-use sless_workers::{Reconciler, Worker};
+use sless_workers::{Driver, Reconciler, Worker};
 use tokio::sync::watch;
 
+use crate::drivers::AnyDriver;
 use crate::{config, embedded};
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -114,7 +114,7 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> any
         on_start: None,
     };
     let worker = tokio::spawn(worker.run(stop.clone()));
-    let scheduler = tokio::spawn(config::scheduler(pool.clone())?.run(stop.clone()));
+    let scheduler = cron(&driver, &pool, &stop)?;
     // Processes did not survive the last stop: converge everything again.
     sless_store::queue::enqueue_reconcile_all(&pool).await?;
 
@@ -239,7 +239,7 @@ pub async fn worker(data_dir: PathBuf) -> anyhow::Result<()> {
         on_start: None,
     };
     let (tx, rx) = watch::channel(false);
-    let scheduler = tokio::spawn(config::scheduler(pool.clone())?.run(rx.clone()));
+    let scheduler = cron(&driver, &pool, &rx)?;
     let task = tokio::spawn(worker.run(rx));
     stop_signal().await;
     let _ = tx.send(true);
@@ -247,6 +247,23 @@ pub async fn worker(data_dir: PathBuf) -> anyhow::Result<()> {
     let _ = scheduler.await;
     driver.shutdown().await;
     Ok(())
+}
+
+/// What fires cron triggers: sless's scheduler, or for a driver that runs
+/// them itself (CronJobs), what records their runs.
+fn cron(
+    driver: &AnyDriver,
+    pool: &PgPool,
+    stop: &watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    if driver.runs_cron()
+        && let Some(recorder) = driver.cron_run_recorder(pool)
+    {
+        return Ok(tokio::spawn(recorder.run(stop.clone())));
+    }
+    Ok(tokio::spawn(
+        config::scheduler(pool.clone())?.run(stop.clone()),
+    ))
 }
 
 /// The read models, and the version manifests in S3.

@@ -3,9 +3,10 @@
 //!
 //! Commands fold the trigger's stream (`trigger/{ns}/{name}`), decide
 //! (`sless_domain::trigger::decide`) and append, as functions' do. An http
-//! trigger decides whether its function is served, so creating, toggling
-//! or deleting one also asks for a reconcile of the function, in the same
-//! transaction. Queries read the `triggers` read model, and the log when
+//! trigger decides whether its function is served, and a cron trigger is a
+//! CronJob of the function's on a driver that runs cron itself, so
+//! creating, toggling or deleting one also asks for a reconcile of the
+//! function, in the same transaction. Queries read the `triggers` read model, and the log when
 //! the row is missing or behind it; a cron trigger's document carries its
 //! next tick and its last runs (the `jobs` read model).
 
@@ -219,8 +220,8 @@ fn new_events(ctx: &RequestContext, ns: &Namespace, events: &[TriggerEvent]) -> 
         .collect()
 }
 
-/// The command of `events`, with a reconcile of the function when the
-/// trigger is an http one (whether the function is served depends on it).
+/// The command of `events`, with a reconcile of the function (whether it
+/// is served, and its CronJobs, depend on its triggers).
 fn command_of(
     ctx: &RequestContext,
     ns: &Namespace,
@@ -229,17 +230,12 @@ fn command_of(
     spec: &TriggerSpec,
     events: &[TriggerEvent],
 ) -> Command {
-    let cmd = Command::new(
+    Command::new(
         stream.to_owned(),
         current.state.stream_version,
         new_events(ctx, ns, events),
-    );
-    match spec.kind {
-        TriggerKind::Http => {
-            cmd.reconcile(FunctionKey::new(ns.clone(), spec.function.clone()).queue_key())
-        }
-        TriggerKind::Cron => cmd,
-    }
+    )
+    .reconcile(FunctionKey::new(ns.clone(), spec.function.clone()).queue_key())
 }
 
 /// True when a commit lost a race with another command on the stream.

@@ -303,6 +303,23 @@ pub async fn http_triggers<'e>(
     ns: &Namespace,
     function: &str,
 ) -> Result<HttpTriggers> {
+    let mut found = HttpTriggers::default();
+    for spec in function_triggers(exec, ns, function).await? {
+        if spec.kind == sless_domain::trigger::TriggerKind::Http {
+            found.enabled += usize::from(spec.enabled);
+            found.names.push(spec.name.to_string());
+        }
+    }
+    Ok(found)
+}
+
+/// The triggers of `function` in `ns` that exist (enabled or not), folded
+/// from the log.
+pub async fn function_triggers<'e>(
+    exec: impl PgExecutor<'e>,
+    ns: &Namespace,
+    function: &str,
+) -> Result<Vec<sless_domain::trigger::TriggerSpec>> {
     let types: Vec<&str> = TriggerEvent::TYPES.to_vec();
     let events = sqlx::query(AssertSqlSafe(format!(
         "select {COLUMNS} from events where namespace = $1 and type = any($2)
@@ -315,15 +332,10 @@ pub async fn http_triggers<'e>(
     .into_iter()
     .map(recorded)
     .collect::<Vec<_>>();
-    let mut found = HttpTriggers::default();
+    let mut found = Vec::new();
     for stream in events.chunk_by(|a, b| a.stream == b.stream) {
         let t: Trigger = fold_stream(stream, TriggerEvent::from_stored, Trigger::evolve)?;
-        if let Some(spec) = t.spec.filter(|s| {
-            s.kind == sless_domain::trigger::TriggerKind::Http && s.function.as_str() == function
-        }) {
-            found.enabled += usize::from(spec.enabled);
-            found.names.push(spec.name.to_string());
-        }
+        found.extend(t.spec.filter(|s| s.function.as_str() == function));
     }
     Ok(found)
 }

@@ -78,7 +78,7 @@ fn output(c: Captured) -> Output {
 }
 
 /// How a run ended, for the decider.
-fn run_result(out: JobOutput) -> RunResult {
+pub(crate) fn run_result(out: JobOutput) -> RunResult {
     RunResult {
         error: match (out.timed_out, out.signal) {
             (false, Some(sig)) => Some(format!("killed by signal {sig}")),

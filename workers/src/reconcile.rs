@@ -17,7 +17,7 @@ use sless_store::blobs::BlobStore;
 use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::queue::{self, WorkItem};
 
-use crate::driver::{Artifact, BuildRequest, DeployRequest, Driver, DriverError};
+use crate::driver::{Artifact, BuildRequest, CronRequest, DeployRequest, Driver, DriverError};
 use crate::{HandlerError, HandlerResult};
 
 pub use sless_store::queue::RECONCILE_FUNCTION as KIND;
@@ -88,10 +88,54 @@ impl<D: Driver> Reconciler<D> {
             let state = load(&self.pool, &key).await?;
             match self.step(item, &key, &state).await? {
                 Some(Recorded::Done) | Some(Recorded::Stale) => continue,
-                None => return Ok(()),
+                None => return self.sync_cron(&key, &state).await,
             }
         }
         Ok(())
+    }
+
+    /// For a driver that runs cron triggers itself: makes them the
+    /// function's enabled cron triggers, running its current version (none
+    /// until that version is built).
+    async fn sync_cron(&self, key: &FunctionKey, state: &Function) -> HandlerResult<()> {
+        if !self.driver.runs_cron() {
+            return Ok(());
+        }
+        let triggers = eventlog::function_triggers(&self.pool, &key.namespace, key.name.as_str())
+            .await
+            .map_err(HandlerError::retry)?;
+        let runs = match (state.exists(), state.spec.as_ref(), state.current_version) {
+            (true, Some(spec), Some(version)) => state
+                .artifacts
+                .get(&version)
+                .map(|artifact| (spec, version, artifact.clone())),
+            _ => None,
+        };
+        let wanted = match runs {
+            None => Vec::new(),
+            Some((spec, version, artifact)) => triggers
+                .into_iter()
+                .filter(|t| t.enabled && t.kind == sless_domain::trigger::TriggerKind::Cron)
+                .filter_map(|t| {
+                    let schedule = t.schedule?;
+                    Some(CronRequest {
+                        trigger: t.name.to_string(),
+                        schedule: schedule.cron,
+                        timezone: schedule.timezone,
+                        version,
+                        runtime: spec.runtime,
+                        entrypoint: spec.entrypoint.clone(),
+                        env_vars: spec.env_vars.clone(),
+                        memory_mb: spec.memory_mb,
+                        timeout: std::time::Duration::from_secs(spec.timeout_sec.into()),
+                        artifact: Artifact {
+                            reference: artifact.clone(),
+                        },
+                    })
+                })
+                .collect(),
+        };
+        self.driver.sync_cron(key, wanted).await.map_err(infra)
     }
 
     /// Does the next thing the function needs; `None` when it has converged.

@@ -10,9 +10,12 @@ mod support;
 use std::sync::Arc;
 
 use serde_json::Value;
-use sless_domain::{FunctionEvent, Phase};
+use sless_domain::trigger::{self, Schedule, TriggerEvent, TriggerKind, TriggerSpec};
+use sless_domain::{FunctionEvent, Phase, TriggerName};
+use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_testkit::TestS3;
 use sless_testkit::kube_api::Outcome;
+use sless_workers::kube::cron_runs::Recorded;
 use support::{Harness, handler};
 
 fn image_of(deployment: &Value) -> String {
@@ -97,5 +100,179 @@ async fn uploads_build_and_roll_out_and_a_rollback_reuses_its_image() {
     h.worker.run_once(10).await.unwrap();
     assert!(deployment().is_none());
     assert!(builds().is_empty());
+    cluster::assert_rbac_allows_every_request(&fake);
+}
+
+/// Appends a trigger event and asks for a reconcile of `function`, as the
+/// API does.
+async fn trigger_event<D: sless_workers::Driver>(
+    h: &Harness<D>,
+    key: &sless_domain::FunctionKey,
+    name: &str,
+    at: u64,
+    event: TriggerEvent,
+) {
+    let stream = trigger::stream(&key.namespace, &TriggerName::parse(name).unwrap());
+    let mut tx = h.db.pool.begin().await.unwrap();
+    let new = NewEvent::trigger(&key.namespace, &event, Metadata::default());
+    eventlog::append(&mut tx, &stream, at, &[new])
+        .await
+        .unwrap();
+    sless_store::queue::enqueue_reconcile(&mut *tx, &key.queue_key())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
+    let fake = cluster::fake_cluster().await;
+    fake.complete_jobs("sless.dev/component=build", Outcome::succeeded("pushed"));
+    fake.roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
+    let s3 = TestS3::new().await;
+    let driver = Arc::new(cluster::driver(&fake, s3.blobs()));
+    let h = Harness::with_driver(s3, driver.clone()).await;
+    let key = Harness::key("hello");
+    let ns = key.namespace.as_str().to_owned();
+    h.create(&key).await;
+    h.upload(&key, 1, &[("handler.py", &handler("v1"))], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+
+    let spec = TriggerSpec {
+        name: TriggerName::parse("nightly").unwrap(),
+        function: key.name.clone(),
+        kind: TriggerKind::Cron,
+        schedule: Some(Schedule {
+            cron: "0 3 * * *".into(),
+            timezone: "Europe/Paris".into(),
+        }),
+        enabled: true,
+    };
+    trigger_event(
+        &h,
+        &key,
+        "nightly",
+        0,
+        TriggerEvent::TriggerCreated { spec },
+    )
+    .await;
+    h.worker.run_once(10).await.unwrap();
+    let cronjob_path = format!("/apis/batch/v1/namespaces/{ns}/cronjobs/cron-nightly");
+    let cronjob = fake.get(&cronjob_path).expect("the trigger's CronJob");
+    assert_eq!(cronjob["spec"]["schedule"], "0 3 * * *");
+    let template = &cronjob["spec"]["jobTemplate"];
+    assert_eq!(
+        template["spec"]["template"]["spec"]["containers"][0]["image"],
+        image_of(
+            &fake
+                .get(&format!("/apis/apps/v1/namespaces/{ns}/deployments/hello"))
+                .unwrap()
+        )
+    );
+
+    // The CronJob controller starts a Job for 03:00 on 2026-12-01 (Paris).
+    let scheduled = "2026-12-01T02:00:00Z";
+    let job_path = format!("/apis/batch/v1/namespaces/{ns}/jobs/cron-nightly-29411160");
+    let mut job = template.clone();
+    job["apiVersion"] = "batch/v1".into();
+    job["kind"] = "Job".into();
+    job["metadata"]["name"] = "cron-nightly-29411160".into();
+    job["metadata"]["namespace"] = ns.clone().into();
+    job["metadata"]["annotations"] =
+        serde_json::json!({"batch.kubernetes.io/cronjob-scheduled-timestamp": scheduled});
+    let job = fake.put_object(&job_path, job);
+    let recorder = driver.cron_run_recorder(h.db.pool.clone());
+    let as_job =
+        |v: &Value| serde_json::from_value::<k8s_openapi::api::batch::v1::Job>(v.clone()).unwrap();
+    let stream = format!(
+        "cron/{ns}/nightly/{}",
+        chrono::DateTime::parse_from_rfc3339(scheduled)
+            .unwrap()
+            .timestamp()
+    );
+    // Two workers see it at once: one records it.
+    let seen = as_job(&job);
+    let (a, b) = tokio::join!(recorder.record(&seen), recorder.record(&seen));
+    let started = [a.unwrap(), b.unwrap()];
+    assert_eq!(
+        started
+            .iter()
+            .filter(|r| **r == Recorded::Started(stream.clone()))
+            .count(),
+        1,
+        "{started:?}"
+    );
+    let types = |h: &Harness<_>| {
+        let stream = stream.clone();
+        let pool = h.db.pool.clone();
+        async move {
+            eventlog::read_stream(&pool, &stream)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| e.event_type)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(types(&h).await, ["JobRequested", "JobStarted"]);
+
+    // It ends: its pod printed the result.
+    let t = "2026-12-01T02:00:07Z";
+    fake.set_pod_log(&ns, "cron-nightly-29411160-abcde", "{\"done\": 1}\n");
+    let mut pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "cron-nightly-29411160-abcde", "namespace": ns,
+            "labels": template["spec"]["template"]["metadata"]["labels"],
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "cron-nightly-29411160",
+                                 "uid": job["metadata"]["uid"], "controller": true}]},
+        "spec": template["spec"]["template"]["spec"],
+    });
+    pod["status"] = serde_json::json!({"phase": "Succeeded", "containerStatuses": [{
+        "name": "function", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": t, "finishedAt": t}}}]});
+    fake.put_object(
+        &format!("/api/v1/namespaces/{ns}/pods/cron-nightly-29411160-abcde"),
+        pod,
+    );
+    let done = fake
+        .set_status(
+            &job_path,
+            serde_json::json!({"startTime": scheduled, "completionTime": t, "succeeded": 1,
+                "conditions": [{"type": "Complete", "status": "True", "reason": "CompletionsReached"}]}),
+        )
+        .unwrap();
+    assert_eq!(
+        recorder.record(&as_job(&done)).await.unwrap(),
+        Recorded::Finished(stream.clone())
+    );
+    assert_eq!(
+        recorder.record(&as_job(&done)).await.unwrap(),
+        Recorded::Nothing
+    );
+    assert_eq!(
+        types(&h).await,
+        ["JobRequested", "JobStarted", "JobSucceeded"]
+    );
+    let finished = eventlog::read_stream(&h.db.pool, &stream).await.unwrap();
+    let stdout = &finished[2].data["stdout"]["text"];
+    assert_eq!(stdout, "{\"done\": 1}\n", "{:?}", finished[2].data);
+    let origins: Vec<String> = sqlx::query_scalar("select origin from invocations")
+        .fetch_all(&h.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(origins, ["cron"]);
+
+    // Disabled: the CronJob goes.
+    trigger_event(
+        &h,
+        &key,
+        "nightly",
+        1,
+        TriggerEvent::TriggerToggled { enabled: false },
+    )
+    .await;
+    h.worker.run_once(10).await.unwrap();
+    assert!(fake.get(&cronjob_path).is_none());
     cluster::assert_rbac_allows_every_request(&fake);
 }

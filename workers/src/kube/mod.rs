@@ -13,6 +13,7 @@
 mod api;
 mod build;
 mod cron;
+pub mod cron_runs;
 mod deploy;
 pub mod rbac;
 pub mod render;
@@ -30,6 +31,7 @@ use crate::driver::{
     Artifact, BuildRequest, CronRequest, DeployRequest, Deployment, Driver, DriverError, JobOutput,
     JobRequest,
 };
+pub use cron_runs::CronRunRecorder;
 pub use settings::{KubeSettings, TenantQuota};
 pub use tenant::{SERVICE_ACCOUNT, TENANT_CLUSTER_ROLE};
 
@@ -67,6 +69,11 @@ impl KubeDriver {
             .await
             .map_err(|e| format!("connecting to Kubernetes: {e}"))?;
         Ok(KubeDriver::new(client, settings, blobs))
+    }
+
+    /// What records the runs of this driver's CronJobs in the log.
+    pub fn cron_run_recorder(&self, pool: sless_store::PgPool) -> CronRunRecorder {
+        CronRunRecorder::new(pool, self.inner.client.clone())
     }
 
     pub fn settings(&self) -> &KubeSettings {
@@ -114,12 +121,9 @@ impl Driver for KubeDriver {
         run::run(&self.inner, req).await
     }
 
-    /// Not yet: a tick fired by a CronJob must be recorded in the log like
-    /// one sless fires, and nothing watches CronJob runs yet. Until then
-    /// sless's scheduler fires cron triggers and each tick runs as a Job
-    /// ([`Driver::run_job`]); [`Driver::sync_cron`] is ready for the switch.
+    /// Cron triggers are CronJobs; [`CronRunRecorder`] records their runs.
     fn runs_cron(&self) -> bool {
-        false
+        true
     }
 
     async fn sync_cron(

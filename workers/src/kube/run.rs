@@ -105,7 +105,7 @@ pub(super) async fn run(inner: &Inner, req: JobRequest) -> Result<JobOutput, Dri
 }
 
 /// How the function's container ended.
-fn exit_of(pod: &Pod) -> (Option<i32>, Option<i32>) {
+pub(super) fn exit_of(pod: &Pod) -> (Option<i32>, Option<i32>) {
     let terminated = pod
         .status
         .as_ref()

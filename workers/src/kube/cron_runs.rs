@@ -1,0 +1,339 @@
+//! Runs of CronJobs, recorded in the log like the runs sless's own
+//! scheduler fires: a Job a CronJob of sless started becomes `JobRequested`
+//! and `JobStarted` on the tick's stream `cron/{ns}/{trigger}/{unix}`, and,
+//! once it ends, `JobSucceeded` or `JobFailed` with its pod's log, and an
+//! invocation record with origin `cron`.
+//!
+//! Every worker process watches; appends that expect the stream's version
+//! make any number of them record each run once.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use futures_util::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, LogParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use sless_domain::job::{self, CronTick, Job as JobState, JobCommand, JobStatus};
+use sless_domain::trigger::{self, TriggerKind};
+use sless_domain::{FunctionName, Namespace, TriggerName};
+use sless_store::PgPool;
+use sless_store::eventlog::{self, Metadata, NewEvent};
+use sless_store::invocations::{self, Invocation};
+use tokio::sync::watch;
+
+use super::api::{JobEnd, job_end};
+use super::render::pod::CONTAINER;
+use super::render::{
+    COMPONENT_CRON, LABEL_COMPONENT, LABEL_FUNCTION, LABEL_TRIGGER, LABEL_VERSION,
+};
+use crate::driver::{Captured, JOB_OUTPUT_LIMIT, JobOutput};
+use crate::local::job::Capture;
+
+/// The annotation the CronJob controller puts on each Job it starts.
+pub const SCHEDULED_AT: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
+
+/// How often the set of namespaces to watch is looked at again.
+const NAMESPACES_EVERY: Duration = Duration::from_secs(30);
+
+/// What [`CronRunRecorder::record`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// Not a run of sless's CronJobs, or nothing new.
+    Nothing,
+    /// The run's request and start were appended.
+    Started(String),
+    /// Its end was appended.
+    Finished(String),
+}
+
+/// Records the runs of sless's CronJobs in the log.
+#[derive(Clone)]
+pub struct CronRunRecorder {
+    pool: PgPool,
+    client: kube::Client,
+}
+
+impl CronRunRecorder {
+    pub fn new(pool: PgPool, client: kube::Client) -> CronRunRecorder {
+        CronRunRecorder { pool, client }
+    }
+
+    /// Records what `job` says that the log does not know yet. Idempotent.
+    pub async fn record(&self, job: &Job) -> Result<Recorded, String> {
+        let labels = job.labels();
+        if labels.get(LABEL_COMPONENT).map(String::as_str) != Some(COMPONENT_CRON) {
+            return Ok(Recorded::Nothing);
+        }
+        let parsed = (|| {
+            let ns = Namespace::parse(job.namespace()?.as_str()).ok()?;
+            let trigger = TriggerName::parse(labels.get(LABEL_TRIGGER)?).ok()?;
+            let function = FunctionName::parse(labels.get(LABEL_FUNCTION)?).ok()?;
+            let version: u32 = labels.get(LABEL_VERSION)?.parse().ok()?;
+            Some((ns, trigger, function, version))
+        })();
+        let Some((ns, trigger_name, function, version)) = parsed else {
+            return Ok(Recorded::Nothing);
+        };
+        let at = scheduled_at(job);
+        let stream = job::cron_stream(&ns, &trigger_name, at);
+        let err = |e: sless_store::Error| e.to_string();
+        let mut state = eventlog::load_job(&self.pool, &stream).await.map_err(err)?;
+        let mut recorded = Recorded::Nothing;
+        if !state.exists() {
+            let t = eventlog::load_trigger(&self.pool, &trigger::stream(&ns, &trigger_name))
+                .await
+                .map_err(err)?;
+            let Some(schedule) = t
+                .spec
+                .filter(|s| s.kind == TriggerKind::Cron)
+                .and_then(|s| s.schedule)
+            else {
+                return Ok(Recorded::Nothing); // the trigger is gone
+            };
+            let timeout_sec = job
+                .spec
+                .as_ref()
+                .and_then(|s| s.active_deadline_seconds)
+                .and_then(|s| u32::try_from(s).ok())
+                .unwrap_or(0);
+            let commands = [
+                JobCommand::Request {
+                    function,
+                    version,
+                    input: serde_json::Value::Null,
+                    timeout_sec,
+                    cron: Some(CronTick {
+                        trigger: trigger_name.clone(),
+                        schedule: schedule.cron,
+                        timezone: schedule.timezone,
+                        scheduled_at: at,
+                        missed: 0,
+                    }),
+                },
+                JobCommand::Start { attempt: 1 },
+            ];
+            if !self.append(&ns, &stream, &state, &commands).await? {
+                return Ok(Recorded::Nothing); // another worker was first
+            }
+            state = eventlog::load_job(&self.pool, &stream).await.map_err(err)?;
+            recorded = Recorded::Started(stream.clone());
+        }
+        let Some(end) = job_end(job) else {
+            return Ok(recorded);
+        };
+        if state.status != JobStatus::Running || state.attempt != Some(1) {
+            return Ok(recorded);
+        }
+        let output = self.output(job, &end).await;
+        let result = crate::jobs::run_result(output);
+        let status = if result.exit_code == Some(0) && !result.timed_out && result.error.is_none() {
+            200
+        } else {
+            500
+        };
+        let record = Invocation {
+            id: invocations::id_for(Utc::now()),
+            namespace: ns.to_string(),
+            function: state
+                .request
+                .as_ref()
+                .map(|r| r.function.to_string())
+                .unwrap_or_default(),
+            version: state.request.as_ref().map(|r| r.version),
+            started_at: at,
+            duration: Duration::from_millis(result.duration_ms),
+            status,
+            bytes_in: 0,
+            bytes_out: result.stdout.bytes + result.stderr.bytes,
+            cold: true,
+            error: (status != 200).then(|| {
+                if result.timed_out {
+                    "timed out".to_owned()
+                } else {
+                    format!("exit code {:?}", result.exit_code)
+                }
+            }),
+            request_id: format!("cronjob-{}", job.name_any()),
+            origin: "cron".to_owned(),
+            run: Some(stream.clone()),
+        };
+        let finish = [JobCommand::Finish { attempt: 1, result }];
+        if !self.append(&ns, &stream, &state, &finish).await? {
+            return Ok(recorded);
+        }
+        if let Err(e) = invocations::insert(&self.pool, &[record]).await {
+            tracing::warn!(error = %e, "recording a cron run as an invocation failed");
+        }
+        Ok(Recorded::Finished(stream))
+    }
+
+    /// Appends what `commands` decide, in order, expecting the stream where
+    /// `state` left it; false when another writer came first.
+    async fn append(
+        &self,
+        ns: &Namespace,
+        stream: &str,
+        state: &JobState,
+        commands: &[JobCommand],
+    ) -> Result<bool, String> {
+        let mut next = state.clone();
+        let mut events = Vec::new();
+        for c in commands {
+            let new = job::decide(&next, c.clone()).map_err(|e| e.to_string())?;
+            next = new.iter().fold(next, |s, e| s.evolve(e));
+            events.extend(new);
+        }
+        if events.is_empty() {
+            return Ok(false);
+        }
+        let metadata = Metadata {
+            actor: "system:cronjob".into(),
+            ..Default::default()
+        };
+        let new: Vec<NewEvent> = events
+            .iter()
+            .map(|e| NewEvent::job(ns, e, metadata.clone()))
+            .collect();
+        let mut tx = self.pool.begin().await.map_err(|e| e.to_string())?;
+        match eventlog::append(&mut tx, stream, state.stream_version, &new).await {
+            Ok(_) => {}
+            Err(sless_store::Error::Conflict { .. }) => return Ok(false),
+            Err(e) => return Err(e.to_string()),
+        }
+        tx.commit().await.map_err(|e| e.to_string())?;
+        Ok(true)
+    }
+
+    /// How the run's pod ended and what it printed.
+    async fn output(&self, job: &Job, end: &JobEnd) -> JobOutput {
+        let ns = job.namespace().unwrap_or_default();
+        let pods = Api::<Pod>::namespaced(self.client.clone(), &ns);
+        let uid = job.uid().unwrap_or_default();
+        let trigger = job.labels().get(LABEL_TRIGGER).cloned().unwrap_or_default();
+        let pod = pods
+            .list(&ListParams::default().labels(&format!("{LABEL_TRIGGER}={trigger}")))
+            .await
+            .ok()
+            .and_then(|l| {
+                l.items
+                    .into_iter()
+                    .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
+                    .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0))
+            });
+        let (exit_code, signal) = pod
+            .as_ref()
+            .map(super::run::exit_of)
+            .unwrap_or((None, None));
+        let stdout = match &pod {
+            Some(p) => {
+                let params = LogParams {
+                    container: Some(CONTAINER.to_owned()),
+                    limit_bytes: Some(16 * 1024 * 1024),
+                    ..LogParams::default()
+                };
+                let text = pods.logs(&p.name_any(), &params).await.unwrap_or_default();
+                let mut capture = Capture::with_limit(JOB_OUTPUT_LIMIT);
+                capture.push(text.as_bytes());
+                capture.finish()
+            }
+            None => Captured::default(),
+        };
+        let status = job.status.as_ref();
+        let millis =
+            |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0.as_millisecond();
+        let duration = status
+            .and_then(|s| {
+                Some((
+                    millis(s.start_time.as_ref()?),
+                    millis(s.completion_time.as_ref()?),
+                ))
+            })
+            .map(|(a, b)| Duration::from_millis(u64::try_from(b - a).unwrap_or(0)))
+            .unwrap_or_default();
+        JobOutput {
+            exit_code: exit_code.or((!end.succeeded && signal.is_none()).then_some(1)),
+            signal,
+            timed_out: end.reason == "DeadlineExceeded",
+            stdout,
+            stderr: Captured::default(),
+            duration,
+        }
+    }
+
+    /// Watches the Jobs of every namespace with a cron trigger and records
+    /// their runs, until `shutdown`.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let mut watched: HashSet<String> = HashSet::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            match namespaces_with_cron(&self.pool).await {
+                Ok(all) => {
+                    for ns in all {
+                        if watched.insert(ns.clone()) {
+                            let me = self.clone();
+                            tasks.spawn(async move { me.watch(ns).await });
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "listing namespaces with cron triggers"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(NAMESPACES_EVERY) => {}
+                _ = shutdown.wait_for(|s| *s) => break,
+            }
+        }
+        tasks.abort_all();
+    }
+
+    async fn watch(self, ns: String) {
+        let jobs = Api::<Job>::namespaced(self.client.clone(), &ns);
+        let selector = format!("{LABEL_COMPONENT}={COMPONENT_CRON}");
+        let stream = watcher(jobs, watcher::Config::default().labels(&selector))
+            .default_backoff()
+            .applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(seen) = stream.next().await {
+            match seen {
+                Ok(job) => {
+                    if let Err(e) = self.record(&job).await {
+                        tracing::warn!(%ns, job = %job.name_any(), "recording a cron run: {e}");
+                    }
+                }
+                Err(e) => tracing::debug!(%ns, "cron job watch interrupted: {e}"),
+            }
+        }
+    }
+}
+
+/// The tick a CronJob's Job is for: the controller's annotation, or else
+/// the minute the Job was created in.
+fn scheduled_at(job: &Job) -> DateTime<Utc> {
+    let annotated = job
+        .annotations()
+        .get(SCHEDULED_AT)
+        .and_then(|v| DateTime::parse_from_rfc3339(v).ok())
+        .map(|t| t.with_timezone(&Utc));
+    annotated.unwrap_or_else(|| {
+        let created = job
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second());
+        Utc.timestamp_opt(created - created.rem_euclid(60), 0)
+            .single()
+            .unwrap_or_default()
+    })
+}
+
+/// Namespaces with at least one cron trigger (the read model).
+async fn namespaces_with_cron(pool: &PgPool) -> sless_store::Result<Vec<String>> {
+    Ok(
+        sqlx::query_scalar("select distinct namespace from triggers where kind = 'cron'")
+            .fetch_all(pool)
+            .await?,
+    )
+}
