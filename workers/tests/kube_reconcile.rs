@@ -263,6 +263,51 @@ async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
         .unwrap();
     assert_eq!(origins, ["cron"]);
 
+    // Running, the recorder finds the namespace (the read model names it)
+    // and records a run it sees through its watch.
+    sqlx::query(
+        "insert into triggers (namespace, name, function, kind, schedule, timezone, enabled,
+                               active_since, stream_version, created_at, updated_at)
+         values ($1, 'nightly', 'hello', 'cron', '0 3 * * *', 'Europe/Paris', true, now(), 1, now(), now())",
+    )
+    .bind(&ns)
+    .execute(&h.db.pool)
+    .await
+    .unwrap();
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(recorder.clone().run(stop));
+    let next = "2026-12-02T02:00:00Z";
+    let mut second = template.clone();
+    second["apiVersion"] = "batch/v1".into();
+    second["kind"] = "Job".into();
+    second["metadata"]["name"] = "cron-nightly-29412600".into();
+    second["metadata"]["namespace"] = ns.clone().into();
+    second["metadata"]["annotations"] =
+        serde_json::json!({"batch.kubernetes.io/cronjob-scheduled-timestamp": next});
+    fake.put_object(
+        &format!("/apis/batch/v1/namespaces/{ns}/jobs/cron-nightly-29412600"),
+        second,
+    );
+    let next_stream = format!(
+        "cron/{ns}/nightly/{}",
+        chrono::DateTime::parse_from_rfc3339(next)
+            .unwrap()
+            .timestamp()
+    );
+    sless_testkit::eventually(
+        "the running recorder to record the next tick",
+        std::time::Duration::from_secs(20),
+        || async {
+            let events = eventlog::read_stream(&h.db.pool, &next_stream)
+                .await
+                .unwrap();
+            (events.len() == 2).then_some(())
+        },
+    )
+    .await;
+    stop_tx.send(true).unwrap();
+    running.await.unwrap();
+
     // Disabled: the CronJob goes.
     trigger_event(
         &h,
