@@ -1,0 +1,431 @@
+//! Running processes that sless does not trust (functions, jobs and their
+//! builds) or that must not run as root (the embedded PostgreSQL) on one
+//! machine.
+//!
+//! A [`Jail`] describes one process: who it runs as, what it sees of the
+//! file system, its environment and its limits. [`Sandbox::prepare`] turns
+//! it into a command that runs it under bubblewrap (`bwrap`, the sandbox of
+//! Flatpak): bwrap runs as root, builds a mount namespace that holds only
+//! what the jail names (a read-only system, the jail's own directories, a
+//! bounded private `/tmp`), a PID, IPC and UTS namespace, installs a seccomp
+//! filter, and runs `setpriv` (util-linux), which drops to the jail's
+//! unprivileged uid and gid with no supplementary groups, no capabilities
+//! in any set and `no_new_privs`, then runs the program. Everything the
+//! program starts lives in the jail's PID namespace, so it ends when the
+//! program does (or when bwrap is killed: `--die-with-parent`), daemons and
+//! double forks included.
+//!
+//! Limits go into a cgroup of the jail's own where the machine lets sless
+//! write the cgroup tree ([`cgroup`]), else into resource limits of the
+//! process (`RLIMIT_DATA`, `RLIMIT_NPROC`). A file-size limit, a CPU-time
+//! limit and no core dumps are always resource limits.
+//!
+//! This crate sits at the bottom of the dependency graph: it depends on no
+//! other crate of sless.
+
+mod args;
+pub mod cgroup;
+mod exec;
+mod seccomp;
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+
+pub use cgroup::{Cgroup, LimitsMechanism};
+pub use exec::{Pending, Prepared, Sandboxed};
+
+/// The Debian package that has `bwrap`.
+pub const BUBBLEWRAP_PACKAGE: &str = "bubblewrap";
+/// The environment variable that names the sandbox's owner on bwrap's own
+/// processes (never on the jailed program's): see [`Jail::owner`].
+pub const OWNER_ENV: &str = "SLESS_SANDBOX_OF";
+
+/// Why a sandbox cannot be made or used.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(
+        "{tool} not found (looked in {searched}): install the package {package} \
+         (Debian: apt-get install {package})"
+    )]
+    Missing {
+        tool: &'static str,
+        package: &'static str,
+        searched: String,
+    },
+    #[error(
+        "the sandbox runs every tenant's code as an unprivileged user of its own, which \
+         needs root; sless runs as uid {uid}"
+    )]
+    NotRoot { uid: u32 },
+    #[error("the sandbox does not work on this machine: {0}")]
+    Broken(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = SandboxError> = std::result::Result<T, E>;
+
+pub(crate) fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SandboxError {
+    let what = what.into();
+    move |source| SandboxError::Io { what, source }
+}
+
+/// Who a jailed process runs as. Never uid or gid 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Identity {
+    /// `nobody`/`nogroup` as most Linux distributions number them.
+    pub const NOBODY: Identity = Identity {
+        uid: 65534,
+        gid: 65534,
+    };
+}
+
+/// Something of the host made visible in the jail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mount {
+    /// `source` (a host path, which must exist) at `dest`, read-only.
+    ReadOnly { source: PathBuf, dest: PathBuf },
+    /// `source` at `dest`, writable (as far as the file modes let the jail's user).
+    ReadWrite { source: PathBuf, dest: PathBuf },
+    /// A read-only file at `dest` with these contents.
+    File { dest: PathBuf, contents: Vec<u8> },
+}
+
+impl Mount {
+    /// The same host path inside the jail, read-only.
+    pub fn same_path(path: impl Into<PathBuf>) -> Mount {
+        let path = path.into();
+        Mount::ReadOnly {
+            source: path.clone(),
+            dest: path,
+        }
+    }
+}
+
+/// What a jail sees of the host's system directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// For untrusted code: `/usr` and the library links, and of `/etc` only
+    /// what programs need to run and reach the network (CA certificates,
+    /// `resolv.conf`, `hosts`, the dynamic linker's cache, ...), with a
+    /// `passwd` and `group` that name the jail's user only. The program
+    /// gets a PID namespace and the seccomp filter.
+    Untrusted,
+    /// For a service of sless's own that only must not run as root (the
+    /// embedded PostgreSQL): `/usr`, the library links and the whole of
+    /// `/etc`, read-only; no PID namespace (its pids are the host's) and no
+    /// seccomp filter.
+    Service,
+}
+
+/// Limits of one jail. `None` leaves a limit as the host has it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Memory of the whole jail (its processes and what they wrote to its
+    /// `/tmp`), in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Processes (threads, as Linux counts them) at once.
+    pub processes: Option<u64>,
+    /// The largest file a process may write, in bytes (`RLIMIT_FSIZE`).
+    pub file_bytes: Option<u64>,
+    /// CPU time of each process, in seconds (`RLIMIT_CPU`: SIGXCPU, then
+    /// SIGKILL five seconds later).
+    pub cpu_secs: Option<u64>,
+}
+
+/// One process to run in a sandbox: see the crate docs.
+#[derive(Debug, Clone)]
+pub struct Jail {
+    pub identity: Identity,
+    /// The program, as a path inside the jail.
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    /// The whole environment of the program.
+    pub env: Vec<(String, String)>,
+    /// The working directory, inside the jail.
+    pub cwd: PathBuf,
+    pub view: View,
+    /// Host paths and files the jail sees besides its view.
+    pub mounts: Vec<Mount>,
+    /// Size of the private `/tmp` (and of `/dev/shm`), in bytes.
+    pub tmp_bytes: u64,
+    pub limits: Limits,
+    /// The signal bwrap gets when the thread that spawned it ends (the
+    /// jail then ends too: SIGKILL for untrusted code).
+    pub parent_death_signal: libc::c_int,
+    /// The signal the program itself gets when bwrap ends, for a service
+    /// that must shut down cleanly (PostgreSQL: SIGINT). Untrusted code
+    /// needs none: its PID namespace ends with bwrap.
+    pub program_death_signal: Option<libc::c_int>,
+    /// Names the jail's cgroup (`[A-Za-z0-9._-]`, other bytes become `_`).
+    pub label: String,
+    /// Set on bwrap's own processes as [`OWNER_ENV`] (readable by root
+    /// only, never given to the program), so the owner can find them.
+    pub owner: Option<String>,
+}
+
+impl Jail {
+    /// A jail for untrusted code: [`View::Untrusted`], a 64 MiB `/tmp`,
+    /// no limits yet, SIGKILL when the spawning thread ends.
+    pub fn untrusted(identity: Identity, program: impl Into<PathBuf>) -> Jail {
+        Jail {
+            identity,
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: PathBuf::from("/"),
+            view: View::Untrusted,
+            mounts: Vec::new(),
+            tmp_bytes: 64 << 20,
+            limits: Limits::default(),
+            parent_death_signal: libc::SIGKILL,
+            program_death_signal: None,
+            label: "jail".to_owned(),
+            owner: None,
+        }
+    }
+
+    /// A jail for a service of sless's own: [`View::Service`].
+    pub fn service(identity: Identity, program: impl Into<PathBuf>) -> Jail {
+        Jail {
+            view: View::Service,
+            ..Jail::untrusted(identity, program)
+        }
+    }
+}
+
+/// What bwrap is given of the host for every jail, read once.
+#[derive(Debug, Clone)]
+pub(crate) struct HostLayout {
+    /// `/bin`, `/lib`, ...: a symlink (merged `/usr`) or a directory.
+    pub top: Vec<(PathBuf, TopEntry)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TopEntry {
+    Symlink(PathBuf),
+    Directory,
+}
+
+impl HostLayout {
+    fn read() -> HostLayout {
+        let mut top = Vec::new();
+        for name in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+            let path = Path::new("/").join(name);
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(target) = std::fs::read_link(&path) {
+                        top.push((path, TopEntry::Symlink(target)));
+                    }
+                }
+                Ok(m) if m.is_dir() => top.push((path, TopEntry::Directory)),
+                _ => {}
+            }
+        }
+        HostLayout { top }
+    }
+}
+
+/// How the sandbox is set up on this machine.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxOptions {
+    /// Use resource limits even where cgroups could be used.
+    pub rlimits_only: bool,
+    /// A cgroup (a directory of a cgroup v2 tree, or of the v1 memory
+    /// hierarchy) delegated to sless, under which it creates its jails'
+    /// cgroups; `None` uses sless's own cgroup.
+    pub cgroup_parent: Option<PathBuf>,
+}
+
+struct Inner {
+    bwrap: PathBuf,
+    setpriv: PathBuf,
+    host: HostLayout,
+    cgroups: Option<cgroup::Hierarchy>,
+    seccomp: Vec<u8>,
+}
+
+/// The tools jails are made with; cheap to clone.
+#[derive(Clone)]
+pub struct Sandbox {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("bwrap", &self.inner.bwrap)
+            .field("limits", &self.limits_mechanism())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sandbox {
+    /// Finds bwrap and setpriv and the place for cgroups, with the default
+    /// options.
+    pub fn locate() -> Result<Sandbox> {
+        Sandbox::with_options(&SandboxOptions::default())
+    }
+
+    /// Finds bwrap and setpriv (on `PATH`, or in `/usr/bin`), checks that
+    /// sless runs as root, and finds where jails' cgroups can go.
+    pub fn with_options(opts: &SandboxOptions) -> Result<Sandbox> {
+        let bwrap = find_program("bwrap", BUBBLEWRAP_PACKAGE)?;
+        let setpriv = find_program("setpriv", "util-linux")?;
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        if uid != 0 {
+            return Err(SandboxError::NotRoot { uid });
+        }
+        let cgroups = if opts.rlimits_only {
+            None
+        } else {
+            match cgroup::Hierarchy::detect(opts.cgroup_parent.as_deref()) {
+                Ok(found) => found,
+                Err(why) if opts.cgroup_parent.is_some() => {
+                    return Err(SandboxError::Broken(why));
+                }
+                Err(why) => {
+                    tracing::info!("cgroups are not usable ({why}); limits are resource limits");
+                    None
+                }
+            }
+        };
+        Ok(Sandbox {
+            inner: Arc::new(Inner {
+                bwrap,
+                setpriv,
+                host: HostLayout::read(),
+                cgroups,
+                seccomp: seccomp::filter(),
+            }),
+        })
+    }
+
+    /// How memory and process limits are enforced here.
+    pub fn limits_mechanism(&self) -> LimitsMechanism {
+        self.inner
+            .cgroups
+            .as_ref()
+            .map_or(LimitsMechanism::Rlimits, cgroup::Hierarchy::mechanism)
+    }
+
+    /// The path of bwrap.
+    pub fn bwrap(&self) -> &Path {
+        &self.inner.bwrap
+    }
+
+    /// Turns `jail` into a command to spawn (see [`Prepared`]).
+    pub fn prepare(&self, jail: &Jail) -> Result<Prepared> {
+        exec::prepare(self, jail)
+    }
+
+    /// Runs a program in a jail as `nobody` with a memory and a process
+    /// limit, and checks it ran as that user, without capabilities, in a
+    /// PID namespace of its own: whether sandboxes work on this machine.
+    /// Blocking.
+    pub fn check(&self) -> Result<()> {
+        let mut jail = Jail::untrusted(Identity::NOBODY, "/bin/sh");
+        jail.args = vec![
+            "-c".into(),
+            "id -u; grep -E '^(CapEff|NoNewPrivs):' /proc/self/status; echo $$; \
+             test ! -e /root && test ! -e /home && echo hidden"
+                .into(),
+        ];
+        jail.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
+        jail.limits = Limits {
+            memory_bytes: Some(64 << 20),
+            processes: Some(16),
+            file_bytes: Some(1 << 20),
+            cpu_secs: Some(10),
+        };
+        jail.label = "check".into();
+        let Prepared {
+            mut command,
+            pending,
+        } = self.prepare(&jail)?;
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command
+            .spawn()
+            .map_err(io_error(format!("running {}", self.inner.bwrap.display())))?;
+        let _sandboxed = pending.spawned();
+        let mut out = String::new();
+        let mut err = String::new();
+        if let Some(mut s) = child.stdout.take() {
+            let _ = s.read_to_string(&mut out);
+        }
+        if let Some(mut s) = child.stderr.take() {
+            let _ = s.read_to_string(&mut err);
+        }
+        let status = child.wait().map_err(io_error("waiting for bwrap"))?;
+        let lines: Vec<&str> = out.lines().map(str::trim).collect();
+        let expected = [
+            Identity::NOBODY.uid.to_string(),
+            "CapEff:\t0000000000000000".to_owned(),
+            "NoNewPrivs:\t1".to_owned(),
+            "2".to_owned(),
+            "hidden".to_owned(),
+        ];
+        let got: Vec<String> = lines.iter().map(|l| l.replace(' ', "\t")).collect();
+        let matches = got.len() == expected.len()
+            && got
+                .iter()
+                .zip(&expected)
+                .all(|(g, e)| g.split_whitespace().eq(e.split_whitespace()));
+        if status.success() && matches {
+            return Ok(());
+        }
+        Err(SandboxError::Broken(format!(
+            "a test program in the sandbox {status}; it printed {:?} (expected {:?}){}",
+            lines,
+            expected,
+            if err.trim().is_empty() {
+                String::new()
+            } else {
+                format!("; bwrap said: {}", err.trim())
+            }
+        )))
+    }
+}
+
+/// Finds `name` on `PATH`, else in `/usr/bin` and `/bin`.
+fn find_program(name: &'static str, package: &'static str) -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut searched: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    for fixed in ["/usr/bin", "/bin", "/usr/sbin"] {
+        if !searched.iter().any(|d| d == Path::new(fixed)) {
+            searched.push(PathBuf::from(fixed));
+        }
+    }
+    for dir in &searched {
+        let candidate = dir.join(name);
+        if std::fs::metadata(&candidate).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0) {
+            return Ok(candidate);
+        }
+    }
+    Err(SandboxError::Missing {
+        tool: name,
+        package,
+        searched: searched
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":"),
+    })
+}
