@@ -252,13 +252,19 @@ fn everything_a_program_starts_ends_with_it() {
         format!(
             "import os, time\n\
              if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        \
-             os.execv('/bin/sleep', ['sleep', '300', '{marker}'])\n    os._exit(0)\n\
-             time.sleep(0.5)\nprint('parent done')"
+             os.execv('/bin/sh', ['sh', '-c', 'sleep 300; true', '{marker}'])\n    os._exit(0)\n\
+             time.sleep(0.5)\n\
+             alive = [p for p in os.listdir('/proc') if p.isdigit() and '{marker}' in open('/proc/%s/cmdline' % p).read()]\n\
+             print('parent done', len(alive) > 0)"
         )
         .into(),
     ];
     let ran = run(&s, &jail);
-    assert_eq!(ran.stdout, "parent done\n", "{}", ran.stderr);
+    assert_eq!(
+        ran.stdout, "parent done True\n",
+        "the daemon ran: {}",
+        ran.stderr
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     while !processes_mentioning(&marker).is_empty() {
         assert!(
@@ -274,8 +280,11 @@ fn everything_a_program_starts_ends_with_it() {
 fn a_jail_dies_with_the_thread_that_spawned_it() {
     let s = sandbox();
     let marker = format!("sless-jail-orphan-{}", std::process::id());
-    let jail = shell(&format!("sleep 300 {marker}; true"));
+    let mut jail = shell("sleep 300; true");
+    // `sh -c CMD NAME`: NAME is the shell's $0, in its command line.
+    jail.args.push(marker.clone().into());
     let s2 = s.clone();
+    let marker2 = marker.clone();
     let spawned = std::thread::spawn(move || {
         let Prepared {
             mut command,
@@ -287,6 +296,11 @@ fn a_jail_dies_with_the_thread_that_spawned_it() {
         let pid = sandboxed.sandbox_pid();
         // The thread ends once the program runs.
         running_as_tenant(&mut sandboxed);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while processes_mentioning(&marker2).is_empty() {
+            assert!(Instant::now() < deadline, "the program never ran");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         (pid, sandboxed, child)
     });
     let (pid, _sandboxed, mut bwrap) = spawned.join().unwrap();

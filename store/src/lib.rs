@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod queue;
 pub mod readmodel;
 pub mod retention;
+pub mod sandbox_uids;
 pub mod triggers;
 
 use std::time::Duration;

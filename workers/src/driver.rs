@@ -98,6 +98,9 @@ pub struct JobOutput {
     pub signal: Option<i32>,
     /// Whether the run was stopped for taking longer than its timeout.
     pub timed_out: bool,
+    /// `Some(memory_mb)` when the run was killed for using more memory
+    /// than its `memory_mb`.
+    pub out_of_memory: Option<u32>,
     pub stdout: Captured,
     pub stderr: Captured,
     /// From the start of the process until it was gone.

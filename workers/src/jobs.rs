@@ -80,8 +80,11 @@ fn output(c: Captured) -> Output {
 /// How a run ended, for the decider.
 pub(crate) fn run_result(out: JobOutput) -> RunResult {
     RunResult {
-        error: match (out.timed_out, out.signal) {
-            (false, Some(sig)) => Some(format!("killed by signal {sig}")),
+        error: match (out.timed_out, out.signal, out.out_of_memory) {
+            (false, _, Some(mb)) => Some(format!(
+                "killed for using more memory than its memory_mb of {mb}"
+            )),
+            (false, Some(sig), None) => Some(format!("killed by signal {sig}")),
             _ => None,
         },
         exit_code: out.exit_code,

@@ -53,12 +53,17 @@ def raises(event):
 
 
 def sleeper(event):
-    """Starts a grandchild, says who both are, then outlives any timeout."""
-    child = subprocess.Popen(["sleep", "300"])
+    """Starts a child and a daemon (double fork, new session), both named
+    by the marker, then outlives any timeout."""
     marker = event["json"]["marker"]
-    with open(marker + ".tmp", "w") as f:
-        f.write("%d %d\n" % (os.getpid(), child.pid))
-    os.replace(marker + ".tmp", marker)
+    # `sh -c CMD NAME`: NAME is the shell's $0, so it is in its command line.
+    subprocess.Popen(["sh", "-c", "sleep 300; true", marker + "-child"])
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv("/bin/sh", ["sh", "-c", "sleep 300; true", marker + "-daemon"])
+        os._exit(0)
+    print("started", flush=True)
     time.sleep(300)
 "#;
 
@@ -188,11 +193,33 @@ fn alive(pid: u32) -> bool {
     }
 }
 
-/// The pids (function, its child) the `sleeper` handler wrote to `marker`.
-fn pids(marker: &Path) -> Option<(u32, u32)> {
-    let text = std::fs::read_to_string(marker).ok()?;
-    let mut parts = text.split_whitespace().map(|p| p.parse().unwrap());
-    Some((parts.next()?, parts.next()?))
+/// The pids of processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if String::from_utf8_lossy(&raw).contains(needle) && alive(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The (child, daemon) the `sleeper` handler started with `marker`.
+fn sleeper_processes(marker: &str) -> Option<(u32, u32)> {
+    let child = processes_mentioning(&format!("{marker}-child"));
+    let daemon = processes_mentioning(&format!("{marker}-daemon"));
+    Some((*child.first()?, *daemon.first()?))
+}
+
+/// A marker no other test uses.
+fn marker(what: &str) -> String {
+    format!("sless-job-{what}-{}", uuid::Uuid::new_v4().simple())
 }
 
 async fn gone(what: &str, pid: u32) {
@@ -383,7 +410,7 @@ async fn a_run_past_its_timeout_is_stopped_with_its_children() {
     let driver = driver(dir.path());
     let k = key("slow");
     let artifact = python_function(&driver, &k).await;
-    let marker = dir.path().join("pids");
+    let marker = marker("slow");
     let mut req = job(
         &k,
         "job/sless-test/slow",
@@ -392,21 +419,21 @@ async fn a_run_past_its_timeout_is_stopped_with_its_children() {
         &artifact,
         json!({"marker": marker}),
     );
-    req.timeout = Duration::from_secs(1);
+    req.timeout = Duration::from_secs(3);
     let started = std::time::Instant::now();
     let out = driver.run_job(req).await.unwrap();
     assert!(out.timed_out, "{out:?}");
     assert_eq!(out.exit_code, None, "{out:?}");
     assert_eq!(out.signal, Some(libc::SIGTERM), "{out:?}");
-    assert!(out.duration >= Duration::from_secs(1), "{out:?}");
+    assert!(out.duration >= Duration::from_secs(3), "{out:?}");
     assert!(
-        started.elapsed() < Duration::from_secs(10),
+        started.elapsed() < Duration::from_secs(12),
         "{:?}",
         started.elapsed()
     );
     let log =
         std::fs::read_to_string(dir.path().join("logs/jobs/job/sless-test/slow.log")).unwrap();
-    assert!(log.contains("stopped after its timeout of 1s"), "{log}");
+    assert!(log.contains("stopped after its timeout of 3s"), "{log}");
     let function: u32 = log
         .split_once("started (pid ")
         .and_then(|(_, rest)| rest.split_once(')'))
@@ -414,13 +441,16 @@ async fn a_run_past_its_timeout_is_stopped_with_its_children() {
         .unwrap_or_else(|| panic!("no pid in the log: {log}"));
     gone("the function", function).await;
     // On a loaded machine the interpreter may not even have started the
-    // handler within the second; when it did, its child went with it.
-    match pids(&marker) {
-        Some((pid, child)) => {
-            assert_eq!(pid, function);
-            gone("the function's child", child).await;
-        }
-        None => eprintln!("the function was stopped before it started its child"),
+    // handler within the timeout; when it did, its child and its daemon
+    // went with it.
+    if out.stdout.text.contains("started") {
+        eventually("the child and the daemon are gone", DEADLINE, || {
+            let left = processes_mentioning(&marker);
+            async move { left.is_empty().then_some(()) }
+        })
+        .await;
+    } else {
+        eprintln!("the function was stopped before it started its child");
     }
 }
 
@@ -430,7 +460,7 @@ async fn dropping_the_run_stops_it_with_its_children() {
     let driver = driver(dir.path());
     let k = key("cancelled");
     let artifact = python_function(&driver, &k).await;
-    let marker = dir.path().join("pids");
+    let marker = marker("cancelled");
     let req = job(
         &k,
         "job/sless-test/cancelled",
@@ -443,16 +473,20 @@ async fn dropping_the_run_stops_it_with_its_children() {
         let driver = driver.clone();
         async move { driver.run_job(req).await }
     });
-    let (function, child) = eventually("the function wrote its pids", DEADLINE, || {
-        let marker = marker.clone();
-        async move { pids(&marker) }
-    })
+    let (child, daemon) = eventually(
+        "the function started its child and daemon",
+        DEADLINE,
+        || {
+            let found = sleeper_processes(&marker);
+            async move { found }
+        },
+    )
     .await;
-    assert!(alive(function) && alive(child));
+    assert!(alive(child) && alive(daemon));
     run.abort();
     assert!(run.await.unwrap_err().is_cancelled());
-    gone("the function", function).await;
     gone("the function's child", child).await;
+    gone("the function's daemon", daemon).await;
 }
 
 #[tokio::test]

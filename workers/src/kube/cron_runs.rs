@@ -258,6 +258,7 @@ impl CronRunRecorder {
             exit_code: exit_code.or((!end.succeeded && signal.is_none()).then_some(1)),
             signal,
             timed_out: end.reason == "DeadlineExceeded",
+            out_of_memory: None,
             stdout,
             stderr: Captured::default(),
             duration,

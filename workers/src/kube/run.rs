@@ -98,6 +98,7 @@ pub(super) async fn run(inner: &Inner, req: JobRequest) -> Result<JobOutput, Dri
         exit_code: exit_code.or((!end.succeeded).then_some(1).filter(|_| signal.is_none())),
         signal,
         timed_out: end.reason == "DeadlineExceeded",
+        out_of_memory: None,
         stdout,
         stderr: Captured::default(),
         duration,

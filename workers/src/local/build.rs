@@ -11,23 +11,30 @@
 
 mod go;
 
+use std::ffi::OsString;
 use std::io::{self, Write};
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use flate2::read::GzDecoder;
 use sless_domain::Runtime;
+use sless_sandbox::{Identity, Limits, Mount};
 use tar::{Archive, EntryType};
-use tokio::process::Command;
+use tokio::io::AsyncWriteExt;
 
-use super::process::{describe_exit, inherited_env, signal_group};
+use super::Jails;
+use super::process::{Spawner, describe_exit, inherited_env, signal_group};
+use super::sandbox::{self, JailParts, Launch};
 use crate::driver::{Artifact, BuildRequest, DriverError};
 
 /// Marks a finished build directory.
 pub(crate) const COMPLETE_MARKER: &str = ".complete";
 /// The compiled function of a go1.23 build, relative to the build directory.
 pub(crate) const GO_BINARY: &str = "bin/function";
+/// The build log's copy in a finished build directory.
+pub(crate) const BUILD_LOG: &str = "build.log";
 /// How long one build step (`pip install`, `npm ci`, `go build`) may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(600);
 /// How many lines of the build log a failed build reports.
@@ -36,6 +43,8 @@ const LOG_TAIL_LINES: usize = 40;
 const STALE_TMP_AGE: Duration = Duration::from_secs(30 * 60);
 /// Marks temporary build directories (`{sha}.tmp-<random>`).
 const TMP_INFIX: &str = ".tmp-";
+/// The scratch directory of a build's steps (`TMPDIR`), removed after.
+const SCRATCH: &str = ".tmp";
 
 /// The programs builds run, and where their caches live.
 #[derive(Debug, Clone)]
@@ -50,6 +59,310 @@ pub(crate) struct Toolchains {
     pub go_cache: PathBuf,
     /// npm's cache directory.
     pub npm_cache: PathBuf,
+}
+
+/// Where builds, their logs and (in jails) each namespace's caches live.
+#[derive(Debug, Clone)]
+pub(crate) struct BuildPaths {
+    /// `builds/`: `{ns}/{name}/{sha}/`.
+    pub builds: PathBuf,
+    /// `logs/builds/`: `{ns}/{name}/{sha}.log`, the log of the last attempt.
+    pub logs: PathBuf,
+    /// `tenants/`: `{ns}/cache/` of jailed builds.
+    pub tenants: PathBuf,
+}
+
+/// What runs a build's steps.
+pub(crate) struct Builder<'a> {
+    pub paths: &'a BuildPaths,
+    pub tools: &'a Toolchains,
+    pub spawner: &'a Arc<Spawner>,
+    /// `None`: steps run as sless's own user (unsafe).
+    pub jails: Option<&'a Jails>,
+}
+
+/// One build's directory, log and user: runs its steps.
+pub(crate) struct Steps<'a> {
+    builder: &'a Builder<'a>,
+    /// The build directory on the host.
+    dir: PathBuf,
+    /// The build log on the host (outside `dir`: a step may replace
+    /// anything inside it).
+    log: PathBuf,
+    /// In a jail: its user and the namespace's cache directory on the host.
+    jail: Option<(Identity, PathBuf)>,
+}
+
+impl Steps<'_> {
+    /// `relative` (below the build directory) as the steps see it.
+    pub(crate) fn path(&self, relative: &str) -> PathBuf {
+        match self.jail {
+            Some(_) => Path::new(sandbox::BUILD_DIR).join(relative),
+            None => self.dir.join(relative),
+        }
+    }
+
+    /// `relative` below the namespace's cache, as the steps see it.
+    pub(crate) fn cache(&self, relative: &str, unsafe_default: &Path) -> PathBuf {
+        match self.jail {
+            Some(_) => Path::new(sandbox::CACHE_DIR).join(relative),
+            None => unsafe_default.to_path_buf(),
+        }
+    }
+
+    /// A step: `program` in `cwd` (below the build directory) with the
+    /// common environment, the worker's variables that start with one of
+    /// `pass` (pip's, npm's, Go's proxy settings), then `env`. `roots` are
+    /// more host directories the step must see (a Go toolchain's).
+    pub(crate) fn step(
+        &self,
+        program: PathBuf,
+        args: Vec<OsString>,
+        cwd: &str,
+        pass: &[&str],
+        env: Vec<(String, String)>,
+        roots: &[PathBuf],
+    ) -> Launch {
+        let mut all = match (self.jail.as_ref(), self.builder.jails) {
+            (Some(_), Some(jails)) => {
+                let mut path = jails.toolchain.path.clone();
+                for root in roots {
+                    path = format!("{}:{path}", root.join("bin").display());
+                }
+                let mut v = vec![
+                    ("PATH".to_owned(), path),
+                    ("HOME".to_owned(), format!("{}/home", sandbox::CACHE_DIR)),
+                    ("LANG".to_owned(), "C.UTF-8".to_owned()),
+                ];
+                v.extend(
+                    inherited_env(pass)
+                        .into_iter()
+                        .filter(|(k, _)| pass.iter().any(|p| k.starts_with(p))),
+                );
+                v
+            }
+            _ => inherited_env(pass),
+        };
+        all.push((
+            "TMPDIR".to_owned(),
+            self.path(SCRATCH).to_string_lossy().into_owned(),
+        ));
+        all.extend(env);
+        let jail = match (self.jail.as_ref(), self.builder.jails) {
+            (Some((identity, cache)), Some(jails)) => {
+                let mut mounts = vec![
+                    Mount::ReadWrite {
+                        source: self.dir.clone(),
+                        dest: PathBuf::from(sandbox::BUILD_DIR),
+                    },
+                    Mount::ReadWrite {
+                        source: cache.clone(),
+                        dest: PathBuf::from(sandbox::CACHE_DIR),
+                    },
+                ];
+                mounts.extend(roots.iter().map(|r| Mount::same_path(r.clone())));
+                mounts.extend(jails.toolchain.mounts());
+                let sizes = jails.sizes;
+                Some(JailParts {
+                    sandbox: jails.sandbox.clone(),
+                    identity: *identity,
+                    mounts,
+                    limits: Limits {
+                        memory_bytes: Some(u64::from(sizes.build_memory_mb) << 20),
+                        processes: Some(u64::from(sizes.build_processes)),
+                        file_bytes: Some(u64::from(sizes.file_mb) << 20),
+                        cpu_secs: None,
+                    },
+                    tmp_bytes: u64::from(sizes.tmp_mb) << 20,
+                    label: "build".to_owned(),
+                    owner: jails.owner.clone(),
+                })
+            }
+            _ => None,
+        };
+        Launch {
+            program,
+            args,
+            env: all,
+            cwd: self.path(cwd),
+            jail,
+        }
+    }
+
+    /// Runs one step (`what`, e.g. "pip install") with its output appended
+    /// to the build log, killing it after [`STEP_TIMEOUT`].
+    pub(crate) async fn run(&self, what: &str, launch: Launch) -> Result<(), DriverError> {
+        let (stdout, stderr) = self.log_files().await?;
+        let (ok, _) = self
+            .spawn_and_wait(what, launch, Stdio::from(stdout), Stdio::from(stderr), None)
+            .await?;
+        match ok {
+            Ok(()) => Ok(()),
+            Err(message) => Err(self.failed(message).await),
+        }
+    }
+
+    /// Runs a step that answers on stdout (its stderr goes to the build
+    /// log), with `input` on its stdin; the answer, or on failure the log's tail.
+    pub(crate) async fn query(
+        &self,
+        what: &str,
+        launch: Launch,
+        input: Option<Vec<u8>>,
+    ) -> Result<String, DriverError> {
+        let (_, stderr) = self.log_files().await?;
+        let (ok, stdout) = self
+            .spawn_and_wait(what, launch, Stdio::piped(), Stdio::from(stderr), input)
+            .await?;
+        match ok {
+            Ok(()) => Ok(stdout),
+            Err(message) => Err(self.failed(message).await),
+        }
+    }
+
+    async fn log_files(&self) -> Result<(std::fs::File, std::fs::File), DriverError> {
+        let log_path = self.log.clone();
+        tokio::task::spawn_blocking(move || -> io::Result<_> {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)?;
+            let log2 = log.try_clone()?;
+            Ok((log, log2))
+        })
+        .await
+        .map_err(|e| infra("build task", e))?
+        .map_err(|e| infra("opening the build log", e))
+    }
+
+    /// Spawns a step and waits for it: `Ok(Err(message))` when it failed.
+    async fn spawn_and_wait(
+        &self,
+        what: &str,
+        launch: Launch,
+        stdout: Stdio,
+        stderr: Stdio,
+        input: Option<Vec<u8>>,
+    ) -> Result<(Result<(), String>, String), DriverError> {
+        let sandbox::Command {
+            mut command,
+            pending,
+        } = launch.command()?;
+        command
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(stdout)
+            .stderr(stderr);
+        let program = launch.program.to_string_lossy().into_owned();
+        let spawned = self.builder.spawner.spawn(command, true).await;
+        let jail = pending.map(sless_sandbox::Pending::spawned);
+        let mut child =
+            spawned.map_err(|e| infra(&format!("cannot run {program} for {what}"), e))?;
+        let pid = child.id().unwrap_or(0);
+        if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+            let _ = stdin.write_all(&input).await;
+        }
+        let mut out = String::new();
+        let stdout = child.stdout.take();
+        let reading = async {
+            if let Some(mut o) = stdout {
+                use tokio::io::AsyncReadExt;
+                let mut bytes = Vec::new();
+                let _ = o.read_to_end(&mut bytes).await;
+                out = String::from_utf8_lossy(&bytes).into_owned();
+            }
+        };
+        let waited = tokio::time::timeout(STEP_TIMEOUT, async {
+            reading.await;
+            child.wait().await
+        })
+        .await;
+        let jailed = jail.is_some();
+        let oom = jail
+            .as_ref()
+            .and_then(|j| j.cgroup.as_ref())
+            .is_some_and(|g| g.oom_kills() > 0);
+        let result = match waited {
+            Ok(Ok(status)) if status.success() => Ok(()),
+            Ok(Ok(_)) if oom => Err(format!(
+                "{what} ran out of memory (a build step may use {} MiB)",
+                self.builder.jails.map_or(0, |j| j.sizes.build_memory_mb)
+            )),
+            Ok(Ok(status)) => match status.code().filter(|c| !jailed || *c <= 128) {
+                Some(code) => Err(format!("{what} failed (exit {code})")),
+                None => Err(format!(
+                    "{what} failed: it {}",
+                    describe_exit(&status, jailed)
+                )),
+            },
+            Ok(Err(e)) => return Err(infra(&format!("waiting for {what}"), e)),
+            Err(_) => {
+                signal_group(pid, libc::SIGKILL);
+                let _ = child.wait().await;
+                Err(format!(
+                    "{what} timed out after {} s",
+                    STEP_TIMEOUT.as_secs()
+                ))
+            }
+        };
+        drop(jail);
+        Ok((result, out))
+    }
+
+    /// A failed build step, with the tail of the build log.
+    async fn failed(&self, message: String) -> DriverError {
+        let log_path = self.log.clone();
+        let log_tail = tokio::task::spawn_blocking(move || tail_of(&log_path, LOG_TAIL_LINES))
+            .await
+            .unwrap_or_default();
+        DriverError::Build { message, log_tail }
+    }
+
+    /// Appends a line of sless's own to the build log.
+    pub(crate) async fn note(&self, text: String) -> Result<(), DriverError> {
+        let log = self.log.clone();
+        tokio::task::spawn_blocking(move || append_log(&log, &text))
+            .await
+            .map_err(|e| infra("build task", e))?
+            .map_err(|e| infra("writing the build log", e))
+    }
+
+    /// Writes a file below the build directory once steps may have run in
+    /// it: as the steps' user (in a step), never following what they left.
+    pub(crate) async fn write(&self, relative: &str, contents: Vec<u8>) -> Result<(), DriverError> {
+        if self.jail.is_none() {
+            let path = self.dir.join(relative);
+            return tokio::task::spawn_blocking(move || {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                std::fs::write(&path, contents)
+            })
+            .await
+            .map_err(|e| infra("build task", e))?
+            .map_err(|e| infra("writing a build file", e));
+        }
+        let target = self.path(relative);
+        let step = self.step(
+            PathBuf::from("/bin/sh"),
+            vec![
+                "-c".into(),
+                "mkdir -p \"$(dirname \"$1\")\" && cat > \"$1\"".into(),
+                "sh".into(),
+                target.into_os_string(),
+            ],
+            "",
+            &[],
+            vec![],
+            &[],
+        );
+        self.query(&format!("writing {relative}"), step, Some(contents))
+            .await
+            .map(drop)
+    }
 }
 
 fn build_error(message: impl Into<String>) -> DriverError {
@@ -77,11 +390,9 @@ impl Drop for TmpDir {
     }
 }
 
-/// Builds `req` below `builds_dir`, or returns the earlier build of the same
-/// context.
+/// Builds `req`, or returns the earlier build of the same context.
 pub(crate) async fn build(
-    builds_dir: &Path,
-    tools: &Toolchains,
+    builder: &Builder<'_>,
     req: BuildRequest,
 ) -> Result<Artifact, DriverError> {
     let sha = &req.context_sha256;
@@ -90,31 +401,60 @@ pub(crate) async fn build(
             "context_sha256 {sha:?} is not a hex digest"
         )));
     }
-    let parent = builds_dir
-        .join(req.key.namespace.as_str())
-        .join(req.key.name.as_str());
+    let (ns, name) = (req.key.namespace.as_str(), req.key.name.as_str());
+    let parent = builder.paths.builds.join(ns).join(name);
     let final_dir = parent.join(sha);
+    let log = builder
+        .paths
+        .logs
+        .join(ns)
+        .join(name)
+        .join(format!("{sha}.log"));
     let artifact = Artifact {
         reference: final_dir.to_string_lossy().into_owned(),
     };
+    let identity = match builder.jails {
+        Some(jails) => Some(jails.tenants.identity(&req.key.namespace).await?),
+        None => None,
+    };
+    let cache = builder.paths.tenants.join(ns).join("cache");
 
     let prepared = {
-        let parent = parent.clone();
-        let final_dir = final_dir.clone();
+        let (parent, final_dir, log, cache) = (
+            parent.clone(),
+            final_dir.clone(),
+            log.clone(),
+            cache.clone(),
+        );
         let sha = sha.clone();
         let context = req.context;
-        tokio::task::spawn_blocking(move || prepare(&parent, &final_dir, &sha, &context))
-            .await
-            .map_err(|e| infra("build task", e))??
+        tokio::task::spawn_blocking(move || {
+            prepare(
+                &parent,
+                &final_dir,
+                &log,
+                &sha,
+                &context,
+                identity.map(|id| (id, cache.as_path())),
+            )
+        })
+        .await
+        .map_err(|e| infra("build task", e))??
     };
     let Some(mut tmp) = prepared else {
         return Ok(artifact); // cached
     };
+    let steps = Steps {
+        builder,
+        dir: tmp.path.clone(),
+        log: log.clone(),
+        jail: identity.map(|id| (id, cache)),
+    };
 
     let step = match req.runtime {
-        Runtime::Python311 => python_deps(&tmp.path, tools).await,
-        Runtime::Nodejs20 => node_deps(&tmp.path, tools).await,
-        Runtime::Go123 => go::build(&tmp.path, tools).await,
+        Runtime::Python311 => python_deps(&steps).await,
+        Runtime::Nodejs20 => node_deps(&steps).await,
+        Runtime::Go123 => go::build(&steps).await,
     };
     if let Err(e) = step {
         // Removing the half build is blocking work too.
@@ -124,7 +464,8 @@ pub(crate) async fn build(
 
     let final_dir2 = final_dir.clone();
     let tmp_path = tmp.path.clone();
-    tokio::task::spawn_blocking(move || finish(&tmp_path, &final_dir2))
+    let jailed = identity.is_some();
+    tokio::task::spawn_blocking(move || finish(&tmp_path, &final_dir2, &log, jailed))
         .await
         .map_err(|e| infra("build task", e))??;
     tmp.keep = true;
@@ -132,12 +473,16 @@ pub(crate) async fn build(
 }
 
 /// Returns `None` when the build exists already, else a fresh temporary
-/// directory with the context unpacked into `code/`.
+/// directory with the context unpacked into `code/` and a new log. In a
+/// jail the directory is handed to the build's user (`jail`: its identity
+/// and the namespace's cache directory, made if missing).
 fn prepare(
     parent: &Path,
     final_dir: &Path,
+    log: &Path,
     sha: &str,
     context: &[u8],
+    jail: Option<(Identity, &Path)>,
 ) -> Result<Option<TmpDir>, DriverError> {
     if final_dir.join(COMPLETE_MARKER).is_file() {
         return Ok(None);
@@ -153,11 +498,28 @@ fn prepare(
     let code = tmp.path.join("code");
     std::fs::create_dir_all(&code).map_err(|e| infra("creating the build directory", e))?;
     let files = unpack(context, &code)?;
-    append_log(
-        &tmp.path,
-        &format!("sless: unpacked {files} files of build context {sha}\n"),
+    for dir in ["deps", "bin", SCRATCH] {
+        std::fs::create_dir_all(tmp.path.join(dir))
+            .map_err(|e| infra("creating the build directory", e))?;
+    }
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| infra("creating the build log", e))?;
+    }
+    std::fs::write(
+        log,
+        format!("sless: unpacked {files} files of build context {sha}\n"),
     )
     .map_err(|e| infra("writing the build log", e))?;
+    if let Some((identity, cache)) = jail {
+        if !cache.is_dir() {
+            std::fs::create_dir_all(cache.join("home"))
+                .map_err(|e| infra("creating the namespace's build cache", e))?;
+            sandbox::hand_over(cache, Some(identity))
+                .map_err(|e| infra("handing the build cache to its user", e))?;
+        }
+        sandbox::hand_over(&tmp.path, Some(identity))
+            .map_err(|e| infra("handing the build directory to its user", e))?;
+    }
     Ok(Some(tmp))
 }
 
@@ -242,21 +604,12 @@ fn unpack(context: &[u8], dest: &Path) -> Result<usize, DriverError> {
     Ok(files)
 }
 
-fn append_log(dir: &Path, text: &str) -> io::Result<()> {
+fn append_log(log: &Path, text: &str) -> io::Result<()> {
     let mut log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(dir.join("build.log"))?;
+        .open(log)?;
     log.write_all(text.as_bytes())
-}
-
-/// Appends to the build log from async code.
-async fn log_line(dir: &Path, text: String) -> Result<(), DriverError> {
-    let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || append_log(&dir, &text))
-        .await
-        .map_err(|e| infra("build task", e))?
-        .map_err(|e| infra("writing the build log", e))
 }
 
 /// The last `n` lines of a file.
@@ -267,96 +620,47 @@ fn tail_of(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// A failed build step, with the tail of the build log.
-async fn step_failed(dir: &Path, message: String) -> DriverError {
-    let log_path = dir.join("build.log");
-    let log_tail = tokio::task::spawn_blocking(move || tail_of(&log_path, LOG_TAIL_LINES))
-        .await
-        .unwrap_or_default();
-    DriverError::Build { message, log_tail }
-}
-
 async fn is_file(path: PathBuf) -> bool {
     tokio::fs::metadata(path).await.is_ok_and(|m| m.is_file())
 }
 
-/// Runs one build step (`what`, e.g. "pip install") in its own process
-/// group with its output appended to `build.log`, killing it after
-/// [`STEP_TIMEOUT`].
-async fn run_step(dir: &Path, what: &str, mut cmd: Command) -> Result<(), DriverError> {
-    let log_path = dir.join("build.log");
-    let (stdout, stderr) = tokio::task::spawn_blocking(move || -> io::Result<_> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
-        let log2 = log.try_clone()?;
-        Ok((log, log2))
-    })
-    .await
-    .map_err(|e| infra("build task", e))?
-    .map_err(|e| infra(&format!("preparing {what}"), e))?;
-    cmd.stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .kill_on_drop(true)
-        .process_group(0);
-    let program = cmd.as_std().get_program().to_string_lossy().into_owned();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| infra(&format!("cannot run {program} for {what}"), e))?;
-    let pid = child.id().unwrap_or(0);
-
-    let message = match tokio::time::timeout(STEP_TIMEOUT, child.wait()).await {
-        Ok(Ok(status)) if status.success() => return Ok(()),
-        Ok(Ok(status)) => match status.code() {
-            Some(code) => format!("{what} failed (exit {code})"),
-            None => format!("{what} failed: it {}", describe_exit(&status)),
-        },
-        Ok(Err(e)) => return Err(infra(&format!("waiting for {what}"), e)),
-        Err(_) => {
-            signal_group(pid, libc::SIGKILL);
-            let _ = child.wait().await;
-            format!("{what} timed out after {} s", STEP_TIMEOUT.as_secs())
-        }
-    };
-    Err(step_failed(dir, message).await)
-}
-
 /// pip for `code/requirements.txt` into `deps/`, when there is one.
-async fn python_deps(dir: &Path, tools: &Toolchains) -> Result<(), DriverError> {
-    let code = dir.join("code");
-    let requirements = code.join("requirements.txt");
-    if !is_file(requirements.clone()).await {
+async fn python_deps(steps: &Steps<'_>) -> Result<(), DriverError> {
+    if !is_file(steps.dir.join("code/requirements.txt")).await {
         return Ok(());
     }
-    let deps = dir.join("deps");
-    tokio::fs::create_dir_all(&deps)
-        .await
-        .map_err(|e| infra("preparing pip", e))?;
-    let mut cmd = Command::new(&tools.python);
-    cmd.args([
+    let python = match steps.builder.jails {
+        Some(jails) if steps.jail.is_some() => jails.toolchain.python.clone(),
+        _ => PathBuf::from(&steps.builder.tools.python),
+    };
+    let mut args: Vec<OsString> = [
         "-m",
         "pip",
         "install",
         "--disable-pip-version-check",
         "--no-input",
         "-r",
-    ])
-    .arg(&requirements)
-    .arg("--target")
-    .arg(&deps)
-    .current_dir(&code)
-    .env_clear()
-    .envs(inherited_env(&["PIP_"]))
-    .env("PYTHONDONTWRITEBYTECODE", "1");
-    run_step(dir, "pip install", cmd).await
+    ]
+    .map(OsString::from)
+    .into();
+    args.push(steps.path("code/requirements.txt").into_os_string());
+    args.push("--target".into());
+    args.push(steps.path("deps").into_os_string());
+    let step = steps.step(
+        python,
+        args,
+        "code",
+        &["PIP_"],
+        vec![("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned())],
+        &[],
+    );
+    steps.run("pip install", step).await
 }
 
 /// npm for `code/package.json` into `code/node_modules`, when there is one:
 /// `npm ci` with a lockfile, else `npm install`; never the devDependencies.
-async fn node_deps(dir: &Path, tools: &Toolchains) -> Result<(), DriverError> {
-    let code = dir.join("code");
+async fn node_deps(steps: &Steps<'_>) -> Result<(), DriverError> {
+    let code = steps.dir.join("code");
     if !is_file(code.join("package.json")).await {
         return Ok(());
     }
@@ -367,22 +671,59 @@ async fn node_deps(dir: &Path, tools: &Toolchains) -> Result<(), DriverError> {
     } else {
         ("npm install", "install")
     };
-    let mut cmd = Command::new(&tools.npm);
-    cmd.args([verb, "--omit=dev", "--no-audit", "--no-fund"])
-        .current_dir(&code)
-        .env_clear()
-        .envs(inherited_env(&["NPM_CONFIG_", "npm_config_"]))
-        .env("NPM_CONFIG_CACHE", &tools.npm_cache)
-        .env("NPM_CONFIG_UPDATE_NOTIFIER", "false")
-        .env("NODE_ENV", "production");
-    run_step(dir, what, cmd).await
+    let npm = match steps.builder.jails {
+        Some(jails) if steps.jail.is_some() => jails.toolchain.npm.clone(),
+        _ => PathBuf::from(&steps.builder.tools.npm),
+    };
+    let cache = steps.cache("npm", &steps.builder.tools.npm_cache);
+    let step = steps.step(
+        npm,
+        [verb, "--omit=dev", "--no-audit", "--no-fund"]
+            .map(OsString::from)
+            .into(),
+        "code",
+        &["NPM_CONFIG_", "npm_config_"],
+        vec![
+            (
+                "NPM_CONFIG_CACHE".to_owned(),
+                cache.to_string_lossy().into_owned(),
+            ),
+            ("NPM_CONFIG_UPDATE_NOTIFIER".to_owned(), "false".to_owned()),
+            ("NODE_ENV".to_owned(), "production".to_owned()),
+        ],
+        &[],
+    );
+    steps.run(what, step).await
 }
 
-/// Marks the build complete and moves it into place.
-fn finish(tmp: &Path, final_dir: &Path) -> Result<(), DriverError> {
-    append_log(tmp, "sless: build complete\n").map_err(|e| infra("writing the build log", e))?;
-    std::fs::write(tmp.join(COMPLETE_MARKER), b"")
-        .map_err(|e| infra("marking the build complete", e))?;
+/// Takes the build back from its steps' user, copies the log in, marks
+/// the build complete and moves it into place. Nothing a step left behind
+/// is followed: the tree is handed back to root link by link, and sless's
+/// own files replace whatever has their names.
+fn finish(tmp: &Path, final_dir: &Path, log: &Path, jailed: bool) -> Result<(), DriverError> {
+    if jailed {
+        sandbox::hand_over(tmp, None).map_err(|e| infra("taking the build back", e))?;
+    }
+    let _ = std::fs::remove_dir_all(tmp.join(SCRATCH));
+    append_log(log, "sless: build complete\n").map_err(|e| infra("writing the build log", e))?;
+    for (name, contents) in [
+        (BUILD_LOG, std::fs::read(log).unwrap_or_default()),
+        (COMPLETE_MARKER, Vec::new()),
+    ] {
+        let path = tmp.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path),
+            Ok(_) => std::fs::remove_file(&path),
+            Err(_) => Ok(()),
+        }
+        .map_err(|e| infra("clearing the build's own files", e))?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(&contents))
+            .map_err(|e| infra("marking the build complete", e))?;
+    }
     for _ in 0..2 {
         match std::fs::rename(tmp, final_dir) {
             Ok(()) => return Ok(()),

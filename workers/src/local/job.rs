@@ -16,10 +16,15 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use super::{LocalDriver, build, process};
+use sless_sandbox::Mount;
+
+use super::{LocalDriver, build, process, sandbox};
 use crate::driver::{
     Captured, DeployRequest, DriverError, JOB_OUTPUT_LIMIT, JobOutput, JobRequest,
 };
+
+/// The environment variable that names the file with a job's input.
+pub(crate) const EVENT_FILE_ENV: &str = "SLESS_JOB_EVENT_FILE";
 
 /// The argument that starts a runtime wrapper in job mode.
 pub(super) const JOB_FLAG: &str = "--job";
@@ -49,8 +54,37 @@ impl LocalDriver {
             env_vars: req.env_vars.clone(),
             artifact: req.artifact.clone(),
         };
-        let spec = self
-            .launch_spec(&as_deploy, &artifact_dir, None)
+        let event = serde_json::to_vec(&req.event)
+            .map_err(|e| DriverError::Infra(format!("cannot serialise the event: {e}")))?;
+        // The input is a file: in a jail, one of its own (bwrap copies it
+        // in); else a file of the data directory, removed after the run.
+        let (event_mount, event_file) = match &self.jails {
+            Some(_) => (
+                vec![Mount::File {
+                    dest: PathBuf::from(sandbox::JOB_EVENT),
+                    contents: event.clone(),
+                }],
+                None,
+            ),
+            None => {
+                let path = self
+                    .cfg
+                    .data_dir
+                    .join("runs")
+                    .join(format!("{}.json", uuid::Uuid::new_v4().simple()));
+                let (p, bytes) = (path.clone(), event.clone());
+                tokio::task::spawn_blocking(move || {
+                    std::fs::create_dir_all(p.parent().expect("runs/ has a parent"))?;
+                    std::fs::write(&p, bytes)
+                })
+                .await
+                .map_err(|e| DriverError::Infra(format!("event task: {e}")))?
+                .map_err(|e| DriverError::Infra(format!("cannot write the job's input: {e}")))?;
+                (Vec::new(), Some(RemoveOnDrop(path)))
+            }
+        };
+        let mut spec = self
+            .launch_spec(&as_deploy, &artifact_dir, None, event_mount)
             .await
             .map_err(|e| match e {
                 DriverError::Deploy { message, .. } | DriverError::Build { message, .. } => {
@@ -58,16 +92,26 @@ impl LocalDriver {
                 }
                 infra @ DriverError::Infra(_) => infra,
             })?;
+        let event_path = match &event_file {
+            Some(file) => file.0.clone(),
+            None => PathBuf::from(sandbox::JOB_EVENT),
+        };
+        spec.env.push((
+            EVENT_FILE_ENV.to_owned(),
+            event_path.to_string_lossy().into_owned(),
+        ));
+        if let Some(jail) = spec.jail.as_mut() {
+            // CPU time: the run's timeout, as a limit of each process.
+            jail.limits.cpu_secs = Some(req.timeout.as_secs().max(1) + 1);
+        }
         let log_path = self.cfg.data_dir.join(job_log_path(&req.run));
         let log = tokio::task::spawn_blocking(move || open_log(&log_path))
             .await
             .map_err(|e| DriverError::Infra(format!("log task: {e}")))?
             .map_err(|e| DriverError::Infra(format!("cannot open the job log: {e}")))?;
-        let event = serde_json::to_vec(&req.event)
-            .map_err(|e| DriverError::Infra(format!("cannot serialise the event: {e}")))?;
 
         let started = Instant::now();
-        let mut child = process::spawn(&self.spawner, &spec, Stdio::piped())
+        let mut running = process::spawn(&self.spawner, &spec, Stdio::piped())
             .await
             .map_err(|e| {
                 DriverError::Infra(format!(
@@ -75,18 +119,19 @@ impl LocalDriver {
                     spec.program.to_string_lossy()
                 ))
             })?;
-        let pid = child.id().unwrap_or(0);
-        // Dropping the run (cancellation) kills the whole group, not only
-        // the wrapper (which `kill_on_drop` covers).
+        let pid = running.pid;
+        // Dropping the run (cancellation) kills the whole group (a jail's
+        // bwrap, and with it the jail), not only the wrapper (which
+        // `kill_on_drop` covers).
         let mut group = GroupGuard { pid, armed: true };
         log.note(&format!(
             "[sless] run {} of version {} started (pid {pid})",
             req.run, req.version
         ));
 
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
+        let stdin = running.child.stdin.take();
+        let stdout = running.child.stdout.take();
+        let stderr = running.child.stderr.take();
         let mut out = Capture::default();
         let mut err = Capture::default();
         let (status, timed_out) = {
@@ -106,31 +151,36 @@ impl LocalDriver {
                 )
             };
             tokio::pin!(io);
-            let wait = wait_with_timeout(&mut child, pid, req.timeout);
-            tokio::pin!(wait);
             let mut io_done = false;
-            let ended = loop {
-                tokio::select! {
-                    ended = &mut wait => break ended,
-                    _ = &mut io, if !io_done => io_done = true,
+            let ended = {
+                let wait = wait_with_timeout(&mut running, req.timeout);
+                tokio::pin!(wait);
+                loop {
+                    tokio::select! {
+                        ended = &mut wait => break ended,
+                        _ = &mut io, if !io_done => io_done = true,
+                    }
                 }
             };
-            // Whatever the function left running in its group goes with it.
-            process::signal_group(pid, libc::SIGKILL);
+            // Whatever the function left running goes with it.
+            process::end_all(&running);
             if !io_done {
                 let _ = tokio::time::timeout(DRAIN_TIMEOUT, &mut io).await;
             }
             ended
         };
         group.armed = false;
+        drop(event_file);
         let duration = started.elapsed();
+        let jailed = running.jail.is_some();
+        let out_of_memory = running.out_of_memory().then_some(req.memory_mb);
 
         let (exit_code, signal) = match &status {
-            Ok(status) => exit_parts(status),
+            Ok(status) => process::exit_parts(status, jailed),
             Err(_) => (None, None),
         };
         let how = match &status {
-            Ok(status) => process::describe_exit(status),
+            Ok(status) => running.describe(status),
             Err(e) => format!("could not be waited for ({e})"),
         };
         let timeout_note = if timed_out {
@@ -147,6 +197,7 @@ impl LocalDriver {
             exit_code,
             signal,
             timed_out,
+            out_of_memory,
             stdout: out.finish(),
             stderr: err.finish(),
             duration,
@@ -154,27 +205,26 @@ impl LocalDriver {
     }
 }
 
-/// Waits for the run to exit; once `timeout` has passed, SIGTERMs its group
-/// and SIGKILLs it after [`JOB_STOP_GRACE`]. Also says whether it timed out.
+/// Waits for the run to exit; once `timeout` has passed, stops it
+/// (SIGTERM, SIGKILL after [`JOB_STOP_GRACE`]). Also says whether it timed out.
 async fn wait_with_timeout(
-    child: &mut tokio::process::Child,
-    pid: u32,
+    running: &mut process::Running,
     timeout: Duration,
 ) -> (std::io::Result<ExitStatus>, bool) {
-    if let Ok(status) = tokio::time::timeout(timeout, child.wait()).await {
+    if let Ok(status) = tokio::time::timeout(timeout, running.child.wait()).await {
         return (status, false);
     }
-    process::signal_group(pid, libc::SIGTERM);
-    if let Ok(status) = tokio::time::timeout(JOB_STOP_GRACE, child.wait()).await {
-        return (status, true);
-    }
-    process::signal_group(pid, libc::SIGKILL);
-    (child.wait().await, true)
+    process::terminate(running, JOB_STOP_GRACE).await;
+    (running.child.wait().await, true)
 }
 
-fn exit_parts(status: &ExitStatus) -> (Option<i32>, Option<i32>) {
-    use std::os::unix::process::ExitStatusExt;
-    (status.code(), status.signal())
+/// Removes a file when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// Kills the run's process group when the run is dropped before it ended.

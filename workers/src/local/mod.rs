@@ -30,6 +30,7 @@
 mod build;
 pub(crate) mod job;
 mod process;
+pub mod sandbox;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -45,15 +46,17 @@ use tokio::time::Instant;
 use crate::driver::{
     Artifact, BuildRequest, DeployRequest, Deployment, Driver, DriverError, JobOutput, JobRequest,
 };
-use process::{Instance, InstanceParts, LaunchSpec, LogSink, Running, Spawner};
+use process::{Instance, InstanceParts, LogSink, Running, Spawner};
+use sandbox::{Isolation, JailParts, JailSizes, Launch, TenantIds, Tenants, Toolchain};
+use sless_sandbox::{Identity, Limits, Mount, Sandbox};
 
 /// The Python runtime wrapper, embedded so the binary is self-contained.
 const PYTHON_WRAPPER: &str = include_str!("../../../runtimes/python3.11/sless_runtime.py");
-/// Where the wrapper lives below the data directory.
-const PYTHON_WRAPPER_PATH: &str = "runtimes/python3.11/sless_runtime.py";
+/// Where the wrapper lives below the runtimes directory.
+const PYTHON_WRAPPER_RELATIVE: &str = "python3.11/sless_runtime.py";
 /// The Node.js runtime wrapper.
 const NODE_WRAPPER: &str = include_str!("../../../runtimes/nodejs20/sless_runtime.cjs");
-const NODE_WRAPPER_PATH: &str = "runtimes/nodejs20/sless_runtime.cjs";
+const NODE_WRAPPER_RELATIVE: &str = "nodejs20/sless_runtime.cjs";
 /// How often deploy asks a starting function whether it is healthy.
 const HEALTH_POLL: Duration = Duration::from_millis(25);
 /// How long one health request may take.
@@ -81,6 +84,12 @@ pub struct LocalDriverConfig {
     /// Ports deploys take first, each once and in order, before asking the
     /// kernel for a free one. Empty by default.
     pub first_ports: Vec<u16>,
+    /// Whether tenants' code runs in the sandbox (the default).
+    pub isolation: Isolation,
+    /// Who each namespace's code runs as (default: all as `nobody`).
+    pub tenants: TenantIds,
+    /// Sizes of the sandbox's jails.
+    pub jail: JailSizes,
 }
 
 impl LocalDriverConfig {
@@ -100,6 +109,9 @@ impl LocalDriverConfig {
                 .unwrap_or_else(|| data_dir.join("go/cache")),
             health_timeout: Duration::from_secs(60),
             first_ports: Vec::new(),
+            isolation: Isolation::Sandboxed(Default::default()),
+            tenants: TenantIds::Shared(Identity::NOBODY),
+            jail: JailSizes::default(),
             data_dir,
         }
     }
@@ -116,10 +128,10 @@ impl LocalDriverConfig {
     }
 }
 
-/// Writes a runtime wrapper below the data directory, atomically: a process
-/// of another driver may be starting it.
-fn write_wrapper(data_dir: &Path, relative: &str, text: &str) -> std::io::Result<PathBuf> {
-    let path = data_dir.join(relative);
+/// Writes a runtime wrapper below the runtimes directory, atomically: a
+/// process of another driver may be starting it.
+fn write_wrapper(runtimes: &Path, relative: &str, text: &str) -> std::io::Result<PathBuf> {
+    let path = runtimes.join(relative);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -130,6 +142,44 @@ fn write_wrapper(data_dir: &Path, relative: &str, text: &str) -> std::io::Result
     Ok(path)
 }
 
+/// What runs tenants' code in jails.
+pub(crate) struct Jails {
+    pub sandbox: Sandbox,
+    pub tenants: Tenants,
+    pub toolchain: Toolchain,
+    pub sizes: JailSizes,
+    /// Marks the driver's jails (`sless_sandbox::OWNER_ENV`).
+    pub owner: String,
+}
+
+impl Jails {
+    /// A jail of a namespace's user with these mounts, the tools'
+    /// directories, and the limits of a function or job of `memory_mb`.
+    pub(crate) fn parts(
+        &self,
+        identity: Identity,
+        mut mounts: Vec<Mount>,
+        memory_mb: u32,
+        label: String,
+    ) -> JailParts {
+        mounts.extend(self.toolchain.mounts());
+        JailParts {
+            sandbox: self.sandbox.clone(),
+            identity,
+            mounts,
+            limits: Limits {
+                memory_bytes: Some(u64::from(memory_mb) << 20),
+                processes: Some(u64::from(self.sizes.processes)),
+                file_bytes: Some(u64::from(self.sizes.file_mb) << 20),
+                cpu_secs: None,
+            },
+            tmp_bytes: u64::from(self.sizes.tmp_mb) << 20,
+            label,
+            owner: self.owner.clone(),
+        }
+    }
+}
+
 /// Runs functions as supervised local processes (see the module docs).
 ///
 /// Dropping the driver stops its processes in the background; call
@@ -137,8 +187,11 @@ fn write_wrapper(data_dir: &Path, relative: &str, text: &str) -> std::io::Result
 pub struct LocalDriver {
     cfg: LocalDriverConfig,
     tools: build::Toolchains,
-    python_wrapper: PathBuf,
-    node_wrapper: PathBuf,
+    /// `None` with [`Isolation::Unsafe`].
+    jails: Option<Arc<Jails>>,
+    /// Where the runtime wrappers are (`runtimes/` of the data directory).
+    runtimes_dir: PathBuf,
+    build_paths: build::BuildPaths,
     client: reqwest::Client,
     spawner: Arc<Spawner>,
     /// The current deployment of each function.
@@ -157,8 +210,9 @@ impl LocalDriver {
         let builds = cfg.data_dir.join("builds");
         std::fs::create_dir_all(&builds)?;
         std::fs::create_dir_all(cfg.data_dir.join("logs"))?;
-        let python_wrapper = write_wrapper(&cfg.data_dir, PYTHON_WRAPPER_PATH, PYTHON_WRAPPER)?;
-        let node_wrapper = write_wrapper(&cfg.data_dir, NODE_WRAPPER_PATH, NODE_WRAPPER)?;
+        let runtimes = cfg.data_dir.join("runtimes");
+        write_wrapper(&runtimes, PYTHON_WRAPPER_RELATIVE, PYTHON_WRAPPER)?;
+        write_wrapper(&runtimes, NODE_WRAPPER_RELATIVE, NODE_WRAPPER)?;
         for ns in std::fs::read_dir(&builds)?.flatten() {
             for function in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
                 build::remove_stale_tmp_dirs(&function.path(), Duration::ZERO);
@@ -168,10 +222,30 @@ impl LocalDriver {
             .no_proxy()
             .build()
             .map_err(std::io::Error::other)?;
+        let jails = match &cfg.isolation {
+            Isolation::Unsafe => None,
+            Isolation::Sandboxed(options) => {
+                let sandbox = Sandbox::with_options(options)
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                let toolchain = Toolchain::resolve(&cfg.python, &cfg.node, &cfg.npm)?;
+                Some(Arc::new(Jails {
+                    sandbox,
+                    tenants: Tenants::new(cfg.tenants.clone()),
+                    toolchain,
+                    sizes: cfg.jail,
+                    owner: cfg.data_dir.to_string_lossy().into_owned(),
+                }))
+            }
+        };
         Ok(LocalDriver {
             tools: cfg.toolchains(),
-            python_wrapper,
-            node_wrapper,
+            jails,
+            runtimes_dir: runtimes,
+            build_paths: build::BuildPaths {
+                builds: cfg.data_dir.join("builds"),
+                logs: cfg.data_dir.join("logs/builds"),
+                tenants: cfg.data_dir.join("tenants"),
+            },
             client,
             spawner: Arc::new(Spawner::new()?),
             registry: Mutex::new(HashMap::new()),
@@ -235,7 +309,7 @@ impl LocalDriver {
     /// Whether the process started as `spec` answers its health check on
     /// `port`: the answer must name the instance `spec` was started as, so
     /// another process that took the port does not pass for it.
-    async fn healthy(&self, port: u16, spec: &LaunchSpec) -> bool {
+    async fn healthy(&self, port: u16, spec: &Launch) -> bool {
         #[derive(serde::Deserialize)]
         struct Health {
             instance: Option<String>,
@@ -262,7 +336,7 @@ impl LocalDriver {
     async fn wait_healthy(
         &self,
         port: u16,
-        spec: &LaunchSpec,
+        spec: &Launch,
         running: &mut Running,
     ) -> Result<(), StartFailure> {
         let deadline = Instant::now() + self.cfg.health_timeout;
@@ -273,19 +347,20 @@ impl LocalDriver {
             ),
             port_taken: false,
         };
-        let exited = |status: std::io::Result<std::process::ExitStatus>| match status {
-            Ok(status) => StartFailure {
-                message: format!("function {} during start", process::describe_exit(&status)),
-                port_taken: status.code() == Some(EXIT_LISTEN),
-            },
-            Err(e) => StartFailure {
-                message: format!("function process could not be waited for: {e}"),
-                port_taken: false,
-            },
-        };
+        let exited =
+            |status: std::io::Result<std::process::ExitStatus>, running: &Running| match status {
+                Ok(status) => StartFailure {
+                    message: format!("function {} during start", running.describe(&status)),
+                    port_taken: status.code() == Some(EXIT_LISTEN),
+                },
+                Err(e) => StartFailure {
+                    message: format!("function process could not be waited for: {e}"),
+                    port_taken: false,
+                },
+            };
         loop {
             tokio::select! {
-                status = running.child.wait() => return Err(exited(status)),
+                status = running.child.wait() => return Err(exited(status, running)),
                 probe = tokio::time::timeout_at(deadline, self.healthy(port, spec)) => match probe {
                     Ok(true) => return Ok(()),
                     Ok(false) => {}
@@ -294,7 +369,7 @@ impl LocalDriver {
             }
             let next = (Instant::now() + HEALTH_POLL).min(deadline);
             tokio::select! {
-                status = running.child.wait() => return Err(exited(status)),
+                status = running.child.wait() => return Err(exited(status, running)),
                 () = tokio::time::sleep_until(next) => {}
             }
             if Instant::now() >= deadline {
@@ -305,15 +380,34 @@ impl LocalDriver {
 
     /// How to start the function of `req`, built into `artifact_dir`: to
     /// serve on `port`, or with no port, to run once as a job (the wrapper's
-    /// `--job` mode).
+    /// `--job` mode). In a jail, `extra` is mounted too.
     async fn launch_spec(
         &self,
         req: &DeployRequest,
         artifact_dir: &Path,
         port: Option<u16>,
-    ) -> Result<LaunchSpec, DriverError> {
-        let code_dir = artifact_dir.join("code");
-        let mut env = process::inherited_env(&[]);
+        extra: Vec<Mount>,
+    ) -> Result<Launch, DriverError> {
+        let jailed = self.jails.is_some();
+        // Paths as the process sees them.
+        let (build_dir, runtimes) = if jailed {
+            (
+                PathBuf::from(sandbox::FUNCTION_DIR),
+                PathBuf::from(sandbox::RUNTIME_DIR),
+            )
+        } else {
+            (artifact_dir.to_path_buf(), self.runtimes_dir.clone())
+        };
+        let code_dir = build_dir.join("code");
+        let mut env = match &self.jails {
+            Some(jails) => vec![
+                ("PATH".to_owned(), jails.toolchain.path.clone()),
+                ("HOME".to_owned(), "/tmp".to_owned()),
+                ("TMPDIR".to_owned(), "/tmp".to_owned()),
+                ("LANG".to_owned(), "C.UTF-8".to_owned()),
+            ],
+            None => process::inherited_env(&[]),
+        };
         // Defaults the function's own environment may override.
         if req.runtime == Runtime::Nodejs20 {
             env.push(("NODE_ENV".to_owned(), "production".to_owned()));
@@ -344,28 +438,39 @@ impl LocalDriver {
                     ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
                     ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
                 ]);
-                let deps_dir = artifact_dir.join("deps");
-                if tokio::fs::metadata(&deps_dir)
+                if tokio::fs::metadata(artifact_dir.join("deps"))
                     .await
                     .is_ok_and(|m| m.is_dir())
                 {
                     env.push((
                         "SLESS_DEPS_DIR".to_owned(),
-                        deps_dir.to_string_lossy().into_owned(),
+                        build_dir.join("deps").to_string_lossy().into_owned(),
                     ));
                 }
+                let python = match &self.jails {
+                    Some(jails) => jails.toolchain.python.clone(),
+                    None => PathBuf::from(&self.cfg.python),
+                };
                 (
-                    OsString::from(&self.cfg.python),
-                    vec![self.python_wrapper.clone().into_os_string()],
+                    python,
+                    vec![runtimes.join(PYTHON_WRAPPER_RELATIVE).into_os_string()],
                 )
             }
-            Runtime::Nodejs20 => (
-                OsString::from(&self.cfg.node),
-                vec![self.node_wrapper.clone().into_os_string()],
-            ),
+            Runtime::Nodejs20 => {
+                let node = match &self.jails {
+                    Some(jails) => jails.toolchain.node.clone(),
+                    None => PathBuf::from(&self.cfg.node),
+                };
+                (
+                    node,
+                    vec![runtimes.join(NODE_WRAPPER_RELATIVE).into_os_string()],
+                )
+            }
             Runtime::Go123 => {
-                let binary = artifact_dir.join(build::GO_BINARY);
-                if !tokio::fs::try_exists(&binary).await.unwrap_or(false) {
+                if !tokio::fs::try_exists(artifact_dir.join(build::GO_BINARY))
+                    .await
+                    .unwrap_or(false)
+                {
                     return Err(DriverError::Deploy {
                         message: format!(
                             "artifact {} has no Go binary: it was not built for go1.23",
@@ -374,17 +479,41 @@ impl LocalDriver {
                         log_tail: String::new(),
                     });
                 }
-                (binary.into_os_string(), Vec::new())
+                (build_dir.join(build::GO_BINARY), Vec::new())
             }
         };
         if port.is_none() {
             args.push(OsString::from(job::JOB_FLAG));
         }
-        Ok(LaunchSpec {
+        let jail = match &self.jails {
+            None => None,
+            Some(jails) => {
+                let identity = jails.tenants.identity(&req.key.namespace).await?;
+                let mut mounts = vec![
+                    Mount::ReadOnly {
+                        source: artifact_dir.to_path_buf(),
+                        dest: PathBuf::from(sandbox::FUNCTION_DIR),
+                    },
+                    Mount::ReadOnly {
+                        source: self.runtimes_dir.clone(),
+                        dest: PathBuf::from(sandbox::RUNTIME_DIR),
+                    },
+                ];
+                mounts.extend(extra);
+                let kind = if port.is_some() { "fn" } else { "job" };
+                let label = format!(
+                    "{kind}-{}-{}-v{}",
+                    req.key.namespace, req.key.name, req.version
+                );
+                Some(jails.parts(identity, mounts, req.memory_mb, label))
+            }
+        };
+        Ok(Launch {
             program,
             args,
-            code_dir,
             env,
+            cwd: code_dir,
+            jail,
         })
     }
 
@@ -435,7 +564,9 @@ impl LocalDriver {
                     free_port().map_err(|e| DriverError::Infra(format!("no free port: {e}")))?
                 }
             };
-            let spec = self.launch_spec(&req, &artifact_dir, Some(port)).await?;
+            let spec = self
+                .launch_spec(&req, &artifact_dir, Some(port), Vec::new())
+                .await?;
             let mut running = process::start(&self.spawner, &spec, &sink)
                 .await
                 .map_err(|e| {
@@ -447,7 +578,7 @@ impl LocalDriver {
             match self.wait_healthy(port, &spec, &mut running).await {
                 Ok(()) => break (port, spec, running),
                 Err(failure) => {
-                    process::terminate(&mut running).await;
+                    process::terminate(&mut running, process::STOP_GRACE).await;
                     running.drain_output().await;
                     if failure.port_taken && attempt < PORT_ATTEMPTS {
                         tracing::info!(function = %req.key, port, "the port was taken; starting on another");
@@ -500,7 +631,13 @@ impl Drop for LocalDriver {
 
 impl Driver for LocalDriver {
     async fn build(&self, req: BuildRequest) -> Result<Artifact, DriverError> {
-        build::build(&self.cfg.data_dir.join("builds"), &self.tools, req).await
+        let builder = build::Builder {
+            paths: &self.build_paths,
+            tools: &self.tools,
+            spawner: &self.spawner,
+            jails: self.jails.as_deref(),
+        };
+        build::build(&builder, req).await
     }
 
     async fn deploy(&self, req: DeployRequest) -> Result<Deployment, DriverError> {

@@ -2,21 +2,20 @@
 //! their output, supervising (restart with backoff) and stopping them.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::ffi::OsString;
 use std::io::{self, Write};
-use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::sandbox::{self, Launch};
 use crate::driver::Deployment;
 use sless_domain::FunctionKey;
 
@@ -76,10 +75,20 @@ pub(crate) fn signal_group(pid: u32, signal: libc::c_int) {
     }
 }
 
-/// Describes an exit status for people.
-pub(crate) fn describe_exit(status: &ExitStatus) -> String {
+/// How a process ended: its exit code, or the signal that killed it. A
+/// jail's bwrap reports a program killed by signal N as exit code 128 + N
+/// (as shells do), which is read back as the signal.
+pub(crate) fn exit_parts(status: &ExitStatus, jailed: bool) -> (Option<i32>, Option<i32>) {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
+        (Some(code), _) if jailed && (129..=128 + 64).contains(&code) => (None, Some(code - 128)),
+        (code, signal) => (code, signal),
+    }
+}
+
+/// Describes an exit status for people.
+pub(crate) fn describe_exit(status: &ExitStatus, jailed: bool) -> String {
+    match exit_parts(status, jailed) {
         (Some(code), _) => format!("exited with code {code}"),
         (None, Some(sig)) => format!("was killed by signal {sig}"),
         _ => format!("ended ({status})"),
@@ -94,7 +103,8 @@ pub(crate) struct Spawner {
 }
 
 struct SpawnJob {
-    cmd: Command,
+    cmd: std::process::Command,
+    kill_on_drop: bool,
     handle: Handle,
     reply: oneshot::Sender<io::Result<Child>>,
 }
@@ -105,20 +115,29 @@ impl Spawner {
         std::thread::Builder::new()
             .name("sless-local-spawner".into())
             .spawn(move || {
-                for mut job in rx {
+                for job in rx {
                     let _runtime = job.handle.enter();
+                    let mut cmd = tokio::process::Command::from(job.cmd);
+                    cmd.kill_on_drop(job.kill_on_drop);
                     // If the requester is gone the child is dropped here and
                     // killed (kill_on_drop).
-                    let _ = job.reply.send(job.cmd.spawn());
+                    let _ = job.reply.send(cmd.spawn());
                 }
             })?;
         Ok(Spawner { tx })
     }
 
-    async fn spawn(&self, cmd: Command) -> io::Result<Child> {
+    /// Spawns `cmd` from the spawner's thread (killed when the child is
+    /// dropped, if `kill_on_drop`).
+    pub(crate) async fn spawn(
+        &self,
+        cmd: std::process::Command,
+        kill_on_drop: bool,
+    ) -> io::Result<Child> {
         let (reply, rx) = oneshot::channel();
         let job = SpawnJob {
             cmd,
+            kill_on_drop,
             handle: Handle::current(),
             reply,
         };
@@ -191,34 +210,33 @@ async fn pump<R: AsyncRead + Unpin>(reader: R, sink: Arc<LogSink>) {
     }
 }
 
-/// How to (re)start one function process: `program args...` in `code_dir`.
-#[derive(Debug, Clone)]
-pub(crate) struct LaunchSpec {
-    /// The interpreter (`python3`, `node`) or, for go1.23, the built binary.
-    pub program: OsString,
-    /// The wrapper script for an interpreter; nothing for a binary.
-    pub args: Vec<OsString>,
-    pub code_dir: PathBuf,
-    /// The complete environment of the process.
-    pub env: Vec<(String, String)>,
-}
-
-impl LaunchSpec {
-    /// The value the process gets for `name` (the last one set wins).
-    pub fn env_value(&self, name: &str) -> Option<&str> {
-        self.env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
 /// A started process and the tasks reading its output.
 pub(crate) struct Running {
     pub child: Child,
     pub pid: u32,
+    /// Its jail, when it has one.
+    pub jail: Option<sless_sandbox::Sandboxed>,
     pumps: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// How it ended, for people.
+    pub(crate) fn describe(&self, status: &ExitStatus) -> String {
+        let what = describe_exit(status, self.jail.is_some());
+        if self.out_of_memory() {
+            format!("{what}: out of memory")
+        } else {
+            what
+        }
+    }
+
+    /// Whether the kernel killed something in its jail for memory.
+    pub(crate) fn out_of_memory(&self) -> bool {
+        self.jail
+            .as_ref()
+            .and_then(|j| j.cgroup.as_ref())
+            .is_some_and(|g| g.oom_kills() > 0)
+    }
 }
 
 impl Running {
@@ -231,68 +249,102 @@ impl Running {
     }
 }
 
-/// Starts the runtime wrapper for `spec` in its own process group, dying
-/// with the spawner thread.
+/// Starts the runtime wrapper for `spec`, dying with the spawner thread,
+/// its output going to `sink`.
 pub(crate) async fn start(
     spawner: &Spawner,
-    spec: &LaunchSpec,
+    spec: &Launch,
     sink: &Arc<LogSink>,
 ) -> io::Result<Running> {
-    let mut child = spawn(spawner, spec, Stdio::null()).await?;
-    let pid = child.id().unwrap_or(0);
-    let mut pumps = Vec::with_capacity(2);
-    if let Some(out) = child.stdout.take() {
-        pumps.push(tokio::spawn(pump(out, sink.clone())));
+    let mut running = spawn(spawner, spec, Stdio::null()).await?;
+    if let Some(out) = running.child.stdout.take() {
+        running.pumps.push(tokio::spawn(pump(out, sink.clone())));
     }
-    if let Some(err) = child.stderr.take() {
-        pumps.push(tokio::spawn(pump(err, sink.clone())));
+    if let Some(err) = running.child.stderr.take() {
+        running.pumps.push(tokio::spawn(pump(err, sink.clone())));
     }
-    Ok(Running { child, pid, pumps })
+    Ok(running)
 }
 
-/// Spawns `spec` in a process group of its own (its pid is the group's id),
-/// with `stdin`, stdout and stderr piped, killed when the spawner thread
-/// (the driver) goes away or when the returned child is dropped.
-pub(crate) async fn spawn(spawner: &Spawner, spec: &LaunchSpec, stdin: Stdio) -> io::Result<Child> {
-    let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .current_dir(&spec.code_dir)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+/// Spawns `spec` (in its jail, or in a process group of its own) with
+/// `stdin`, stdout and stderr piped, killed when the spawner thread (the
+/// driver) goes away or when the returned child is dropped.
+pub(crate) async fn spawn(spawner: &Spawner, spec: &Launch, stdin: Stdio) -> io::Result<Running> {
+    let sandbox::Command {
+        mut command,
+        pending,
+    } = spec.command().map_err(io::Error::other)?;
+    command
         .stdin(stdin)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
-    // SAFETY: the closure runs in the forked child before exec and only makes
-    // the async-signal-safe prctl(2) system call.
-    unsafe {
-        cmd.pre_exec(|| {
-            let sig = libc::SIGKILL as libc::c_ulong;
-            if libc::prctl(libc::PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    spawner.spawn(cmd).await
+        .stderr(Stdio::piped());
+    let spawned = spawner.spawn(command, true).await;
+    let jail = pending.map(sless_sandbox::Pending::spawned);
+    let child = spawned?;
+    let jail = match jail {
+        // bwrap says it at once; reading it now keeps it for stopping.
+        Some(mut jail) => tokio::task::spawn_blocking(move || {
+            jail.sandbox_pid();
+            jail
+        })
+        .await
+        .ok(),
+        None => None,
+    };
+    let pid = child.id().unwrap_or(0);
+    Ok(Running {
+        child,
+        pid,
+        jail,
+        pumps: Vec::with_capacity(2),
+    })
 }
 
-/// Stops a process: SIGTERM to its group, SIGKILL after `STOP_GRACE`.
-pub(crate) async fn terminate(running: &mut Running) {
+/// Stops a process: SIGTERM, SIGKILL after `grace`. A jail's program
+/// gets the SIGTERM; when it ends (or bwrap is killed) its jail ends with
+/// everything in it. A plain process's whole group gets both.
+pub(crate) async fn terminate(running: &mut Running, grace: Duration) {
     if running.child.id().is_none() {
         return; // already reaped
     }
-    signal_group(running.pid, libc::SIGTERM);
-    if tokio::time::timeout(STOP_GRACE, running.child.wait())
+    match running.jail.as_mut() {
+        Some(jail) => {
+            if let Some(program) = jail.program_pid() {
+                signal(program, libc::SIGTERM);
+            }
+        }
+        None => signal_group(running.pid, libc::SIGTERM),
+    }
+    if tokio::time::timeout(grace, running.child.wait())
         .await
         .is_err()
     {
+        let _ = running.child.start_kill();
         signal_group(running.pid, libc::SIGKILL);
         let _ = running.child.wait().await;
     }
-    // Leftovers of the group (e.g. subprocesses of the function).
-    signal_group(running.pid, libc::SIGKILL);
+    end_all(running);
+}
+
+/// Kills whatever is left of a process that has ended: the rest of its
+/// group, or of its jail's cgroup (the PID namespace already took the rest
+/// with it; this is the second line).
+pub(crate) fn end_all(running: &Running) {
+    match running.jail.as_ref().and_then(|j| j.cgroup.as_ref()) {
+        Some(group) => group.kill_all(),
+        None => signal_group(running.pid, libc::SIGKILL),
+    }
+}
+
+/// Sends `sig` to one process.
+fn signal(pid: u32, sig: libc::c_int) {
+    let Ok(pid) = i32::try_from(pid) else { return };
+    if pid > 0 {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -309,7 +361,7 @@ pub(crate) struct Instance {
     pub port: u16,
     pub entrypoint: String,
     pub env_vars: BTreeMap<String, String>,
-    spec: LaunchSpec,
+    spec: Launch,
     sink: Arc<LogSink>,
     state: Mutex<InstanceState>,
     stop_tx: watch::Sender<bool>,
@@ -323,7 +375,7 @@ pub(crate) struct InstanceParts {
     pub port: u16,
     pub entrypoint: String,
     pub env_vars: BTreeMap<String, String>,
-    pub spec: LaunchSpec,
+    pub spec: Launch,
     pub sink: Arc<LogSink>,
 }
 
@@ -361,7 +413,7 @@ impl Instance {
     }
 
     /// How the process is started.
-    pub(crate) fn spec(&self) -> &LaunchSpec {
+    pub(crate) fn spec(&self) -> &Launch {
         &self.spec
     }
 
@@ -400,17 +452,18 @@ impl Instance {
             let status = tokio::select! {
                 status = running.child.wait() => status,
                 () = stop_requested(&mut stop_rx) => {
-                    terminate(&mut running).await;
+                    terminate(&mut running, STOP_GRACE).await;
                     self.set_pid(None);
                     return;
                 }
             };
+            end_all(&running);
             self.set_pid(None);
             if *stop_rx.borrow() {
                 return;
             }
             let what = match &status {
-                Ok(status) => describe_exit(status),
+                Ok(status) => running.describe(status),
                 Err(e) => format!("could not be waited for ({e})"),
             };
             if started.elapsed() >= STABLE_AFTER {
@@ -446,7 +499,7 @@ impl Instance {
             }
             // A stop may have been requested while we were starting.
             if *stop_rx.borrow() {
-                terminate(&mut running).await;
+                terminate(&mut running, STOP_GRACE).await;
                 self.set_pid(None);
                 return;
             }

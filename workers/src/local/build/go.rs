@@ -13,19 +13,22 @@
 //! the data directory.
 
 use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::process::Command;
 
-use super::{GO_BINARY, Toolchains, build_error, infra, inherited_env, log_line, run_step};
+use super::{GO_BINARY, Steps, Toolchains, build_error, infra, inherited_env};
 use crate::driver::DriverError;
 
 /// The wrapper, compiled into every Go function.
 const WRAPPER: &str = include_str!("../../../../runtimes/go1.23/main.go");
 /// The directory of the generated main package, inside the user's module.
 const MAIN_DIR: &str = "sless_runtime_main";
+/// Where the user's module is copied to, below the build directory.
+const WORK: &str = "gobuild";
 /// The oldest Go that builds the wrapper.
 const MIN_MINOR: u32 = 21;
 /// The language version of a function without a `go.mod` (capped by the
@@ -33,7 +36,7 @@ const MIN_MINOR: u32 = 21;
 const RUNTIME_MINOR: u32 = 23;
 /// The message of every build that finds no usable toolchain.
 pub(crate) const NO_TOOLCHAIN: &str = "no Go toolchain ≥ 1.21 found (set SLESS_GO or install Go)";
-/// How long `go env`, `go list` and `go doc` may take.
+/// How long `go env` may take.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A Go toolchain that can build functions.
@@ -41,38 +44,52 @@ struct Toolchain {
     program: String,
     version: String,
     minor: u32,
+    /// Its `GOROOT`, which a jailed build must see.
+    root: PathBuf,
 }
 
-/// Builds the package in `dir/code` into `dir/bin/function`.
-pub(super) async fn build(dir: &Path, tools: &Toolchains) -> Result<(), DriverError> {
+/// Builds the package in `code/` into `bin/function`. sless writes the
+/// module copy and the wrapper before any step runs; the one file that
+/// depends on what a step said (the registry of exported functions) is
+/// written by a step, as the build's user.
+pub(super) async fn build(steps: &Steps<'_>) -> Result<(), DriverError> {
+    let tools = steps.builder.tools;
     let go = toolchain(tools).await?;
-    log_line(
-        dir,
-        format!("sless: building with {} ({})\n", go.program, go.version),
-    )
-    .await?;
+    steps
+        .note(format!(
+            "sless: building with {} ({})\n",
+            go.program, go.version
+        ))
+        .await?;
 
-    let work = dir.join("gobuild");
     {
-        let code = dir.join("code");
-        let work = work.clone();
+        let code = steps.dir.join("code");
+        let work = steps.dir.join(WORK);
         let minor = go.minor.min(RUNTIME_MINOR);
-        tokio::task::spawn_blocking(move || prepare_module(&code, &work, minor))
-            .await
-            .map_err(|e| infra("build task", e))??;
+        let owner = steps.jail.as_ref().map(|(id, _)| *id);
+        tokio::task::spawn_blocking(move || {
+            prepare_module(&code, &work, minor)?;
+            if let Some(id) = owner {
+                super::sandbox::hand_over(&work, Some(id))
+                    .map_err(|e| infra("handing the Go work tree to its user", e))?;
+            }
+            Ok::<_, DriverError>(())
+        })
+        .await
+        .map_err(|e| infra("build task", e))??;
     }
 
-    let listed = query(
-        dir,
-        tools,
+    let listed = go_query(
+        steps,
         &go,
-        &work,
         &["list", "-f", "{{.Name}} {{.ImportPath}}", "."],
     )
     .await
-    .map_err(|tail| DriverError::Build {
-        message: "the function's files are not a Go package (go list failed)".into(),
-        log_tail: tail,
+    .map_err(|e| {
+        retitle(
+            e,
+            "the function's files are not a Go package (go list failed)",
+        )
     })?;
     let (package, import_path) = listed
         .trim()
@@ -93,47 +110,50 @@ pub(super) async fn build(dir: &Path, tools: &Toolchains) -> Result<(), DriverEr
         )));
     }
 
-    let doc = query(dir, tools, &go, &work, &["doc", "-short", "."])
+    let doc = go_query(steps, &go, &["doc", "-short", "."])
         .await
-        .map_err(|tail| DriverError::Build {
-            message: "cannot list the package's functions (go doc failed)".into(),
-            log_tail: tail,
-        })?;
+        .map_err(|e| retitle(e, "cannot list the package's functions (go doc failed)"))?;
     let functions = exported_functions(&doc);
     if functions.is_empty() {
         return Err(build_error(format!(
             "package {package} exports no functions; the entrypoint must be one, e.g. {package}.Handle"
         )));
     }
-    log_line(
-        dir,
-        format!(
+    steps
+        .note(format!(
             "sless: package {package} ({import_path}) exports {}\n",
             functions.iter().cloned().collect::<Vec<_>>().join(", ")
-        ),
-    )
-    .await?;
+        ))
+        .await?;
 
     let registry = registry_source(package, import_path, &functions);
-    let main_dir = work.join(MAIN_DIR);
-    tokio::fs::create_dir_all(&main_dir)
-        .await
-        .map_err(|e| infra("writing the wrapper", e))?;
-    tokio::fs::write(main_dir.join("main.go"), WRAPPER)
-        .await
-        .map_err(|e| infra("writing the wrapper", e))?;
-    tokio::fs::write(main_dir.join("sless_functions.go"), registry)
-        .await
-        .map_err(|e| infra("writing the wrapper", e))?;
+    steps
+        .write(
+            &format!("{WORK}/{MAIN_DIR}/sless_functions.go"),
+            registry.into_bytes(),
+        )
+        .await?;
 
-    let mut cmd = go_command(tools, &go, &work);
-    cmd.args(["build", "-trimpath", "-o"])
-        .arg(dir.join(GO_BINARY))
-        .arg(format!("./{MAIN_DIR}"));
-    run_step(dir, "go build", cmd).await?;
+    let mut args: Vec<OsString> = ["build", "-trimpath", "-o"].map(OsString::from).into();
+    args.push(steps.path(GO_BINARY).into_os_string());
+    args.push(format!("./{MAIN_DIR}").into());
+    let step = go_step(steps, &go, args);
+    steps.run("go build", step).await?;
 
-    let _ = tokio::fs::remove_dir_all(&work).await;
+    let work = steps.dir.join(WORK);
+    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(work)).await;
     Ok(())
+}
+
+/// The same failure with another message (the log tail kept).
+fn retitle(e: DriverError, message: &str) -> DriverError {
+    match e {
+        DriverError::Build { log_tail, .. } => DriverError::Build {
+            message: message.to_owned(),
+            log_tail,
+        },
+        other => other,
+    }
 }
 
 /// Finds the toolchain and checks its version; a missing or old one is the
@@ -148,7 +168,7 @@ async fn toolchain(tools: &Toolchains) -> Result<Toolchain, DriverError> {
         log_tail: why,
     };
     let mut cmd = Command::new(&program);
-    cmd.args(["env", "GOVERSION"])
+    cmd.args(["env", "GOVERSION", "GOROOT"])
         .env_clear()
         .envs(inherited_env(&[]))
         .env("GOTOOLCHAIN", "local")
@@ -161,7 +181,10 @@ async fn toolchain(tools: &Toolchains) -> Result<Toolchain, DriverError> {
         Ok(Err(e)) => return Err(none(format!("{how}: cannot be run: {e}"))),
         Err(_) => return Err(none(format!("{how}: `go env GOVERSION` did not answer"))),
     };
-    let version = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    let mut lines = printed.lines().map(str::trim);
+    let version = lines.next().unwrap_or_default().to_owned();
+    let root = PathBuf::from(lines.next().unwrap_or_default());
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(none(format!(
@@ -169,11 +192,16 @@ async fn toolchain(tools: &Toolchains) -> Result<Toolchain, DriverError> {
             stderr.trim()
         )));
     }
+    // The program as the jail runs it: the toolchain's own binary.
+    let real = std::fs::canonicalize(&program)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or(program);
     match go_minor(&version) {
         Some(minor) if minor >= MIN_MINOR => Ok(Toolchain {
-            program,
+            program: real,
             version,
             minor,
+            root,
         }),
         Some(_) => Err(none(format!("{how} is {version}, older than go1.21"))),
         None => Err(none(format!(
@@ -192,12 +220,20 @@ fn go_minor(version: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Environment and flags of every go command of a build.
-fn go_command(tools: &Toolchains, go: &Toolchain, work: &Path) -> Command {
-    let mut cmd = Command::new(&go.program);
-    cmd.current_dir(work)
-        .env_clear()
-        .envs(inherited_env(&[
+/// A go command of a build, in the module copy, with its environment.
+fn go_step(steps: &Steps<'_>, go: &Toolchain, args: Vec<OsString>) -> super::Launch {
+    let tools = steps.builder.tools;
+    let path = |p: PathBuf| p.to_string_lossy().into_owned();
+    let roots: Vec<PathBuf> = if go.root.as_os_str().is_empty() {
+        Vec::new()
+    } else {
+        vec![go.root.clone()]
+    };
+    steps.step(
+        PathBuf::from(&go.program),
+        args,
+        WORK,
+        &[
             "GOPROXY",
             "GONOPROXY",
             "GOSUMDB",
@@ -205,52 +241,29 @@ fn go_command(tools: &Toolchains, go: &Toolchain, work: &Path) -> Command {
             "GOPRIVATE",
             "GOINSECURE",
             "GOVCS",
-        ]))
-        .env("GOTOOLCHAIN", "local")
-        .env("GOFLAGS", "-mod=mod -modcacherw")
-        .env("GOPATH", &tools.go_path)
-        .env("GOCACHE", &tools.go_cache)
-        .env("GOENV", "off")
-        .env("GOTELEMETRY", "off")
-        .env("CGO_ENABLED", "0");
-    cmd
+        ],
+        vec![
+            ("GOTOOLCHAIN".to_owned(), "local".to_owned()),
+            ("GOFLAGS".to_owned(), "-mod=mod -modcacherw".to_owned()),
+            ("GOPATH".to_owned(), path(steps.cache("go", &tools.go_path))),
+            (
+                "GOCACHE".to_owned(),
+                path(steps.cache("go-build", &tools.go_cache)),
+            ),
+            ("GOENV".to_owned(), "off".to_owned()),
+            ("GOTELEMETRY".to_owned(), "off".to_owned()),
+            ("CGO_ENABLED".to_owned(), "0".to_owned()),
+        ],
+        &roots,
+    )
 }
 
-/// Runs a go command that answers on stdout; its stderr goes to the build
-/// log. On failure returns the tail of the log.
-async fn query(
-    dir: &Path,
-    tools: &Toolchains,
-    go: &Toolchain,
-    work: &Path,
-    args: &[&str],
-) -> Result<String, String> {
-    let mut cmd = go_command(tools, go, work);
-    cmd.args(args).stdin(Stdio::null()).kill_on_drop(true);
-    let what = format!("go {}", args.join(" "));
-    let outcome = tokio::time::timeout(QUERY_TIMEOUT, cmd.output()).await;
-    let (ok, stdout, stderr) = match outcome {
-        Ok(Ok(out)) => (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ),
-        Ok(Err(e)) => (false, String::new(), format!("cannot run {what}: {e}\n")),
-        Err(_) => (false, String::new(), format!("{what} timed out\n")),
-    };
-    let mut log = stderr.clone();
-    if !ok {
-        log.push_str(&format!("sless: {what} failed\n"));
-    }
-    if !log.is_empty() {
-        let _ = log_line(dir, log).await;
-    }
-    if ok {
-        Ok(stdout)
-    } else {
-        let tail: Vec<&str> = stderr.lines().collect();
-        Err(tail[tail.len().saturating_sub(super::LOG_TAIL_LINES)..].join("\n"))
-    }
+/// Runs a go command that answers on stdout; its stderr goes to the build log.
+async fn go_query(steps: &Steps<'_>, go: &Toolchain, args: &[&str]) -> Result<String, DriverError> {
+    let step = go_step(steps, go, args.iter().map(OsString::from).collect());
+    steps
+        .query(&format!("go {}", args.join(" ")), step, None)
+        .await
 }
 
 /// Copies the user's files into `work` and writes a `go.mod` when they have
@@ -267,6 +280,10 @@ fn prepare_module(code: &Path, work: &Path, minor: u32) -> Result<(), DriverErro
         std::fs::write(&go_mod, format!("module function\n\ngo 1.{minor}\n"))
             .map_err(|e| infra("writing go.mod", e))?;
     }
+    let main_dir = work.join(MAIN_DIR);
+    std::fs::create_dir_all(&main_dir).map_err(|e| infra("writing the wrapper", e))?;
+    std::fs::write(main_dir.join("main.go"), WRAPPER)
+        .map_err(|e| infra("writing the wrapper", e))?;
     Ok(())
 }
 
