@@ -28,17 +28,18 @@ pub enum EmbeddedError {
     )]
     NoUnprivilegedUser,
 
-    /// The unprivileged user chosen to run PostgreSQL cannot reach the data
-    /// directory.
+    /// Running as root, PostgreSQL runs as an unprivileged user in a
+    /// sandbox that shows it only its own directory; the sandbox is missing
+    /// or broken.
     #[error(
-        "PostgreSQL runs as user `{user}`, who cannot traverse {path}: make it searchable \
-         (e.g. chmod o+x {path}) or use a data directory outside it"
+        "PostgreSQL runs as user `{user}`, which sless (as root) does through the \
+         sandbox, so that the data directory can stay private to root: {reason}"
     )]
-    NotTraversable {
+    Sandbox {
         /// The account PostgreSQL would run as.
         user: String,
-        /// The directory that lacks the search (`x`) permission for `user`.
-        path: PathBuf,
+        /// What is wrong with the sandbox (it names the package to install).
+        reason: String,
     },
 
     /// The cluster exists but the password file next to it does not.

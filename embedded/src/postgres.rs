@@ -1,15 +1,16 @@
 //! The private PostgreSQL cluster.
 
+use std::ffi::OsStr;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use crate::error::{EmbeddedError, IoContext, Result};
-use crate::process::{Keeper, PgBinaries, RunAs};
+use crate::process::{Keeper, Launch, PgBinaries, RunAs};
 use crate::random_secret;
 
 /// The superuser created by `initdb` and used in [`PrivatePostgres::url`].
@@ -153,6 +154,13 @@ impl PrivatePostgres {
         self.port
     }
 
+    /// The postmaster's process id (as this process sees pids; under root
+    /// the server runs in a sandbox, and its `postmaster.pid` holds the
+    /// pid it has there).
+    pub fn pid(&self) -> Option<u32> {
+        self.keeper.as_ref().map(Keeper::pid)
+    }
+
     /// Connection URL for `database` as the superuser:
     /// `postgres://sless:<password>@127.0.0.1:<port>/<database>`.
     pub fn url(&self, database: &str) -> String {
@@ -284,7 +292,6 @@ fn prepare(opts: &PostgresOptions) -> Result<Prepared> {
     let password_file = data_dir.join("pg-password");
 
     let run_as = RunAs::for_cluster(&pgdata)?;
-    run_as.check_traversable(&data_dir)?;
 
     let password = if pgdata.join("PG_VERSION").is_file() {
         let password = std::fs::read_to_string(&password_file)
@@ -305,7 +312,11 @@ fn prepare(opts: &PostgresOptions) -> Result<Prepared> {
     };
 
     make_private_dir(&pgsock, &run_as)?;
-    clear_zombie_lock(&pgdata);
+    if !run_as.switch {
+        // In a sandbox the lock file's pid is not the host's, and its init
+        // reaps the postmaster.
+        clear_zombie_lock(&pgdata);
+    }
     Ok(Prepared {
         bins,
         run_as,
@@ -337,22 +348,23 @@ fn init_cluster(
     let pwfile = data_dir.join(".initdb-pwfile");
     write_private(&pwfile, password)?;
     let output = run_as.chown(&pwfile).and_then(|()| {
-        let mut cmd = Command::new(&bins.initdb);
-        cmd.arg("-D")
-            .arg(pgdata)
-            .args([
-                "-U",
-                SUPERUSER,
-                "--auth=scram-sha-256",
-                "-E",
-                "UTF8",
-                "--locale=C",
-            ])
-            .arg(format!("--pwfile={}", pwfile.display()))
-            .current_dir(data_dir)
-            .stdin(Stdio::null());
-        run_as.configure(&mut cmd);
-        cmd.output()
+        let pwfile_arg = format!("--pwfile={}", pwfile.display());
+        let args: Vec<&OsStr> = [
+            OsStr::new("-D"),
+            pgdata.as_os_str(),
+            OsStr::new("-U"),
+            OsStr::new(SUPERUSER),
+            OsStr::new("--auth=scram-sha-256"),
+            OsStr::new("-E"),
+            OsStr::new("UTF8"),
+            OsStr::new("--locale=C"),
+            OsStr::new(&pwfile_arg),
+        ]
+        .into();
+        let mut launch = run_as.command(&bins.initdb, &args, data_dir, data_dir)?;
+        launch.command.stdin(Stdio::null());
+        launch
+            .output()
             .context(|| format!("running {}", bins.initdb.display()))
     });
     let _ = std::fs::remove_file(&pwfile);
@@ -437,7 +449,7 @@ fn free_port() -> Result<u16> {
 }
 
 /// Builds the postmaster command line; output is appended to the log.
-fn postgres_command(p: &Prepared, port: u16, settings: &[(String, String)]) -> Result<Command> {
+fn postgres_command(p: &Prepared, port: u16, settings: &[(String, String)]) -> Result<Launch> {
     let log = OpenOptions::new()
         .create(true)
         .append(true)
@@ -447,8 +459,12 @@ fn postgres_command(p: &Prepared, port: u16, settings: &[(String, String)]) -> R
     let log_err = log
         .try_clone()
         .context(|| format!("opening {}", p.log.display()))?;
-    let mut cmd = Command::new(&p.bins.postgres);
-    cmd.arg("-D").arg(&p.pgdata).arg("-p").arg(port.to_string());
+    let mut args: Vec<String> = vec![
+        "-D".to_owned(),
+        p.pgdata.to_string_lossy().into_owned(),
+        "-p".to_owned(),
+        port.to_string(),
+    ];
     let builtin = [
         "listen_addresses=127.0.0.1".to_owned(),
         format!("unix_socket_directories=\"{}\"", p.pgsock.display()),
@@ -459,14 +475,19 @@ fn postgres_command(p: &Prepared, port: u16, settings: &[(String, String)]) -> R
         .iter()
         .map(|(name, value)| format!("{name}={value}"));
     for setting in builtin.into_iter().chain(extra) {
-        cmd.arg("-c").arg(setting);
+        args.push("-c".to_owned());
+        args.push(setting);
     }
-    cmd.current_dir(&p.data_dir)
+    let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    let mut launch = p
+        .run_as
+        .command(&p.bins.postgres, &args, &p.data_dir, &p.data_dir)?;
+    launch
+        .command
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
-    p.run_as.configure(&mut cmd);
-    Ok(cmd)
+    Ok(launch)
 }
 
 /// Waits until the postmaster we spawned reports "ready" in its
@@ -499,15 +520,34 @@ async fn wait_ready(p: &Prepared, keeper: &Keeper, port: u16, log_offset: u64) -
     }
 }
 
-/// Whether `pgdata/postmaster.pid` belongs to `pid` and its status line
-/// (the 8th) says "ready". A stale file from an earlier run has another pid.
+/// Whether `pgdata/postmaster.pid` belongs to the postmaster `pid` and its
+/// status line (the 8th) says "ready". A stale file from an earlier run has
+/// another pid. The file holds the pid the postmaster sees, which in a
+/// sandbox (a PID namespace of its own) is not the host's.
 fn reports_ready(pgdata: &Path, pid: u32) -> bool {
     let Ok(contents) = std::fs::read_to_string(pgdata.join("postmaster.pid")) else {
         return false;
     };
     let lines: Vec<&str> = contents.lines().collect();
-    lines.first().is_some_and(|l| l.trim() == pid.to_string())
+    lines
+        .first()
+        .is_some_and(|l| l.trim() == own_pid(pid).to_string())
         && lines.get(7).is_some_and(|l| l.trim() == "ready")
+}
+
+/// The pid process `pid` has in its own PID namespace (the last of its
+/// `NSpid`).
+fn own_pid(pid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|l| l.split_whitespace().last())
+                .and_then(|p| p.parse().ok())
+        })
+        .unwrap_or(pid)
 }
 
 /// The last lines the server wrote to `log` since `offset`.
@@ -544,8 +584,9 @@ mod tests {
             .prefix("sless-embedded-crash-")
             .tempdir()
             .unwrap();
-        // Traversable by the unprivileged user the server runs as under root.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Private to root, as `mktemp -d` makes it: the server (an
+        // unprivileged user under root) reaches only its own directory.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
         let mut pg = PrivatePostgres::start(PostgresOptions::new(dir.path().join("data")))
             .await
             .unwrap();

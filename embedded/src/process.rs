@@ -7,6 +7,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
+
+use sless_sandbox::{Identity, Jail, Mount, Pending, Sandbox, SandboxOptions};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex, mpsc};
@@ -146,41 +148,6 @@ impl RunAs {
             .ok_or(EmbeddedError::NoUnprivilegedUser)
     }
 
-    /// Fails with [`EmbeddedError::NotTraversable`] if this account cannot
-    /// reach `dir` (every ancestor, `dir` included, needs the search bit).
-    ///
-    /// Only the permission bits are considered (no ACLs); supplementary
-    /// groups are ignored because the children run without any.
-    pub fn check_traversable(&self, dir: &Path) -> Result<()> {
-        if !self.switch {
-            return Ok(());
-        }
-        let dir = dir
-            .canonicalize()
-            .context(|| format!("resolving {}", dir.display()))?;
-        let mut ancestors: Vec<&Path> = dir.ancestors().collect();
-        ancestors.reverse();
-        for path in ancestors {
-            let meta =
-                std::fs::metadata(path).context(|| format!("inspecting {}", path.display()))?;
-            let mode = meta.mode();
-            let bit = if meta.uid() == self.uid {
-                0o100
-            } else if meta.gid() == self.gid {
-                0o010
-            } else {
-                0o001
-            };
-            if mode & bit == 0 {
-                return Err(EmbeddedError::NotTraversable {
-                    user: self.name.clone(),
-                    path: path.to_path_buf(),
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// Makes `path` owned by this account (no-op unless switching users).
     pub fn chown(&self, path: &Path) -> Result<()> {
         if !self.switch {
@@ -190,21 +157,32 @@ impl RunAs {
             .context(|| format!("changing the owner of {} to {}", path.display(), self.name))
     }
 
-    /// Prepares `cmd` to run as this account and to receive SIGINT when the
-    /// thread that spawns it exits (`PR_SET_PDEATHSIG`).
+    /// The command that runs `program args` in `cwd` as this account,
+    /// receiving SIGINT when the thread that spawns it exits
+    /// (`PR_SET_PDEATHSIG`) or, if our process already died before it
+    /// started, refusing to start.
     ///
-    /// Everything happens in one `pre_exec` hook, in this order: drop the
-    /// supplementary groups, set the gid, set the uid, then set the
-    /// parent-death signal (a credential change would clear it). If our process
-    /// already died before the hook ran, the child refuses to start.
-    pub fn configure(&self, cmd: &mut Command) {
-        let ids = self.switch.then_some((self.uid, self.gid));
+    /// Switching users (we are root), the program runs in a sandbox that
+    /// shows it the system read-only and, writable, only `own` (at its own
+    /// path), so a data directory private to root can hold the cluster: the
+    /// account never needs to reach the directories above `own`. The
+    /// program itself gets SIGINT (PostgreSQL's fast shutdown) when the
+    /// sandbox's bwrap ends.
+    pub fn command(
+        &self,
+        program: &Path,
+        args: &[&OsStr],
+        cwd: &Path,
+        own: &Path,
+    ) -> Result<Launch> {
+        if self.switch {
+            return self.sandboxed(program, args, cwd, own);
+        }
+        let mut cmd = Command::new(program);
+        cmd.args(args).current_dir(cwd);
         let parent = std::process::id() as libc::pid_t;
         let hook = move || -> io::Result<()> {
             // Only async-signal-safe calls in here: this runs between fork and exec.
-            if let Some((uid, gid)) = ids {
-                become_user(uid, gid)?;
-            }
             // SAFETY: prctl/getppid are plain syscalls without pointer arguments.
             unsafe {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT as libc::c_ulong) != 0 {
@@ -221,24 +199,93 @@ impl RunAs {
         unsafe {
             cmd.pre_exec(hook);
         }
+        Ok(Launch {
+            command: cmd,
+            pending: None,
+        })
+    }
+
+    fn sandboxed(&self, program: &Path, args: &[&OsStr], cwd: &Path, own: &Path) -> Result<Launch> {
+        let trouble = |reason: String| EmbeddedError::Sandbox {
+            user: self.name.clone(),
+            reason,
+        };
+        let sandbox = Sandbox::with_options(&SandboxOptions {
+            rlimits_only: true,
+            cgroup_parent: None,
+        })
+        .map_err(|e| trouble(e.to_string()))?;
+        let mut jail = Jail::service(
+            Identity {
+                uid: self.uid,
+                gid: self.gid,
+            },
+            program,
+        );
+        jail.args = args.iter().map(|a| a.to_os_string()).collect();
+        jail.env = std::env::vars()
+            .filter(|(k, _)| matches!(k.as_str(), "PATH" | "LANG" | "TZ") || k.starts_with("LC_"))
+            .collect();
+        jail.cwd = cwd.to_path_buf();
+        jail.mounts = vec![Mount::ReadWrite {
+            source: own.to_path_buf(),
+            dest: own.to_path_buf(),
+        }];
+        jail.parent_death_signal = libc::SIGINT;
+        jail.program_death_signal = Some(libc::SIGINT);
+        jail.label = "postgres".to_owned();
+        let prepared = sandbox.prepare(&jail).map_err(|e| trouble(e.to_string()))?;
+        Ok(Launch {
+            command: prepared.command,
+            pending: Some(prepared.pending),
+        })
     }
 }
 
-/// Switches the calling (freshly forked) process to `uid`/`gid` without any
-/// supplementary groups. The order matters: once the uid is dropped, groups
-/// can no longer be changed.
-fn become_user(uid: u32, gid: u32) -> io::Result<()> {
-    // SAFETY: setgroups with a zero count never reads the (null) list;
-    // setgid/setuid take plain integers.
-    let failed = unsafe {
-        libc::setgroups(0, std::ptr::null()) != 0
-            || libc::setgid(gid) != 0
-            || libc::setuid(uid) != 0
-    };
-    if failed {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
+/// A command to spawn, and (in a sandbox) what its sandbox holds until it
+/// has been.
+pub(crate) struct Launch {
+    pub command: Command,
+    pending: Option<Pending>,
+}
+
+impl Launch {
+    /// Spawns it: the child, and the pid to signal: the program's, which in
+    /// a sandbox is not the child's (bwrap runs it, a child of its init).
+    /// Blocks until the sandbox runs the program.
+    pub fn spawn(mut self) -> io::Result<(std::process::Child, u32)> {
+        let spawned = self.command.spawn();
+        let sandbox = self.pending.take().map(Pending::spawned);
+        let mut child = spawned?;
+        let Some(mut sandbox) = sandbox else {
+            let pid = child.id();
+            return Ok((child, pid));
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(pid) = sandbox.program_pid() {
+                return Ok((child, pid));
+            }
+            if let Some(status) = child.try_wait()? {
+                // It ended before the program ran: the keeper reports it.
+                let _ = status;
+                let pid = child.id();
+                return Ok((child, pid));
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::other("the sandbox did not start the program"));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Runs it to the end and collects its output.
+    pub fn output(mut self) -> io::Result<std::process::Output> {
+        let out = self.command.output();
+        drop(self.pending.take().map(Pending::spawned));
+        out
     }
 }
 
@@ -316,9 +363,9 @@ pub(crate) struct Keeper {
 }
 
 impl Keeper {
-    /// Spawns `cmd` from a new keeper thread; blocks until the spawn is done.
-    pub fn spawn(mut cmd: Command, thread_name: &str) -> Result<Self> {
-        let program = cmd.get_program().to_string_lossy().into_owned();
+    /// Spawns `launch` from a new keeper thread; blocks until the spawn is done.
+    pub fn spawn(launch: Launch, thread_name: &str) -> Result<Self> {
+        let program = launch.command.get_program().to_string_lossy().into_owned();
         let (spawned_tx, spawned_rx) = mpsc::channel();
         let (signals, signal_rx) = mpsc::channel::<libc::c_int>();
         let exit = Arc::new(ExitSlot::default());
@@ -326,14 +373,13 @@ impl Keeper {
         std::thread::Builder::new()
             .name(thread_name.to_owned())
             .spawn(move || {
-                let mut child = match cmd.spawn() {
-                    Ok(child) => child,
+                let (mut child, pid) = match launch.spawn() {
+                    Ok(spawned) => spawned,
                     Err(e) => {
                         let _ = spawned_tx.send(Err(e));
                         return;
                     }
                 };
-                let pid = child.id();
                 let _ = spawned_tx.send(Ok(pid));
                 let mut owner_gone = false;
                 let status = loop {
@@ -348,7 +394,8 @@ impl Keeper {
                     }
                     match signal_rx.recv_timeout(KEEPER_POLL) {
                         // SAFETY: kill has no memory-safety preconditions; the
-                        // child is not reaped yet, so `pid` is still ours.
+                        // child is not reaped yet, so `pid` (it, or the
+                        // program its sandbox runs) is still ours.
                         Ok(sig) => unsafe {
                             libc::kill(pid as libc::pid_t, sig);
                         },
@@ -374,7 +421,7 @@ impl Keeper {
         Ok(Self { pid, signals, exit })
     }
 
-    /// Process id of the child.
+    /// Process id of the program (in a sandbox, not bwrap's).
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -462,17 +509,23 @@ mod tests {
 
     #[test]
     fn keeper_reports_exit_and_delivers_signals() {
-        let mut cmd = Command::new("sleep");
-        cmd.arg("30");
-        RunAs::for_cluster(Path::new("/nonexistent"))
+        let dir = std::env::temp_dir();
+        let launch = RunAs::for_cluster(Path::new("/nonexistent"))
             .unwrap()
-            .configure(&mut cmd);
-        let keeper = Keeper::spawn(cmd, "test-keeper").unwrap();
+            .command(Path::new("/bin/sleep"), &[OsStr::new("30")], &dir, &dir)
+            .unwrap();
+        let keeper = Keeper::spawn(launch, "test-keeper").unwrap();
         assert!(keeper.exit_status().is_none());
         assert!(
             keeper.shutdown_blocking(Duration::from_secs(10)),
             "sleep dies on SIGINT"
         );
-        assert!(keeper.exit_status().unwrap().contains("signal"));
+        // Killed by SIGINT: as a signal, or (sandboxed, under root) as
+        // bwrap's exit code 128 + 2.
+        let status = keeper.exit_status().unwrap();
+        assert!(
+            status.contains("signal") || status.contains("130"),
+            "{status}"
+        );
     }
 }

@@ -79,8 +79,12 @@ pub(crate) fn bwrap_args(
     }
     let untrusted = jail.view == View::Untrusted;
 
+    // Every jail has a PID namespace: when its bwrap ends, whatever it
+    // holds is killed (bwrap's own processes, uid 0, get its parent-death
+    // signal; a process of another uid would not).
     push!(
-        "--unshare-ipc",
+        "--unshare-pid",
+        "--die-with-parent",
         "--unshare-uts",
         "--unshare-cgroup-try",
         "--hostname",
@@ -88,7 +92,9 @@ pub(crate) fn bwrap_args(
         "--new-session",
     );
     if untrusted {
-        push!("--unshare-pid", "--die-with-parent");
+        // A service keeps the host's: PostgreSQL's shared-memory interlock
+        // must see another postmaster of the same cluster.
+        push!("--unshare-ipc");
     }
     if jail.owner.is_some() {
         push!("--unsetenv", OWNER_ENV);
@@ -185,10 +191,17 @@ pub(crate) fn bwrap_args(
         os("--bounding-set=-all"),
         os("--no-new-privs"),
     ]);
-    if let Some(sig) = jail.program_death_signal {
-        a.push(os(format!("--pdeathsig={}", signal_name(sig))));
-    }
     a.push(os("--"));
+    if let Some(sig) = jail.program_death_signal {
+        // A second setpriv, already the jail's user: the parent-death
+        // signal is cleared when credentials change, so the first one's
+        // would not survive its own switch.
+        a.extend([
+            os(setpriv),
+            os(format!("--pdeathsig={}", signal_name(sig))),
+            os("--"),
+        ]);
+    }
     a.push(os(&jail.program));
     a.extend(jail.args.iter().cloned());
     a
@@ -297,9 +310,8 @@ mod tests {
             &fds,
         ));
         for expected in [
-            "--unshare-pid --die-with-parent",
-            "--unshare-ipc --unshare-uts",
-            "--new-session",
+            "--unshare-pid --die-with-parent --unshare-uts",
+            "--new-session --unshare-ipc",
             "--ro-bind /usr /usr",
             "--symlink usr/bin /bin",
             "--ro-bind /lib /lib",
@@ -319,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn a_service_sees_all_of_etc_and_keeps_the_hosts_pids() {
+    fn a_service_sees_all_of_etc_and_keeps_the_hosts_ipc() {
         let mut jail = Jail::service(
             Identity { uid: 101, gid: 104 },
             "/usr/lib/postgresql/15/bin/postgres",
@@ -341,9 +353,15 @@ mod tests {
             &fds,
         ));
         assert!(args.contains("--ro-bind /etc /etc"), "{args}");
-        assert!(!args.contains("--unshare-pid"), "{args}");
+        assert!(args.contains("--unshare-pid --die-with-parent"), "{args}");
+        assert!(!args.contains("--unshare-ipc"), "{args}");
         assert!(!args.contains("--seccomp"), "{args}");
-        assert!(args.contains("--pdeathsig=INT --"), "{args}");
+        assert!(
+            args.contains(
+                "--no-new-privs -- /usr/bin/setpriv --pdeathsig=INT -- /usr/lib/postgresql"
+            ),
+            "{args}"
+        );
         assert!(
             args.contains(
                 "--perms 0755 --dir /root --perms 0755 --dir /root/.sless \

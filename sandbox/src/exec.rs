@@ -54,10 +54,10 @@ pub struct Sandboxed {
 }
 
 impl Sandboxed {
-    /// The pid (as sless sees pids) of the jail's first process: with a PID
-    /// namespace ([`View::Untrusted`]) bwrap's init in it, whose child is
-    /// the program; else the program itself. Blocks until bwrap has said it
-    /// (right after it made the namespaces); `None` if bwrap ended first.
+    /// The pid (as sless sees pids) of the jail's first process: bwrap's
+    /// init in its PID namespace, whose child is the program. Blocks until
+    /// bwrap has said it (right after it made the namespaces); `None` if
+    /// bwrap ended first.
     pub fn sandbox_pid(&mut self) -> Option<u32> {
         if let Some(info) = self.info.take() {
             self.sandbox_pid = read_child_pid(info);
@@ -65,8 +65,8 @@ impl Sandboxed {
         self.sandbox_pid
     }
 
-    /// The program's pid (as sless sees pids) in a jail with a PID
-    /// namespace: the first child of the jail's init, once it has one.
+    /// The program's pid (as sless sees pids): the first child of the
+    /// jail's init, once it has one.
     pub fn program_pid(&mut self) -> Option<u32> {
         let init = self.sandbox_pid()?;
         let children =
@@ -266,6 +266,18 @@ pub(crate) fn prepare(sandbox: &Sandbox, jail: &Jail) -> Result<Prepared> {
                 };
                 if libc::setrlimit(l.resource, &value) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+            }
+            // Dispositions are inherited through exec: a signal ignored by
+            // whoever started sless (SIGINT, SIGQUIT under a shell's `&`)
+            // must not be ignored by bwrap, whose parent-death signal it
+            // may be, nor by the program.
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            for sig in 1..32 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::signal(sig, libc::SIG_DFL);
                 }
             }
             if libc::prctl(libc::PR_SET_PDEATHSIG, death as libc::c_ulong, 0, 0, 0) != 0 {

@@ -126,8 +126,7 @@ pub enum View {
     Untrusted,
     /// For a service of sless's own that only must not run as root (the
     /// embedded PostgreSQL): `/usr`, the library links and the whole of
-    /// `/etc`, read-only; no PID namespace (its pids are the host's) and no
-    /// seccomp filter.
+    /// `/etc`, read-only; the host's IPC namespace, no seccomp filter.
     Service,
 }
 
@@ -166,9 +165,8 @@ pub struct Jail {
     /// The signal bwrap gets when the thread that spawned it ends (the
     /// jail then ends too: SIGKILL for untrusted code).
     pub parent_death_signal: libc::c_int,
-    /// The signal the program itself gets when bwrap ends, for a service
-    /// that must shut down cleanly (PostgreSQL: SIGINT). Untrusted code
-    /// needs none: its PID namespace ends with bwrap.
+    /// The signal the program itself gets when its parent (the jail's
+    /// init) ends. The jail's PID namespace ends with bwrap in any case.
     pub program_death_signal: Option<libc::c_int>,
     /// Names the jail's cgroup (`[A-Za-z0-9._-]`, other bytes become `_`).
     pub label: String,
