@@ -222,8 +222,9 @@ impl TokenSettings {
 }
 
 /// Worker settings from `SLESS_WORKER_ID`, `SLESS_WORKER_CONCURRENCY`,
-/// `SLESS_WORKER_PREFETCH`, `SLESS_LEASE_SECS`, `SLESS_SWEEP_SECS`, `SLESS_POLL_MS`,
-/// `SLESS_RETRY_BASE_MS`, `SLESS_SHUTDOWN_GRACE_SECS`.
+/// `SLESS_WORKER_JOB_CONCURRENCY`, `SLESS_WORKER_PREFETCH`, `SLESS_LEASE_SECS`,
+/// `SLESS_SWEEP_SECS`, `SLESS_POLL_MS`, `SLESS_RETRY_BASE_MS`,
+/// `SLESS_SHUTDOWN_GRACE_SECS`.
 pub fn worker() -> anyhow::Result<WorkerConfig> {
     let d = WorkerConfig::default();
     let lease = number("SLESS_LEASE_SECS", d.lease.as_secs_f64())?;
@@ -233,6 +234,7 @@ pub fn worker() -> anyhow::Result<WorkerConfig> {
     Ok(WorkerConfig {
         id: var("SLESS_WORKER_ID").unwrap_or(d.id),
         concurrency: number("SLESS_WORKER_CONCURRENCY", d.concurrency)?.max(1),
+        job_concurrency: number("SLESS_WORKER_JOB_CONCURRENCY", d.job_concurrency)?.max(1),
         prefetch: number("SLESS_WORKER_PREFETCH", d.prefetch)?,
         lease: Duration::from_secs_f64(lease),
         sweep: Duration::from_secs_f64(number("SLESS_SWEEP_SECS", d.sweep.as_secs_f64())?.max(0.1)),

@@ -2,6 +2,7 @@
 
 mod dev;
 mod history;
+mod job_slots;
 mod jobs;
 mod platform;
 mod replay;
