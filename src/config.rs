@@ -224,12 +224,23 @@ impl TokenSettings {
 /// Worker settings from `SLESS_WORKER_ID`, `SLESS_WORKER_CONCURRENCY`,
 /// `SLESS_WORKER_JOB_CONCURRENCY`, `SLESS_WORKER_PREFETCH`, `SLESS_LEASE_SECS`,
 /// `SLESS_SWEEP_SECS`, `SLESS_POLL_MS`, `SLESS_RETRY_BASE_MS`,
-/// `SLESS_SHUTDOWN_GRACE_SECS`.
+/// `SLESS_SHUTDOWN_GRACE_SECS`, `SLESS_ORPHAN_SWEEP_SECS`, `SLESS_ORPHAN_GRACE_SECS`.
 pub fn worker() -> anyhow::Result<WorkerConfig> {
     let d = WorkerConfig::default();
     let lease = number("SLESS_LEASE_SECS", d.lease.as_secs_f64())?;
     if !(1.0..=3600.0).contains(&lease) {
         bail!("SLESS_LEASE_SECS must be between 1 and 3600");
+    }
+    let orphan_sweep = number("SLESS_ORPHAN_SWEEP_SECS", d.orphan_sweep.as_secs_f64())?;
+    if !(1.0..=86_400.0).contains(&orphan_sweep) {
+        bail!("SLESS_ORPHAN_SWEEP_SECS must be from 1 to 86400 (a day)");
+    }
+    let orphan_grace = number("SLESS_ORPHAN_GRACE_SECS", d.orphan_grace.as_secs_f64())?;
+    if !(60.0..=30.0 * 86_400.0).contains(&orphan_grace) {
+        bail!(
+            "SLESS_ORPHAN_GRACE_SECS must be from 60 to 2592000 (30 days): an upload in flight \
+             must never look like an orphan"
+        );
     }
     Ok(WorkerConfig {
         id: var("SLESS_WORKER_ID").unwrap_or(d.id),
@@ -250,6 +261,8 @@ pub fn worker() -> anyhow::Result<WorkerConfig> {
             number("SLESS_SHUTDOWN_GRACE_SECS", d.shutdown_grace.as_secs_f64())?.max(0.0),
         ),
         ack_batch: d.ack_batch,
+        orphan_sweep: Duration::from_secs_f64(orphan_sweep),
+        orphan_grace: Duration::from_secs_f64(orphan_grace),
     })
 }
 

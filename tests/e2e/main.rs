@@ -4,6 +4,7 @@ mod dev;
 mod history;
 mod job_slots;
 mod jobs;
+mod orphans;
 mod platform;
 mod replay;
 mod runtimes;

@@ -76,6 +76,12 @@ pub struct WorkerConfig {
     pub shutdown_grace: Duration,
     /// Most finished items acknowledged in one statement.
     pub ack_batch: usize,
+    /// How often to look for orphan blobs (`collect::sweep_orphans`).
+    pub orphan_sweep: Duration,
+    /// How long a blob stored ahead of its event may wait for it before it
+    /// counts as an orphan: longer than any upload takes from its S3 put to
+    /// its commit.
+    pub orphan_grace: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -95,9 +101,14 @@ impl Default for WorkerConfig {
             backoff: Backoff::default(),
             shutdown_grace: Duration::from_secs(8),
             ack_batch: 1000,
+            orphan_sweep: Duration::from_secs(300),
+            orphan_grace: Duration::from_secs(3600),
         }
     }
 }
+
+/// Most orphan blobs one sweep looks at; the next sweep takes the rest.
+const ORPHANS_PER_SWEEP: i64 = 1000;
 
 /// Called as each item starts, on the worker's task (keep it cheap): for
 /// metrics and benchmarks.
@@ -175,6 +186,7 @@ impl<D: Driver> Worker<D> {
         let upkeep = tokio::spawn(self.clone().maintain(shared.clone(), upkeep_flag, true));
         let bells: Vec<_> = lanes.iter().map(|l| l.bell.clone()).collect();
         let doorbell = tokio::spawn(ring_on_notify(listener, bells, shutdown.clone()));
+        let orphans = tokio::spawn(self.clone().sweep_orphans(shutdown.clone()));
 
         let ack = Ack::Batched(ack_tx);
         let mut claimers = Vec::new();
@@ -206,6 +218,7 @@ impl<D: Driver> Worker<D> {
             let _ = c.await;
         }
         let _ = doorbell.await;
+        let _ = orphans.await;
         for mut claimed in unstarted {
             claimed.close();
             while let Ok(item) = claimed.try_recv() {
@@ -390,6 +403,41 @@ impl<D: Driver> Worker<D> {
                         Ok(n) => tracing::warn!(released = n, "released work items whose lease expired"),
                         Err(e) => tracing::warn!(error = %e, "lease sweep failed"),
                     }
+                }
+            }
+        }
+    }
+
+    /// Deletes orphan blobs every `orphan_sweep`, until shutdown. Every
+    /// worker sweeps; they never wait for each other (see
+    /// `collect::sweep_orphans`), and with nothing to do a sweep is one
+    /// index probe.
+    async fn sweep_orphans(self, mut shutdown: watch::Receiver<bool>) {
+        let mut every = tokio::time::interval(self.config.orphan_sweep);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every.tick().await;
+        let r = &self.reconciler;
+        loop {
+            tokio::select! {
+                _ = wait_true(&mut shutdown) => return,
+                _ = every.tick() => {}
+            }
+            let sweep = crate::collect::sweep_orphans(
+                &r.pool,
+                &r.blobs,
+                self.config.orphan_grace,
+                ORPHANS_PER_SWEEP,
+            );
+            tokio::select! {
+                // A sweep stopped halfway leaves its records for the next.
+                _ = wait_true(&mut shutdown) => return,
+                swept = sweep => match swept {
+                    Ok(s) if s.lagging => tracing::debug!(
+                        deleted = s.deleted.len(),
+                        "orphan sweep stopped: the read models lag the log; the next sweep goes on"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "orphan sweep failed"),
                 }
             }
         }
