@@ -24,7 +24,19 @@ fn number<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T>
 where
     T::Err: std::fmt::Display,
 {
-    match var(name) {
+    number_from(&|name| var(name), name, default)
+}
+
+/// `number`, reading the variable through `get`.
+fn number_from<T: std::str::FromStr>(
+    get: &dyn Fn(&str) -> Option<String>,
+    name: &str,
+    default: T,
+) -> anyhow::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    match get(name) {
         None => Ok(default),
         Some(v) => v
             .parse()
@@ -222,32 +234,56 @@ impl TokenSettings {
 }
 
 /// Worker settings from `SLESS_WORKER_ID`, `SLESS_WORKER_CONCURRENCY`,
-/// `SLESS_WORKER_PREFETCH`, `SLESS_LEASE_SECS`, `SLESS_SWEEP_SECS`, `SLESS_POLL_MS`,
-/// `SLESS_RETRY_BASE_MS`, `SLESS_SHUTDOWN_GRACE_SECS`.
+/// `SLESS_WORKER_JOB_CONCURRENCY`, `SLESS_WORKER_PREFETCH`, `SLESS_LEASE_SECS`,
+/// `SLESS_SWEEP_SECS`, `SLESS_POLL_MS`, `SLESS_RETRY_BASE_MS`,
+/// `SLESS_SHUTDOWN_GRACE_SECS`, `SLESS_ORPHAN_SWEEP_SECS`, `SLESS_ORPHAN_GRACE_SECS`.
 pub fn worker() -> anyhow::Result<WorkerConfig> {
+    worker_from(&|name| var(name))
+}
+
+fn worker_from(get: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<WorkerConfig> {
+    let secs = |name: &str, default: f64| number_from(get, name, default);
+    let count = |name: &str, default: usize| number_from(get, name, default);
     let d = WorkerConfig::default();
-    let lease = number("SLESS_LEASE_SECS", d.lease.as_secs_f64())?;
+    let lease = secs("SLESS_LEASE_SECS", d.lease.as_secs_f64())?;
     if !(1.0..=3600.0).contains(&lease) {
         bail!("SLESS_LEASE_SECS must be between 1 and 3600");
     }
+    let orphan_sweep = secs("SLESS_ORPHAN_SWEEP_SECS", d.orphan_sweep.as_secs_f64())?;
+    if !(1.0..=86_400.0).contains(&orphan_sweep) {
+        bail!("SLESS_ORPHAN_SWEEP_SECS must be from 1 to 86400 (a day)");
+    }
+    let orphan_grace = secs("SLESS_ORPHAN_GRACE_SECS", d.orphan_grace.as_secs_f64())?;
+    if !(60.0..=30.0 * 86_400.0).contains(&orphan_grace) {
+        bail!(
+            "SLESS_ORPHAN_GRACE_SECS must be from 60 to 2592000 (30 days): an upload in flight \
+             must never look like an orphan"
+        );
+    }
     Ok(WorkerConfig {
-        id: var("SLESS_WORKER_ID").unwrap_or(d.id),
-        concurrency: number("SLESS_WORKER_CONCURRENCY", d.concurrency)?.max(1),
-        prefetch: number("SLESS_WORKER_PREFETCH", d.prefetch)?,
+        id: get("SLESS_WORKER_ID").unwrap_or(d.id),
+        concurrency: count("SLESS_WORKER_CONCURRENCY", d.concurrency)?.max(1),
+        job_concurrency: count("SLESS_WORKER_JOB_CONCURRENCY", d.job_concurrency)?.max(1),
+        prefetch: count("SLESS_WORKER_PREFETCH", d.prefetch)?,
         lease: Duration::from_secs_f64(lease),
-        sweep: Duration::from_secs_f64(number("SLESS_SWEEP_SECS", d.sweep.as_secs_f64())?.max(0.1)),
-        poll: Duration::from_millis(number("SLESS_POLL_MS", d.poll.as_millis() as u64)?.max(10)),
+        sweep: Duration::from_secs_f64(secs("SLESS_SWEEP_SECS", d.sweep.as_secs_f64())?.max(0.1)),
+        poll: Duration::from_millis(
+            number_from(get, "SLESS_POLL_MS", d.poll.as_millis() as u64)?.max(10),
+        ),
         backoff: Backoff {
-            base: Duration::from_millis(number(
+            base: Duration::from_millis(number_from(
+                get,
                 "SLESS_RETRY_BASE_MS",
                 d.backoff.base.as_millis() as u64,
             )?),
             max: d.backoff.max,
         },
         shutdown_grace: Duration::from_secs_f64(
-            number("SLESS_SHUTDOWN_GRACE_SECS", d.shutdown_grace.as_secs_f64())?.max(0.0),
+            secs("SLESS_SHUTDOWN_GRACE_SECS", d.shutdown_grace.as_secs_f64())?.max(0.0),
         ),
         ack_batch: d.ack_batch,
+        orphan_sweep: Duration::from_secs_f64(orphan_sweep),
+        orphan_grace: Duration::from_secs_f64(orphan_grace),
     })
 }
 
@@ -512,6 +548,42 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(name), "{name}: {err}");
+        }
+    }
+
+    fn worker_with(vars: &[(&str, &str)]) -> anyhow::Result<WorkerConfig> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        worker_from(&|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn worker_settings_have_defaults_and_refuse_bad_values() {
+        let d = worker_with(&[]).unwrap();
+        assert_eq!((d.concurrency, d.job_concurrency), (4, 4));
+        assert_eq!(d.orphan_sweep, Duration::from_secs(300));
+        assert_eq!(d.orphan_grace, Duration::from_secs(3600));
+        let s = worker_with(&[
+            ("SLESS_WORKER_CONCURRENCY", "2"),
+            ("SLESS_WORKER_JOB_CONCURRENCY", "16"),
+            ("SLESS_ORPHAN_SWEEP_SECS", "60"),
+            ("SLESS_ORPHAN_GRACE_SECS", "7200"),
+        ])
+        .unwrap();
+        assert_eq!((s.concurrency, s.job_concurrency), (2, 16));
+        assert_eq!(s.orphan_sweep, Duration::from_secs(60));
+        assert_eq!(s.orphan_grace, Duration::from_secs(7200));
+        for (name, value) in [
+            ("SLESS_WORKER_JOB_CONCURRENCY", "many"),
+            ("SLESS_ORPHAN_SWEEP_SECS", "0"),
+            ("SLESS_ORPHAN_GRACE_SECS", "10"),
+            ("SLESS_ORPHAN_GRACE_SECS", "NaN"),
+            ("SLESS_LEASE_SECS", "0.5"),
+        ] {
+            let err = worker_with(&[(name, value)]).unwrap_err().to_string();
+            assert!(err.contains(name), "{name}={value}: {err}");
         }
     }
 

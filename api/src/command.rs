@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use sless_store::eventlog::{self, Appended, Metadata, NewEvent};
 use sless_store::idempotency::{self, StoredAnswer};
-use sless_store::{queue, retention};
+use sless_store::{orphans, queue, retention};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -184,6 +184,9 @@ pub async fn commit(
     {
         queue::enqueue(&mut *tx, kind, key, &serde_json::json!({})).await?;
     }
+    // The event names these blobs: their in-flight records go with this
+    // commit (`sless_store::orphans`).
+    orphans::landed(&mut *tx, &cmd.blobs).await?;
     for key in &cmd.blobs {
         retention::lock_shared(&mut tx, key).await?;
         if !state.blobs.exists(key).await? {

@@ -308,6 +308,8 @@ async fn rebuild_for_runtime(
     .map_err(|e| ApiError::internal(format!("the stored build context cannot be read: {e}")))?;
     let context_sha256 = archive::sha256_hex(&context);
     let context_key = blobs::context_key(&context_sha256);
+    // Recorded first, as an upload's blobs are (`sless_store::orphans`).
+    sless_store::orphans::record_in_flight(&state.pool, &[&context_key]).await?;
     state
         .blobs
         .put_if_absent(&context_key, context, "application/gzip")

@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sless_domain::archive::{self, ValidArchive};
 use sless_domain::{Function, FunctionCommand, FunctionEvent, UploadedSource, decide};
-use sless_store::blobs;
+use sless_store::{blobs, orphans};
 use tokio::sync::Semaphore;
 
 use crate::AppState;
@@ -231,6 +231,9 @@ async fn accept(
         let (pruned, collect) = crate::versions::retain(&state, &current, &mut events);
         // The blobs go first: the event that references them must never exist without them.
         if !stored && !reused {
+            // Recorded first: should the event never come, the workers'
+            // orphan sweep finds the blobs by it (`sless_store::orphans`).
+            orphans::record_in_flight(&state.pool, &[&source.zip_key, &source.context_key]).await?;
             state
                 .blobs
                 .put_if_absent(&source.zip_key, zip_bytes.clone(), "application/zip")

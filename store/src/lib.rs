@@ -15,6 +15,7 @@ pub mod eventlog;
 pub mod idempotency;
 pub mod invocations;
 pub mod jobs;
+pub mod orphans;
 pub mod queue;
 pub mod readmodel;
 pub mod retention;

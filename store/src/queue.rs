@@ -101,17 +101,57 @@ pub async fn enqueue<'e>(
     Ok(())
 }
 
-/// Claims up to `limit` due items whose key has nothing running, for `lease`.
+/// Which kinds of work a claim may take. A worker has a pool of handler
+/// slots for jobs and another for everything else, and claims for each
+/// only as many items of its own kinds as it has room for: long jobs never
+/// hold up reconciles, and a burst of reconciles never holds up jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kinds {
+    /// Every kind (a worker driven step by step).
+    All,
+    /// Jobs and cron runs (`RunJob`).
+    Jobs,
+    /// Every kind but `RunJob`: reconciles, blob collection, ...
+    AllButJobs,
+}
+
+impl Kinds {
+    /// The claim's condition on `w.kind`. Literal, not bound: each pool's
+    /// claim then matches the partial index of its own due items
+    /// (`work_items_due_jobs`, `work_items_due_other`).
+    fn condition(self) -> String {
+        match self {
+            Kinds::All => String::new(),
+            Kinds::Jobs => format!("and w.kind = '{RUN_JOB}'"),
+            Kinds::AllButJobs => format!("and w.kind <> '{RUN_JOB}'"),
+        }
+    }
+}
+
+/// Claims up to `limit` due items of any kind whose key has nothing running,
+/// for `lease`.
 pub async fn claim(
     pool: &PgPool,
     owner: &str,
     limit: i64,
     lease: Duration,
 ) -> Result<Vec<WorkItem>> {
-    let result = sqlx::query(
+    claim_kinds(pool, owner, Kinds::All, limit, lease).await
+}
+
+/// Claims up to `limit` due items of `kinds` whose key has nothing running,
+/// for `lease`.
+pub async fn claim_kinds(
+    pool: &PgPool,
+    owner: &str,
+    kinds: Kinds,
+    limit: i64,
+    lease: Duration,
+) -> Result<Vec<WorkItem>> {
+    let sql = format!(
         "with due as (
              select id from work_items w
-             where state = 'pending' and run_at <= now()
+             where state = 'pending' and run_at <= now() {kinds}
                -- offset 0 keeps this a probe of the running index per candidate;
                -- as an anti-join the planner scans that whole index, dead
                -- entries of finished items included, on every claim.
@@ -126,12 +166,14 @@ pub async fn claim(
              lease_until = now() + make_interval(secs => $3)
          from due where w.id = due.id
          returning w.id, w.kind, w.key, w.payload, w.attempts, w.max_attempts",
-    )
-    .bind(owner)
-    .bind(limit)
-    .bind(lease.as_secs_f64())
-    .fetch_all(pool)
-    .await;
+        kinds = kinds.condition()
+    );
+    let result = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(owner)
+        .bind(limit)
+        .bind(lease.as_secs_f64())
+        .fetch_all(pool)
+        .await;
     let rows = match result.map_err(Error::from) {
         Ok(rows) => rows,
         // Another worker started an item of the same key between our

@@ -13,6 +13,10 @@
 //! The collector decides from the `function_versions` read model, so it
 //! waits until the projector has applied every event of the log: a version
 //! committed but not yet projected would otherwise look unused.
+//!
+//! The same protocol deletes orphans, blobs an upload stored whose event
+//! never came (`crate::orphans`); their sweep only tries the lock, and
+//! passes over a blob whose lock is held.
 
 use sqlx::PgConnection;
 
@@ -45,6 +49,17 @@ pub async fn lock_exclusive(conn: &mut PgConnection, key: &str) -> Result<()> {
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Takes the blob's lock exclusive if no one holds it, until the
+/// transaction ends; false (and no lock) when someone does. Never waits.
+pub async fn try_lock_exclusive(conn: &mut PgConnection, key: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "select pg_try_advisory_xact_lock({LOCK_KEY})"
+    )))
+    .bind(key)
+    .fetch_one(conn)
+    .await?)
 }
 
 /// Enqueues the collection of `key`, in the caller's transaction.

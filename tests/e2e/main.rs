@@ -2,7 +2,9 @@
 
 mod dev;
 mod history;
+mod job_slots;
 mod jobs;
+mod orphans;
 mod platform;
 mod replay;
 mod runtimes;

@@ -32,6 +32,11 @@ pub struct Platform {
 
 impl Platform {
     pub async fn start(keep: usize) -> Platform {
+        Platform::start_with(keep, WorkerConfig::default()).await
+    }
+
+    /// `start`, with a worker of `config`.
+    pub async fn start_with(keep: usize, config: WorkerConfig) -> Platform {
         let db = TestDb::new().await;
         let s3 = TestS3::new().await;
         let mut state = AppState::new(db.pool.clone(), s3.blobs(), Auth::hs256(SECRET, None, None));
@@ -64,7 +69,7 @@ impl Platform {
                 blobs: s3.blobs(),
                 driver: driver.clone(),
             },
-            config: WorkerConfig::default(),
+            config,
             on_start: None,
         };
         tokio::spawn(worker.run(stop));

@@ -80,8 +80,9 @@ async fn runs(p: &Platform, trigger: &str) -> Vec<(String, Vec<String>)> {
     rows
 }
 
-/// Waits until the run of `stream` has ended; its JobRequested data and
-/// the types of its events.
+/// Waits until the run of `stream` has ended, in the log and in the
+/// `jobs` read model (which the scheduler reads to skip a tick while a run
+/// goes on); the types of its events.
 async fn finished(p: &Platform, stream: &str) -> Vec<String> {
     eventually(
         &format!("{stream} finished"),
@@ -93,10 +94,17 @@ async fn finished(p: &Platform, stream: &str) -> Vec<String> {
                     .fetch_all(&p.db.pool)
                     .await
                     .unwrap();
-            types
+            let status: Option<String> =
+                sqlx::query_scalar("select status from jobs where stream = $1")
+                    .bind(stream)
+                    .fetch_optional(&p.db.pool)
+                    .await
+                    .unwrap();
+            let ended = types
                 .iter()
-                .any(|t| ["JobSucceeded", "JobFailed", "JobSkipped"].contains(&t.as_str()))
-                .then_some(types)
+                .any(|t| ["JobSucceeded", "JobFailed", "JobSkipped"].contains(&t.as_str()));
+            let projected = status.is_some_and(|s| !["Pending", "Running"].contains(&s.as_str()));
+            (ended && projected).then_some(types)
         },
     )
     .await

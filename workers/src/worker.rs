@@ -1,12 +1,19 @@
 //! The worker loop: claims items in batches, runs each under a lease, and
 //! acknowledges finished items in batches.
 //!
-//! Four parts work together while `run` runs:
-//! - the *claimer* claims as many items as there is room for (free handler
-//!   slots plus `prefetch`), so a slot that frees up starts its next item
-//!   without a round trip; it wakes on NOTIFY from an enqueue and polls as a
+//! A worker has two pools of handler slots, each with its own claimer and
+//! dispatcher: one for jobs and cron runs (`job_concurrency`), one for
+//! everything else, reconciles above all (`concurrency`). Each claims only
+//! its own kinds (`queue::claim_kinds`), so four long jobs never hold up an
+//! upload's build, and a burst of builds never holds up a job.
+//!
+//! The parts that work together while `run` runs:
+//! - per pool, a *claimer* claims as many items as there is room for (free
+//!   slots plus `prefetch`; jobs get no prefetch), so a slot that frees up
+//!   starts its next item without a round trip; it wakes on NOTIFY from an
+//!   enqueue (one listener rings every pool's claimer) and polls as a
 //!   fallback;
-//! - the *dispatcher* starts each claimed item as a free slot allows;
+//! - per pool, a *dispatcher* starts each claimed item as a free slot allows;
 //! - the *acker* deletes finished items in batches: whatever finished while
 //!   the previous batch was being written goes in the next one, so batches
 //!   grow with load and an idle worker acknowledges at once;
@@ -31,9 +38,9 @@ use std::time::Duration;
 use sless_domain::{FunctionEvent, FunctionKey};
 use sless_store::PgPool;
 use sless_store::eventlog::{self, Metadata, NewEvent};
-use sless_store::queue::{self, Backoff, WorkItem};
+use sless_store::queue::{self, Backoff, Kinds, WorkItem};
 use sqlx::postgres::PgListener;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
 use tracing::Instrument;
 
 use crate::HandlerError;
@@ -46,8 +53,13 @@ use shared::{Ack, Shared};
 pub struct WorkerConfig {
     /// Names this worker in leases; unique per process.
     pub id: String,
-    /// Items handled at once.
+    /// Work items other than jobs (reconciles: builds and deploys; blob
+    /// collection) handled at once.
     pub concurrency: usize,
+    /// Jobs and cron runs (`RunJob`) run at once: a pool of slots of their
+    /// own, so long jobs never hold up reconciles and reconciles never hold
+    /// up jobs.
+    pub job_concurrency: usize,
     /// Items claimed ahead of free slots. They wait in the worker, under its
     /// lease, so keep it at 0 for long work (builds) that another worker
     /// could start sooner; raise it for many short items.
@@ -64,6 +76,12 @@ pub struct WorkerConfig {
     pub shutdown_grace: Duration,
     /// Most finished items acknowledged in one statement.
     pub ack_batch: usize,
+    /// How often to look for orphan blobs (`collect::sweep_orphans`).
+    pub orphan_sweep: Duration,
+    /// How long a blob stored ahead of its event may wait for it before it
+    /// counts as an orphan: longer than any upload takes from its S3 put to
+    /// its commit.
+    pub orphan_grace: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -75,6 +93,7 @@ impl Default for WorkerConfig {
                 uuid::Uuid::new_v4().simple()
             ),
             concurrency: 4,
+            job_concurrency: 4,
             prefetch: 0,
             lease: Duration::from_secs(30),
             poll: Duration::from_secs(1),
@@ -82,9 +101,14 @@ impl Default for WorkerConfig {
             backoff: Backoff::default(),
             shutdown_grace: Duration::from_secs(8),
             ack_batch: 1000,
+            orphan_sweep: Duration::from_secs(300),
+            orphan_grace: Duration::from_secs(3600),
         }
     }
 }
+
+/// Most orphan blobs one sweep looks at; the next sweep takes the rest.
+const ORPHANS_PER_SWEEP: i64 = 1000;
 
 /// Called as each item starts, on the worker's task (keep it cheap): for
 /// metrics and benchmarks.
@@ -145,64 +169,71 @@ impl<D: Driver> Worker<D> {
         let mut listener = PgListener::connect_with(&self.pool).await?;
         listener.listen(queue::CHANNEL).await?;
         let shared = Shared::new();
-        let concurrency = self.config.concurrency.max(1);
-        let room = Arc::new(Semaphore::new(concurrency + self.config.prefetch));
-        let slots = Arc::new(Semaphore::new(concurrency));
+        let lanes = [
+            Lane::new(
+                Kinds::AllButJobs,
+                self.config.concurrency,
+                self.config.prefetch,
+            ),
+            // No prefetch: a job claimed ahead of a free slot would wait
+            // under this worker's lease while another worker could run it.
+            Lane::new(Kinds::Jobs, self.config.job_concurrency, 0),
+        ];
         let (ack_tx, ack_rx) = mpsc::unbounded_channel();
-        let (claimed_tx, mut claimed) = mpsc::unbounded_channel();
 
         let acker = tokio::spawn(self.clone().acknowledge(ack_rx));
         let (upkeep_stop, upkeep_flag) = watch::channel(false);
         let upkeep = tokio::spawn(self.clone().maintain(shared.clone(), upkeep_flag, true));
-        let claimer = tokio::spawn(self.clone().claim_loop(
-            listener,
-            shared.clone(),
-            room.clone(),
-            claimed_tx,
-            shutdown.clone(),
-        ));
+        let bells: Vec<_> = lanes.iter().map(|l| l.bell.clone()).collect();
+        let doorbell = tokio::spawn(ring_on_notify(listener, bells, shutdown.clone()));
+        let orphans = tokio::spawn(self.clone().sweep_orphans(shutdown.clone()));
 
         let ack = Ack::Batched(ack_tx);
-        let mut shutdown_rx = shutdown.clone();
-        loop {
-            let item = tokio::select! {
-                biased;
-                _ = wait_true(&mut shutdown_rx) => break,
-                item = claimed.recv() => match item {
-                    Some(item) => item,
-                    None => break,
-                },
-            };
-            let slot = tokio::select! {
-                biased;
-                _ = wait_true(&mut shutdown_rx) => {
-                    shared.hand_back_later(&item, false);
-                    break;
-                }
-                slot = slots.clone().acquire_owned() => slot.expect("slots stay open"),
-            };
-            let (w, shared, room, ack) = (self.clone(), shared.clone(), room.clone(), ack.clone());
-            tokio::spawn(async move {
-                w.process(item, &shared, &ack).await;
-                room.add_permits(1);
-                drop(slot);
-            });
+        let mut claimers = Vec::new();
+        let mut dispatchers = Vec::new();
+        for lane in &lanes {
+            let (claimed_tx, claimed) = mpsc::unbounded_channel();
+            claimers.push(tokio::spawn(self.clone().claim_loop(
+                lane.clone(),
+                shared.clone(),
+                claimed_tx,
+                shutdown.clone(),
+            )));
+            dispatchers.push(tokio::spawn(self.clone().dispatch(
+                lane.clone(),
+                claimed,
+                shared.clone(),
+                ack.clone(),
+                shutdown.clone(),
+            )));
         }
+        drop(ack);
 
         // Stopping: no more claims; what was claimed but not started goes back.
-        let _ = claimer.await;
-        claimed.close();
-        while let Ok(item) = claimed.try_recv() {
-            shared.hand_back_later(&item, false);
+        let mut unstarted = Vec::new();
+        for d in dispatchers {
+            unstarted.push(d.await.expect("a dispatcher never panics"));
         }
-        let all = concurrency as u32;
-        let drained = tokio::time::timeout(self.config.shutdown_grace, slots.acquire_many(all));
+        for c in claimers {
+            let _ = c.await;
+        }
+        let _ = doorbell.await;
+        let _ = orphans.await;
+        for mut claimed in unstarted {
+            claimed.close();
+            while let Ok(item) = claimed.try_recv() {
+                shared.hand_back_later(&item, false);
+            }
+        }
+        let drained = tokio::time::timeout(
+            self.config.shutdown_grace,
+            futures_util::future::join_all(lanes.iter().map(Lane::drained)),
+        );
         if drained.await.is_err() {
             shared.stopping.store(true, Ordering::SeqCst);
             shared.cancel_all();
-            let _ = slots.acquire_many(all).await;
+            futures_util::future::join_all(lanes.iter().map(Lane::drained)).await;
         }
-        drop(ack);
         let _ = acker.await;
         let back = shared.take_handbacks();
         if !back.is_empty() {
@@ -218,15 +249,53 @@ impl<D: Driver> Worker<D> {
         Ok(())
     }
 
-    /// Claims whenever there is room, until shutdown.
+    /// Starts the lane's claimed items as its slots free up, until
+    /// shutdown; returns what is left of the claimed items, to hand back.
+    async fn dispatch(
+        self,
+        lane: Lane,
+        mut claimed: mpsc::UnboundedReceiver<WorkItem>,
+        shared: Arc<Shared>,
+        ack: Ack,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> mpsc::UnboundedReceiver<WorkItem> {
+        loop {
+            let item = tokio::select! {
+                biased;
+                _ = wait_true(&mut shutdown) => break,
+                item = claimed.recv() => match item {
+                    Some(item) => item,
+                    None => break,
+                },
+            };
+            let slot = tokio::select! {
+                biased;
+                _ = wait_true(&mut shutdown) => {
+                    shared.hand_back_later(&item, false);
+                    break;
+                }
+                slot = lane.slots.clone().acquire_owned() => slot.expect("slots stay open"),
+            };
+            let (w, shared, room, ack) =
+                (self.clone(), shared.clone(), lane.room.clone(), ack.clone());
+            tokio::spawn(async move {
+                w.process(item, &shared, &ack).await;
+                room.add_permits(1);
+                drop(slot);
+            });
+        }
+        claimed
+    }
+
+    /// Claims items of the lane's kinds whenever it has room, until shutdown.
     async fn claim_loop(
         self,
-        mut listener: PgListener,
+        lane: Lane,
         shared: Arc<Shared>,
-        room: Arc<Semaphore>,
         claimed: mpsc::UnboundedSender<WorkItem>,
         mut shutdown: watch::Receiver<bool>,
     ) {
+        let room = &lane.room;
         loop {
             // At least one free place, then every other free place at once.
             tokio::select! {
@@ -239,14 +308,20 @@ impl<D: Driver> Worker<D> {
                 p.forget();
                 want += 1;
             }
-            let items =
-                match queue::claim(&self.pool, &self.config.id, want, self.config.lease).await {
-                    Ok(items) => items,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "claiming work failed");
-                        vec![]
-                    }
-                };
+            let claim = queue::claim_kinds(
+                &self.pool,
+                &self.config.id,
+                lane.kinds,
+                want,
+                self.config.lease,
+            );
+            let items = match claim.await {
+                Ok(items) => items,
+                Err(e) => {
+                    tracing::warn!(error = %e, kinds = ?lane.kinds, "claiming work failed");
+                    vec![]
+                }
+            };
             let got = items.len();
             room.add_permits(want as usize - got);
             for item in items {
@@ -260,12 +335,7 @@ impl<D: Driver> Worker<D> {
             }
             tokio::select! {
                 _ = wait_true(&mut shutdown) => return,
-                n = listener.try_recv() => {
-                    if let Err(e) = n {
-                        tracing::warn!(error = %e, "worker listener failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
+                _ = lane.bell.notified() => {}
                 _ = tokio::time::sleep(self.config.poll) => {}
             }
         }
@@ -333,6 +403,41 @@ impl<D: Driver> Worker<D> {
                         Ok(n) => tracing::warn!(released = n, "released work items whose lease expired"),
                         Err(e) => tracing::warn!(error = %e, "lease sweep failed"),
                     }
+                }
+            }
+        }
+    }
+
+    /// Deletes orphan blobs every `orphan_sweep`, until shutdown. Every
+    /// worker sweeps; they never wait for each other (see
+    /// `collect::sweep_orphans`), and with nothing to do a sweep is one
+    /// index probe.
+    async fn sweep_orphans(self, mut shutdown: watch::Receiver<bool>) {
+        let mut every = tokio::time::interval(self.config.orphan_sweep);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every.tick().await;
+        let r = &self.reconciler;
+        loop {
+            tokio::select! {
+                _ = wait_true(&mut shutdown) => return,
+                _ = every.tick() => {}
+            }
+            let sweep = crate::collect::sweep_orphans(
+                &r.pool,
+                &r.blobs,
+                self.config.orphan_grace,
+                ORPHANS_PER_SWEEP,
+            );
+            tokio::select! {
+                // A sweep stopped halfway leaves its records for the next.
+                _ = wait_true(&mut shutdown) => return,
+                swept = sweep => match swept {
+                    Ok(s) if s.lagging => tracing::debug!(
+                        deleted = s.deleted.len(),
+                        "orphan sweep stopped: the read models lag the log; the next sweep goes on"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "orphan sweep failed"),
                 }
             }
         }
@@ -449,6 +554,62 @@ impl<D: Driver> Worker<D> {
             tx.commit().await?;
         }
         Ok(())
+    }
+}
+
+/// A pool of handler slots and the kinds of work it claims for.
+#[derive(Clone)]
+struct Lane {
+    kinds: Kinds,
+    /// Handlers of this lane running at once.
+    concurrency: usize,
+    /// Free slots plus prefetch: how many more items the claimer may take.
+    room: Arc<Semaphore>,
+    slots: Arc<Semaphore>,
+    /// Rung when an enqueue may have added work.
+    bell: Arc<Notify>,
+}
+
+impl Lane {
+    fn new(kinds: Kinds, concurrency: usize, prefetch: usize) -> Lane {
+        let concurrency = concurrency.max(1);
+        Lane {
+            kinds,
+            concurrency,
+            room: Arc::new(Semaphore::new(concurrency + prefetch)),
+            slots: Arc::new(Semaphore::new(concurrency)),
+            bell: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Resolves once every slot is free (every handler of the lane ended).
+    async fn drained(&self) {
+        let _ = self.slots.acquire_many(self.concurrency as u32).await;
+    }
+}
+
+/// Rings every lane's bell on each NOTIFY of an enqueue, until shutdown.
+/// A bell rung while its claimer is busy keeps the ring for its next wait.
+async fn ring_on_notify(
+    mut listener: PgListener,
+    bells: Vec<Arc<Notify>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = wait_true(&mut shutdown) => return,
+            n = listener.try_recv() => {
+                if let Err(e) = n {
+                    tracing::warn!(error = %e, "worker listener failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                // A notification lost with the connection is covered too:
+                // every claimer looks again.
+                for bell in &bells {
+                    bell.notify_one();
+                }
+            }
+        }
     }
 }
 

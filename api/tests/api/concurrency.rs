@@ -49,6 +49,7 @@ async fn racing_uploads_get_distinct_versions_or_a_409_version_conflict() {
         // finished before the other read the stream do both succeed, as
         // versions 1 and 2.
         let mut accepted = Vec::new();
+        let mut lost = Vec::new();
         for (sha, a) in &answers {
             match a.status {
                 StatusCode::ACCEPTED => {
@@ -61,6 +62,7 @@ async fn racing_uploads_get_distinct_versions_or_a_409_version_conflict() {
                         "version-conflict",
                     );
                     conflicts += 1;
+                    lost.push(format!("blobs/zips/{sha}.zip"));
                 }
                 other => panic!("round {round}: unexpected {other}: {}", a.body),
             }
@@ -69,6 +71,22 @@ async fn racing_uploads_get_distinct_versions_or_a_409_version_conflict() {
             !accepted.is_empty(),
             "round {round}: at least one upload wins"
         );
+
+        // The loser's blobs were stored before its append lost: their
+        // records stay, for the orphan sweep; the winner's landed with it.
+        let in_flight = env.blobs_in_flight().await;
+        assert_eq!(
+            in_flight.len(),
+            2 * lost.len(),
+            "round {round}: {in_flight:?}"
+        );
+        for zip in &lost {
+            assert!(in_flight.contains(zip), "round {round}: {in_flight:?}");
+        }
+        sqlx::query("delete from blobs_in_flight")
+            .execute(&env.db.pool)
+            .await
+            .unwrap();
 
         let uploaded = env.events_of_type(SUB, &name, "FunctionUploaded").await;
         let mut by_version: BTreeMap<u64, Vec<String>> = BTreeMap::new();

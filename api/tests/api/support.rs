@@ -90,6 +90,10 @@ impl Env {
             .fetch_one(&self.db.pool)
             .await
             .unwrap();
+        let blobs_in_flight: i64 = sqlx::query_scalar("select count(*) from blobs_in_flight")
+            .fetch_one(&self.db.pool)
+            .await
+            .unwrap();
         let blobs = self
             .s3
             .blobs()
@@ -102,7 +106,17 @@ impl Env {
             work_items,
             idempotency_keys,
             blobs,
+            blobs_in_flight,
         }
+    }
+
+    /// The keys recorded in flight (stored ahead of their event, which has
+    /// not committed), sorted.
+    pub async fn blobs_in_flight(&self) -> Vec<String> {
+        sqlx::query_scalar("select key from blobs_in_flight order by key")
+            .fetch_all(&self.db.pool)
+            .await
+            .unwrap()
     }
 
     /// The events of one function's stream, in version order.
@@ -159,6 +173,8 @@ pub struct Counts {
     pub work_items: i64,
     pub idempotency_keys: i64,
     pub blobs: usize,
+    /// Records of blobs stored ahead of their event (`blobs_in_flight`).
+    pub blobs_in_flight: i64,
 }
 
 #[derive(Debug, Clone)]

@@ -174,6 +174,8 @@ async fn a_runtime_change_makes_the_current_source_packed_for_it_the_next_versio
         archive::build_context(Runtime::Python311, &files.files)
     );
     assert_eq!(sha256_hex(&new), v2["context_sha256"].as_str().unwrap());
+    // Stored ahead of its event like an upload's blobs; landed by the commit.
+    assert!(env.blobs_in_flight().await.is_empty());
 
     // The source route shows the new version, same files.
     let source = env

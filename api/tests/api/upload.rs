@@ -77,6 +77,8 @@ async fn an_upload_stores_both_blobs_appends_one_event_and_enqueues_one_reconcil
         "the context is content-addressed"
     );
     assert_eq!(&context[..2], &[0x1f, 0x8b], "the context is gzip");
+    // Recorded in flight before they were stored, and landed by the commit.
+    assert!(env.blobs_in_flight().await.is_empty());
 
     // Exactly one pending reconcile for the function.
     let key = format!("{ns}/hello");
