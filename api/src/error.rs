@@ -58,8 +58,8 @@ pub struct ApiError {
     /// and 429s.
     pub retry_after: Option<u32>,
     /// Members of the problem document beyond the standard ones (a
-    /// quota's `quota`, `limit` and `used`).
-    pub members: serde_json::Map<String, serde_json::Value>,
+    /// quota's `quota`, `limit` and `used`); boxed, as most problems have none.
+    pub members: Option<Box<serde_json::Map<String, serde_json::Value>>>,
 }
 
 /// The problem kind of a command that lost a race with a concurrent append
@@ -106,7 +106,7 @@ impl ApiError {
             detail: detail.into(),
             field: None,
             retry_after: None,
-            members: serde_json::Map::new(),
+            members: None,
         }
     }
 
@@ -213,8 +213,8 @@ impl ApiError {
             field: self.field.as_deref(),
         })
         .expect("problems serialize");
-        if let Some(object) = body.as_object_mut() {
-            for (name, value) in &self.members {
+        if let (Some(object), Some(members)) = (body.as_object_mut(), &self.members) {
+            for (name, value) in members.iter() {
                 object.entry(name.clone()).or_insert_with(|| value.clone());
             }
         }
@@ -273,11 +273,11 @@ impl From<Exceeded> for ApiError {
         error.retry_after = e
             .retry_after
             .map(|d| u32::try_from(d.as_secs().max(1)).unwrap_or(u32::MAX));
-        error.members.extend([
+        error.members = Some(Box::new(serde_json::Map::from_iter([
             ("quota".to_owned(), e.quota.name().into()),
             ("limit".to_owned(), e.limit.into()),
             ("used".to_owned(), e.used.into()),
-        ]);
+        ])));
         error
     }
 }
