@@ -7,10 +7,11 @@
 //! before it appends: two commands at a quota's edge take turns, and the
 //! second counts what the first appended. A refused command writes
 //! nothing: no event, no work item, no idempotency answer (a retry within
-//! the quota later succeeds). An upload stores its blobs before it
-//! commits, so it also checks, without the lock, before it stores them
-//! (`check` with `lock: false`); only an upload that loses a race at the
-//! edge after that gets its blobs handed to the collector.
+//! the quota later succeeds). An upload (and a runtime change, which packs
+//! a new build context) stores its blobs before it commits, so it also
+//! checks, without the lock, before it stores them (`check` with `lock:
+//! false`); only one that loses a race at the edge after that hands what
+//! it stored to the collector.
 //!
 //! Every token that acts in a namespace is held to its quotas, admin
 //! tokens included. `None` is no limit.
