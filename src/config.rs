@@ -11,6 +11,7 @@ use sless_api::auth::{
 };
 use sless_api::invocations::RecorderConfig;
 use sless_api::proxy::ProxyLimits;
+use sless_api::quota::{Quota, Quotas};
 use sless_store::blobs::S3Config;
 use sless_store::queue::Backoff;
 use sless_workers::WorkerConfig;
@@ -367,6 +368,27 @@ pub fn keep_versions() -> anyhow::Result<usize> {
     Ok(keep)
 }
 
+/// Per-namespace quotas, from `SLESS_QUOTA_FUNCTIONS` (100),
+/// `SLESS_QUOTA_VERSIONS` (1000), `SLESS_QUOTA_STORED_BYTES` (1 GiB),
+/// `SLESS_QUOTA_TRIGGERS` (100), `SLESS_QUOTA_RUNNING_JOBS` (10) and
+/// `SLESS_QUOTA_UPLOADS_PER_MINUTE` (30). `0` is no limit.
+pub fn quotas() -> anyhow::Result<Quotas> {
+    quotas_from(&var)
+}
+
+fn quotas_from(get: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Quotas> {
+    let mut quotas = Quotas::DEFAULT;
+    for quota in Quota::ALL {
+        let name = quota.setting();
+        let Some(v) = get(name) else { continue };
+        let n: u64 = v.trim().parse().map_err(|e| {
+            anyhow::anyhow!("{name}={v:?} is not a whole number of at least 0 (0: no limit): {e}")
+        })?;
+        quotas.set(quota, (n > 0).then_some(n));
+    }
+    Ok(quotas)
+}
+
 /// Where functions run: `SLESS_DRIVER`, `local` (the default) or
 /// `kubernetes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -584,6 +606,37 @@ mod tests {
         ] {
             let err = worker_with(&[(name, value)]).unwrap_err().to_string();
             assert!(err.contains(name), "{name}={value}: {err}");
+        }
+    }
+
+    fn quotas_with(vars: &[(&str, &str)]) -> anyhow::Result<Quotas> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        quotas_from(&|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn quotas_have_defaults_zero_lifts_one_and_a_bad_value_names_its_variable() {
+        assert_eq!(quotas_with(&[]).unwrap(), Quotas::DEFAULT);
+        let q = quotas_with(&[
+            ("SLESS_QUOTA_FUNCTIONS", "5"),
+            ("SLESS_QUOTA_STORED_BYTES", "0"),
+            ("SLESS_QUOTA_UPLOADS_PER_MINUTE", "120"),
+        ])
+        .unwrap();
+        assert_eq!(q.functions, Some(5));
+        assert_eq!(q.stored_bytes, None, "0 is no limit");
+        assert_eq!(q.uploads_per_minute, Some(120));
+        assert_eq!(q.versions, Quotas::DEFAULT.versions);
+        for quota in Quota::ALL {
+            for bad in ["-1", "ten", "1.5", "1e3"] {
+                let e = quotas_with(&[(quota.setting(), bad)])
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.starts_with(quota.setting()), "{bad}: {e}");
+            }
         }
     }
 

@@ -184,8 +184,8 @@ fn announce(data_dir: &Path, addr: SocketAddr, auth: &Auth, dev: bool) -> anyhow
     Ok(())
 }
 
-/// The API's state with the proxy limits and invocation retention of the
-/// configuration.
+/// The API's state with the proxy limits, invocation retention, upload
+/// gate, version retention and quotas of the configuration.
 fn app_state(pool: PgPool, blobs: BlobStore, auth: Auth) -> anyhow::Result<AppState> {
     let proxy_limits = config::proxy_limits()?;
     let invocations = config::invocations()?;
@@ -194,6 +194,7 @@ fn app_state(pool: PgPool, blobs: BlobStore, auth: Auth) -> anyhow::Result<AppSt
     state.invocations = sless_api::invocations::Recorder::start(pool.clone(), invocations);
     state.uploads = config::upload_gate()?;
     state.keep_versions = config::keep_versions()?;
+    state.quotas = config::quotas()?;
     state.maintenance = Some(Arc::new(crate::ops::ReplayMaintenance { pool }));
     Ok(state)
 }

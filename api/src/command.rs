@@ -12,6 +12,7 @@ use sless_store::{orphans, queue, retention};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
+use crate::quota::{self, Demand};
 
 /// What a request carries that its events record: who and in answer to what.
 #[derive(Debug, Clone)]
@@ -103,18 +104,40 @@ impl RequestContext {
 
 /// A refused request may have lost a race with a concurrent retry of itself
 /// (same key, same request): once that one has committed, its answer is this
-/// request's answer too. Otherwise the refusal stands.
+/// request's answer too. Otherwise the refusal stands. (A refusal that says
+/// the state or a quota is in the way, 409 or 429, can be such a loss.)
 pub async fn settle(
     state: &AppState,
     ctx: &RequestContext,
     refusal: ApiError,
 ) -> ApiResult<(StatusCode, serde_json::Value)> {
-    if refusal.status == StatusCode::CONFLICT
-        && let Some(answer) = ctx.replay(state).await?
+    if matches!(
+        refusal.status,
+        StatusCode::CONFLICT | StatusCode::TOO_MANY_REQUESTS
+    ) && let Some(answer) = ctx.replay(state).await?
     {
         return Ok(answer);
     }
     Err(refusal)
+}
+
+/// Checks `demand` against the namespace's quotas before a command stores
+/// anything of its own (an upload's blobs), without taking the lock: a
+/// command refused here has written nothing. `commit` checks again, under
+/// the lock. `Some` is the answer of a concurrent retry of this request
+/// that committed first.
+pub async fn check_quota(
+    state: &AppState,
+    ctx: &RequestContext,
+    demand: &Demand,
+) -> ApiResult<Option<(StatusCode, serde_json::Value)>> {
+    let mut conn = state.pool.acquire().await?;
+    let exceeded = quota::check(&mut conn, &state.quotas, demand, false).await?;
+    drop(conn);
+    match exceeded {
+        None => Ok(None),
+        Some(exceeded) => settle(state, ctx, exceeded.into()).await.map(Some),
+    }
 }
 
 /// One command's writes.
@@ -131,6 +154,9 @@ pub struct Command {
     /// Blobs of pruned versions, to delete once the events commit unless
     /// something else still uses them.
     pub collect: Vec<String>,
+    /// What the events add to the namespace's usage, checked against its
+    /// quotas before they are appended.
+    pub quota: Option<Demand>,
 }
 
 impl Command {
@@ -143,6 +169,7 @@ impl Command {
             work: None,
             blobs: Vec::new(),
             collect: Vec::new(),
+            quota: None,
         }
     }
 
@@ -156,14 +183,25 @@ impl Command {
         self.work = Some((kind, key));
         self
     }
+
+    /// Refused unless what it adds fits the namespace's quotas.
+    pub fn quota(mut self, demand: Demand) -> Command {
+        self.quota = Some(demand);
+        self
+    }
 }
 
 /// The problem kind of a command whose blob was collected while it was
 /// being made: store the blob again and retry.
 pub const BLOB_COLLECTED: &str = "blob-collected";
 
-/// Appends, enqueues and stores the answer in one transaction; returns the
-/// answer (or, if a concurrent retry with the same key won, that one's).
+/// Checks the quotas, appends, enqueues and stores the answer in one
+/// transaction; returns the answer (or, if a concurrent retry with the same
+/// key won, that one's).
+///
+/// The quota check takes the namespace's advisory lock of the resource and
+/// counts before the append: the lock assigns no transaction id, so the
+/// stream lock is still taken before anything that does.
 pub async fn commit(
     state: &AppState,
     ctx: &RequestContext,
@@ -171,6 +209,12 @@ pub async fn commit(
     answer: impl FnOnce(Appended) -> (StatusCode, serde_json::Value),
 ) -> ApiResult<(StatusCode, serde_json::Value)> {
     let mut tx = state.pool.begin().await?;
+    if let Some(demand) = &cmd.quota
+        && let Some(exceeded) = quota::check(&mut tx, &state.quotas, demand, true).await?
+    {
+        drop(tx);
+        return settle(state, ctx, exceeded.into()).await;
+    }
     let appended =
         match eventlog::append(&mut tx, &cmd.stream, cmd.expected_version, &cmd.events).await {
             Ok(appended) => appended,
@@ -221,6 +265,21 @@ pub async fn commit(
     tx.commit().await?;
     crash_if_asked();
     Ok((status, body))
+}
+
+/// Hands blobs a refused command stored to the collector, which deletes
+/// each one unless a kept version uses it: a command that stored its blobs,
+/// then lost a race at a quota's edge, leaves nothing behind.
+pub async fn collect_unused(state: &AppState, keys: &[String]) -> ApiResult<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut tx = state.pool.begin().await?;
+    for key in keys {
+        retention::enqueue_collect(&mut tx, key).await?;
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 /// The fault-injection hook of the fault suite (tests/faults, F2): with

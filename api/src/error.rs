@@ -17,12 +17,14 @@
 //! | `already-exists` | 409 | create of a name that is taken |
 //! | `version-conflict` | 409 | a concurrent change came first |
 //! | `conflict` | 409 | the command does not fit the function's state now |
+//! | `quota-exceeded` | 409 | the namespace is at a quota (functions, kept versions, stored bytes, triggers, running jobs); `quota`, `limit` and `used` say which |
 //! | `payload-too-large` | 413 | a JSON body over its limit |
 //! | `archive-too-large` | 413 | an upload over its limit |
 //! | `unsupported-media-type` | 415 | an upload that is not `application/zip` |
 //! | `invalid-field` | 422 | a field breaks a rule; `field` names it |
 //! | `invalid-archive` | 422 | the zip breaks an archive rule |
 //! | `idempotency-key-reused` | 422 | the key was used for another request |
+//! | `quota-exceeded` | 429 | the namespace is at its upload rate (`quota` `uploads_per_minute`), with `Retry-After` |
 //! | `internal` | 500 | a defect of ours |
 //! | `not-implemented` | 501 | a valid request for something not built yet |
 //! | `database-unavailable`, `blob-store-unavailable`, `deadline-exceeded` | 503 | retry later (`Retry-After`) |
@@ -38,6 +40,8 @@ use serde::Serialize;
 use sless_domain::DomainError;
 use sless_domain::archive::ArchiveError;
 
+use crate::quota::Exceeded;
+
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// An error as the API answers it.
@@ -50,9 +54,20 @@ pub struct ApiError {
     pub detail: String,
     /// The offending field of the request, when there is one.
     pub field: Option<String>,
-    /// Seconds after which a retry may succeed (`Retry-After`), for 503s.
+    /// Seconds after which a retry may succeed (`Retry-After`), for 503s
+    /// and 429s.
     pub retry_after: Option<u32>,
+    /// Members of the problem document beyond the standard ones (a
+    /// quota's `quota`, `limit` and `used`); boxed, as most problems have none.
+    pub members: Option<Box<serde_json::Map<String, serde_json::Value>>>,
 }
+
+/// The problem kind of a command that lost a race with a concurrent append
+/// to its stream.
+pub const VERSION_CONFLICT: &str = "version-conflict";
+
+/// The problem kind of a command refused by one of its namespace's quotas.
+pub const QUOTA_EXCEEDED: &str = "quota-exceeded";
 
 /// The problem kind of a database that could not be reached in time.
 pub const DATABASE_UNAVAILABLE: &str = "database-unavailable";
@@ -91,6 +106,7 @@ impl ApiError {
             detail: detail.into(),
             field: None,
             retry_after: None,
+            members: None,
         }
     }
 
@@ -189,14 +205,20 @@ impl ApiError {
     }
 
     pub fn body(&self) -> serde_json::Value {
-        serde_json::to_value(Problem {
+        let mut body = serde_json::to_value(Problem {
             kind: format!("https://sless.dev/problems/{}", self.kind),
             title: self.title,
             status: self.status.as_u16(),
             detail: &self.detail,
             field: self.field.as_deref(),
         })
-        .expect("problems serialize")
+        .expect("problems serialize");
+        if let (Some(object), Some(members)) = (body.as_object_mut(), &self.members) {
+            for (name, value) in members.iter() {
+                object.entry(name.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        body
     }
 }
 
@@ -239,6 +261,27 @@ impl From<DomainError> for ApiError {
     }
 }
 
+/// 409 for a count (the namespace must give something up first), 429 with
+/// `Retry-After` for a rate (it may go on later).
+impl From<Exceeded> for ApiError {
+    fn from(e: Exceeded) -> ApiError {
+        let status = match e.retry_after {
+            Some(_) => StatusCode::TOO_MANY_REQUESTS,
+            None => StatusCode::CONFLICT,
+        };
+        let mut error = ApiError::new(status, QUOTA_EXCEEDED, "Quota exceeded", e.detail);
+        error.retry_after = e
+            .retry_after
+            .map(|d| u32::try_from(d.as_secs().max(1)).unwrap_or(u32::MAX));
+        error.members = Some(Box::new(serde_json::Map::from_iter([
+            ("quota".to_owned(), e.quota.name().into()),
+            ("limit".to_owned(), e.limit.into()),
+            ("used".to_owned(), e.used.into()),
+        ])));
+        error
+    }
+}
+
 impl From<ArchiveError> for ApiError {
     fn from(e: ArchiveError) -> ApiError {
         match e {
@@ -264,7 +307,7 @@ impl From<sless_store::Error> for ApiError {
         match e {
             sless_store::Error::Conflict { .. } => ApiError::new(
                 StatusCode::CONFLICT,
-                "version-conflict",
+                VERSION_CONFLICT,
                 "Concurrent change",
                 format!("{e}; another request changed it first: read it again and retry"),
             ),

@@ -17,14 +17,15 @@ use sless_domain::{
 };
 use sless_store::blobs;
 use sless_store::eventlog;
-use sless_store::queue;
 use sless_store::readmodel::{self, FunctionRow};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::command::{self, Command, RequestContext};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, QUOTA_EXCEEDED, VERSION_CONFLICT};
 use crate::path::PathParams;
+use crate::quota::Demand;
+use crate::versions::version_demand;
 
 pub(crate) type Answer = (StatusCode, Json<serde_json::Value>);
 
@@ -197,14 +198,12 @@ pub async fn create(
         }
     };
     let after = events.iter().fold(current.clone(), Function::evolve);
-    let cmd = Command {
-        stream: key.stream(),
-        expected_version: current.stream_version,
-        events: command::new_events(&ctx, &key, &events),
-        work: None,
-        blobs: Vec::new(),
-        collect: Vec::new(),
-    };
+    let cmd = Command::new(
+        key.stream(),
+        current.stream_version,
+        command::new_events(&ctx, &key, &events),
+    )
+    .quota(Demand::function(key.namespace.clone()));
     let (status, body) = command::commit(&state, &ctx, cmd, |appended| {
         let mut view = view_of_state(&key, &after);
         view["position"] = json!(appended.position);
@@ -292,12 +291,13 @@ impl UpdateFunction {
 
 /// Packs the files of `source` again for `runtime` (the build context's
 /// Dockerfile and install step depend on it) and stores the new context:
-/// the source of the version a runtime change makes.
+/// the source of the version a runtime change makes, and whether the
+/// context was stored now (not there before).
 async fn rebuild_for_runtime(
     state: &AppState,
     source: &SourceVersion,
     runtime: Runtime,
-) -> ApiResult<UploadedSource> {
+) -> ApiResult<(UploadedSource, bool)> {
     let old = state.blobs.get(&source.context_key).await?;
     let limits = state.limits;
     let context = tokio::task::spawn_blocking(move || {
@@ -310,18 +310,19 @@ async fn rebuild_for_runtime(
     let context_key = blobs::context_key(&context_sha256);
     // Recorded first, as an upload's blobs are (`sless_store::orphans`).
     sless_store::orphans::record_in_flight(&state.pool, &[&context_key]).await?;
-    state
+    let stored = state
         .blobs
         .put_if_absent(&context_key, context, "application/gzip")
         .await?;
-    Ok(UploadedSource {
+    let rebuilt = UploadedSource {
         sha256: source.sha256.clone(),
         size: source.size,
         files: source.files,
         zip_key: source.zip_key.clone(),
         context_sha256,
         context_key,
-    })
+    };
+    Ok((rebuilt, stored))
 }
 
 /// `PUT /v1/namespaces/{ns}/functions/{name}`: changes the spec.
@@ -373,13 +374,30 @@ pub async fn update(
     // Refused before anything is stored for it.
     spec.validate()?;
     let mut rebuilt: Option<UploadedSource> = None;
+    // The build contexts this request put in the store (not there before it).
+    let mut written: Vec<String> = Vec::new();
     let mut tries = 0;
     loop {
         let needed = current.rebuild_for(&spec).cloned();
         let source = match needed {
             Some(v) if rebuilt.as_ref().is_some_and(|r| r.sha256 == v.sha256) => rebuilt.clone(),
             Some(v) => {
-                rebuilt = Some(rebuild_for_runtime(&state, &v, spec.runtime).await?);
+                // The version it makes counts against the quotas: checked
+                // before its context is stored (and again at the commit).
+                let mut next = vec![FunctionEvent::FunctionUploaded(SourceVersion {
+                    version: current.next_version(),
+                    ..v.clone()
+                })];
+                let (pruned, _) = crate::versions::retain(&state, &current, &mut next);
+                let demand = version_demand(&key, &current, v.size, &pruned, false);
+                if let Some((status, body)) = command::check_quota(&state, &ctx, &demand).await? {
+                    return Ok((status, Json(body)));
+                }
+                let (source, stored) = rebuild_for_runtime(&state, &v, spec.runtime).await?;
+                if stored {
+                    written.push(source.context_key.clone());
+                }
+                rebuilt = Some(source);
                 rebuilt.clone()
             }
             None => None,
@@ -408,7 +426,13 @@ pub async fn update(
         // A runtime change makes a new version: retention applies, and its
         // repacked context must still be stored when the events commit.
         let mut events = events;
-        let (_, collect) = crate::versions::retain(&state, &current, &mut events);
+        let (pruned, collect) = crate::versions::retain(&state, &current, &mut events);
+        let demand = events.iter().find_map(|e| match e {
+            FunctionEvent::FunctionUploaded(v) => {
+                Some(version_demand(&key, &current, v.size, &pruned, false))
+            }
+            _ => None,
+        });
         let blobs = events
             .iter()
             .filter_map(|e| match e {
@@ -423,6 +447,7 @@ pub async fn update(
         let cmd = Command {
             blobs,
             collect,
+            quota: demand,
             ..Command::new(
                 key.stream(),
                 current.stream_version,
@@ -441,7 +466,7 @@ pub async fn update(
             // Only a worker's events landed in between (a build starting,
             // say): decide again on the newer state. A change of the spec or
             // the source in between is a real conflict and stays one.
-            Err(e) if e.status == StatusCode::CONFLICT && tries < 4 => {
+            Err(e) if e.kind == VERSION_CONFLICT && tries < 4 => {
                 let newer = load(&state, &key).await?;
                 let source_of = |f: &Function| f.current().map(|v| v.version);
                 if !newer.exists()
@@ -452,6 +477,11 @@ pub async fn update(
                 }
                 tries += 1;
                 current = newer;
+            }
+            // Another command took the quota's last place after our check.
+            Err(e) if e.kind == QUOTA_EXCEEDED => {
+                command::collect_unused(&state, &written).await?;
+                return Err(e);
             }
             answer => {
                 let (status, body) = answer?;
@@ -499,14 +529,12 @@ pub async fn delete(
                 });
             }
         };
-        let cmd = Command {
-            stream: key.stream(),
-            expected_version: current.stream_version,
-            events: command::new_events(&ctx, &key, &events),
-            work: Some((queue::RECONCILE_FUNCTION, key.queue_key())),
-            blobs: Vec::new(),
-            collect: Vec::new(),
-        };
+        let cmd = Command::new(
+            key.stream(),
+            current.stream_version,
+            command::new_events(&ctx, &key, &events),
+        )
+        .reconcile(key.queue_key());
         let committed = command::commit(&state, &ctx, cmd, |appended| {
             let body = json!({
                 "namespace": key.namespace,

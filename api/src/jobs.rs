@@ -28,6 +28,7 @@ use crate::command::{self, Command, RequestContext};
 use crate::error::{ApiError, ApiResult, PROBLEM_JSON};
 use crate::functions::{self, parse_json};
 use crate::path::PathParams;
+use crate::quota::Demand;
 
 /// The body of `POST /v1/namespaces/{ns}/jobs`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -280,7 +281,8 @@ fn accepted(ns: &Namespace, status: StatusCode, body: Value) -> Response {
 }
 
 /// `POST /v1/namespaces/{ns}/jobs`: appends `JobRequested` for the
-/// function's current version and enqueues its run; 202 with the job.
+/// function's current version and enqueues its run; 202 with the job. A
+/// namespace with its quota of jobs pending or running gets 409.
 #[utoipa::path(post, path = "/namespaces/{ns}/jobs", tag = "jobs",
     summary = "Create a one-shot job",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
@@ -359,7 +361,8 @@ pub async fn create(
             .map(|e| NewEvent::job(&namespace, e, ctx.metadata()))
             .collect();
         let cmd = Command::new(stream.clone(), current.state.stream_version, new)
-            .work(queue::RUN_JOB, stream.clone());
+            .work(queue::RUN_JOB, stream.clone())
+            .quota(Demand::job(namespace.clone()));
         let committed = command::commit(&state, &ctx, cmd, |appended| {
             let mut view = doc.view();
             view["position"] = json!(appended.position);

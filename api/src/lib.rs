@@ -29,6 +29,7 @@ pub mod namespaces;
 pub mod openapi;
 pub mod path;
 pub mod proxy;
+pub mod quota;
 pub mod serve;
 pub mod source;
 pub mod triggers;
@@ -78,6 +79,9 @@ pub struct AppState {
     pub uploads: upload::UploadGate,
     /// Versions kept per function besides the live one.
     pub keep_versions: usize,
+    /// What each namespace may create or hold (`quota`). `AppState::new`
+    /// sets none; the binary sets the configured ones.
+    pub quotas: quota::Quotas,
     /// The audit log's live tails, ended together at shutdown.
     pub tails: events::Tails,
     /// Replays for the admin routes, filled by the binary (`admin`); `None`
@@ -135,6 +139,7 @@ impl AppState {
             invocations,
             uploads: upload::UploadGate::default(),
             keep_versions: DEFAULT_KEEP_VERSIONS,
+            quotas: quota::Quotas::UNLIMITED,
             tails: events::Tails::default(),
             maintenance: None,
         }

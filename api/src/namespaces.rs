@@ -52,22 +52,16 @@ pub async fn ensure(
     if events.is_empty() {
         return Ok((StatusCode::OK, Json(answer(false))));
     }
-    let cmd = Command {
-        stream,
-        expected_version: at,
-        events: events
-            .iter()
-            .map(|e| NewEvent {
-                event_type: e.type_name().to_owned(),
-                namespace: namespace.to_string(),
-                data: e.data(),
-                metadata: ctx.metadata(),
-            })
-            .collect(),
-        work: None,
-        blobs: Vec::new(),
-        collect: Vec::new(),
-    };
+    let events = events
+        .iter()
+        .map(|e| NewEvent {
+            event_type: e.type_name().to_owned(),
+            namespace: namespace.to_string(),
+            data: e.data(),
+            metadata: ctx.metadata(),
+        })
+        .collect();
+    let cmd = Command::new(stream, at, events);
     let committed = command::commit(&state, &ctx, cmd, |appended| {
         let mut body = answer(true);
         body["position"] = json!(appended.position);

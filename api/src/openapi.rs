@@ -53,6 +53,19 @@ pub struct Problem {
     /// has the name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job: Option<Box<JobView>>,
+    /// Only in a `quota-exceeded` answer: the quota (`functions`,
+    /// `versions`, `stored_bytes`, `triggers`, `running_jobs`,
+    /// `uploads_per_minute`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<String>,
+    /// Only in a `quota-exceeded` answer: the quota's limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// Only in a `quota-exceeded` answer: what the namespace uses now
+    /// (bytes for `stored_bytes`; for `uploads_per_minute`, the uploads in
+    /// the last minute).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used: Option<u64>,
 }
 
 /// A function as the API shows it.
@@ -501,12 +514,20 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
     if method != "get" {
         add(409, &["version-conflict", "conflict"]);
         add(422, &["idempotency-key-reused"]);
-        if method == "post"
+        let create = method == "post"
             && (path.ends_with("/functions")
                 || path.ends_with("/triggers")
-                || path.ends_with("/jobs"))
-        {
+                || path.ends_with("/jobs"));
+        if create {
             add(409, &["already-exists"]);
+        }
+        // What adds to a namespace's usage (a runtime change makes a version).
+        let function_put = method == "put" && path.ends_with("/functions/{name}");
+        if create || upload || function_put {
+            add(409, &["quota-exceeded"]);
+        }
+        if upload {
+            add(429, &["quota-exceeded"]);
         }
     }
     if path.ends_with("/invocations")
@@ -553,7 +574,7 @@ fn problem_response(status: u16, kinds: &[&str]) -> utoipa::openapi::Response {
                 .build(),
         );
     }
-    if status == 503 {
+    if status == 503 || status == 429 {
         r = r.header(
             "Retry-After",
             HeaderBuilder::new()

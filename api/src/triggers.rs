@@ -34,6 +34,7 @@ use crate::command::{self, Command, RequestContext};
 use crate::error::{ApiError, ApiResult};
 use crate::functions::{self, parse_json};
 use crate::path::PathParams;
+use crate::quota::Demand;
 
 /// How many of a cron trigger's runs its document shows.
 pub const RUNS_SHOWN: i64 = 10;
@@ -283,7 +284,8 @@ pub async fn list(
 }
 
 /// `POST /v1/namespaces/{ns}/triggers`: appends `TriggerCreated`; 201 with
-/// the trigger. The function must exist; a name that is taken is 409.
+/// the trigger. The function must exist; a name that is taken is 409, and
+/// so is a namespace at its triggers quota.
 #[utoipa::path(post, path = "/namespaces/{ns}/triggers", tag = "triggers",
     summary = "Create a trigger",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
@@ -338,7 +340,8 @@ pub async fn create(
         let after = current.after(&events);
         let doc = Doc::of_log(&after).ok_or_else(|| ApiError::internal("a created trigger"))?;
         let runs = runs_of(&state, &namespace, &doc).await?;
-        let cmd = command_of(&ctx, &namespace, &stream, &current, &spec, &events);
+        let cmd = command_of(&ctx, &namespace, &stream, &current, &spec, &events)
+            .quota(Demand::trigger(namespace.clone()));
         let committed = command::commit(&state, &ctx, cmd, |appended| {
             let mut view = doc.view(&runs, Utc::now());
             view["position"] = json!(appended.position);

@@ -2,7 +2,9 @@
 //! function's source.
 //!
 //! The zip is checked (`archive::validate_zip`) and packed into a build
-//! context before anything is stored; the blobs are stored before the event
+//! context before anything is stored; the namespace's quotas are checked
+//! before the blobs are stored (and again, under their lock, when the event
+//! is appended: see `quota`), and the blobs are stored before the event
 //! that names them is appended. An upload holds its body, its files and the
 //! build context in memory at once, so at most `UploadGate`'s number of
 //! uploads are read and checked at a time; the others wait for a turn, and
@@ -25,7 +27,7 @@ use tokio::sync::Semaphore;
 use crate::AppState;
 use crate::auth::Caller;
 use crate::command::{self, Command, RequestContext};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, QUOTA_EXCEEDED, VERSION_CONFLICT};
 use crate::functions::{Answer, function_not_found, function_path, load, path_key};
 use crate::path::PathParams;
 
@@ -196,6 +198,8 @@ async fn accept(
     // between is a real conflict and stays one.
     let mut current = current;
     let mut stored = false;
+    // The blobs this request put in the store (not there before it).
+    let mut written: Vec<String> = Vec::new();
     let mut tries = 0;
     loop {
         let mut events = decide(
@@ -229,22 +233,36 @@ async fn accept(
             }
         };
         let (pruned, collect) = crate::versions::retain(&state, &current, &mut events);
+        // A kept version again adds nothing; a new one counts against the
+        // namespace's quotas, checked before its blobs are stored so that a
+        // refused upload stores nothing (and again when it commits).
+        let demand = (!reused)
+            .then(|| crate::versions::version_demand(&key, &current, version.size, &pruned, true));
         // The blobs go first: the event that references them must never exist without them.
         if !stored && !reused {
+            if let Some(demand) = &demand
+                && let Some((status, body)) = command::check_quota(&state, &ctx, demand).await?
+            {
+                return Ok((status, Json(body)));
+            }
             // Recorded first: should the event never come, the workers'
             // orphan sweep finds the blobs by it (`sless_store::orphans`).
             orphans::record_in_flight(&state.pool, &[&source.zip_key, &source.context_key]).await?;
-            state
-                .blobs
-                .put_if_absent(&source.zip_key, zip_bytes.clone(), "application/zip")
-                .await?;
-            state
-                .blobs
-                .put_if_absent(&source.context_key, context.clone(), "application/gzip")
-                .await?;
+            for (blob, bytes, content_type) in [
+                (&source.zip_key, &zip_bytes, "application/zip"),
+                (&source.context_key, &context, "application/gzip"),
+            ] {
+                if state
+                    .blobs
+                    .put_if_absent(blob, bytes.clone(), content_type)
+                    .await?
+                {
+                    written.push(blob.clone());
+                }
+            }
             stored = true;
         }
-        let cmd = Command {
+        let mut cmd = Command {
             blobs: vec![version.zip_key.clone(), version.context_key.clone()],
             collect,
             ..Command::new(
@@ -254,6 +272,7 @@ async fn accept(
             )
             .reconcile(key.queue_key())
         };
+        cmd.quota = demand;
         let committed = command::commit(&state, &ctx, cmd, |appended| {
             let mut body = json!({
                 "version": version.version,
@@ -274,7 +293,7 @@ async fn accept(
         .await;
 
         match committed {
-            Err(e) if e.status == StatusCode::CONFLICT && tries < 4 => {
+            Err(e) if e.kind == VERSION_CONFLICT && tries < 4 => {
                 let newer = load(&state, &key).await?;
                 let source_of = |f: &Function| f.current().map(|v| v.version);
                 if source_of(&newer) != source_of(&current) || newer.spec != current.spec {
@@ -288,6 +307,12 @@ async fn accept(
             Err(e) if e.kind == command::BLOB_COLLECTED && tries < 4 => {
                 tries += 1;
                 stored = false;
+            }
+            // Another upload took the quota's last place after our check:
+            // what we stored for this one goes.
+            Err(e) if e.kind == QUOTA_EXCEEDED => {
+                command::collect_unused(&state, &written).await?;
+                return Err(e);
             }
             answer => {
                 let (status, body) = answer?;

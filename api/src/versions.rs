@@ -29,6 +29,7 @@ use crate::functions::{
     Answer, function_not_found, function_path, load, parse_json, path_key, view_of_state,
 };
 use crate::path::PathParams;
+use crate::quota::Demand;
 
 /// Bytes of diff text one answer holds at most; files past it are listed
 /// without their diff.
@@ -56,6 +57,24 @@ pub(crate) fn retain(
     }
     events.push(event);
     (pruned, collect)
+}
+
+/// What a new version of `size` bytes adds to its namespace's usage, for
+/// the quotas: retention's pruning of `pruned` (versions of `current`) in
+/// the same append frees theirs. `upload` when an upload makes it.
+pub(crate) fn version_demand(
+    key: &FunctionKey,
+    current: &Function,
+    size: u64,
+    pruned: &[u32],
+    upload: bool,
+) -> Demand {
+    let freed: Vec<u64> = pruned
+        .iter()
+        .filter_map(|v| current.version(*v))
+        .map(|v| v.size)
+        .collect();
+    Demand::version(key.namespace.clone(), size, &freed, upload)
 }
 
 /// A function that exists, read from its stream.
@@ -291,6 +310,7 @@ pub async fn rollback(
             work: Some((queue::RECONCILE_FUNCTION, key.queue_key())),
             blobs: Vec::new(),
             collect: Vec::new(),
+            quota: None,
         };
         let committed = command::commit(&state, &ctx, cmd, |appended| {
             let mut view = view_of_state(&key, &after);

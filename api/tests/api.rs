@@ -22,6 +22,7 @@ mod api {
     mod namespaces;
     mod openapi;
     mod proxy;
+    mod quotas;
     mod routes;
     mod serving;
     mod source;

@@ -94,17 +94,19 @@ impl BlobStore {
         }
     }
 
-    /// Stores `bytes` under a content-addressed `key`, unless it is already there.
+    /// Stores `bytes` under a content-addressed `key`, unless it is already
+    /// there; true when it stored them.
     pub async fn put_if_absent(
         &self,
         key: &str,
         bytes: impl Into<bytes::Bytes>,
         content_type: &str,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         if self.exists(key).await? {
-            return Ok(());
+            return Ok(false);
         }
-        self.put(key, bytes, content_type).await
+        self.put(key, bytes, content_type).await?;
+        Ok(true)
     }
 
     /// Stores `bytes` under `key`, replacing what is there.

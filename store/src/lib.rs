@@ -1,6 +1,6 @@
 //! Everything sless keeps: the Postgres event log (and its audit queries),
-//! the work queue, projector checkpoints and idempotency keys, and the S3
-//! blob store for sources.
+//! the work queue, projector checkpoints and idempotency keys, what a
+//! namespace uses (for its quotas), and the S3 blob store for sources.
 //!
 //! Store functions take a connection or transaction from the caller, so the
 //! caller owns the transaction: an API handler appends events and enqueues
@@ -21,6 +21,7 @@ pub mod readmodel;
 pub mod retention;
 pub mod sandbox_uids;
 pub mod triggers;
+pub mod usage;
 
 use std::time::Duration;
 
