@@ -28,7 +28,7 @@ fn image_of(deployment: &Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn uploads_build_and_roll_out_and_a_rollback_reuses_its_image() {
     let fake = cluster::fake_cluster().await;
-    fake.complete_jobs("sless.dev/component=build", Outcome::succeeded("pushed"));
+    cluster::kaniko(&fake);
     fake.roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
     let s3 = TestS3::new().await;
     let driver = Arc::new(cluster::driver(&fake, s3.blobs()));
@@ -49,6 +49,9 @@ async fn uploads_build_and_roll_out_and_a_rollback_reuses_its_image() {
         Some(format!("http://hello.{ns}.svc.cluster.local:8080").as_str())
     );
     let v1 = image_of(&deployment().unwrap());
+    // What runs is what the build recorded: the image pinned by its digest.
+    assert!(v1.contains("@sha256:"), "{v1}");
+    assert_eq!(state.artifacts.get(&1), Some(&v1));
 
     h.upload(&key, 2, &[("handler.py", &handler("v2"))], true)
         .await;
@@ -127,7 +130,7 @@ async fn trigger_event<D: sless_workers::Driver>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
     let fake = cluster::fake_cluster().await;
-    fake.complete_jobs("sless.dev/component=build", Outcome::succeeded("pushed"));
+    cluster::kaniko(&fake);
     fake.roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
     let s3 = TestS3::new().await;
     let driver = Arc::new(cluster::driver(&fake, s3.blobs()));

@@ -402,3 +402,41 @@ async fn a_failed_rollout_leaves_the_old_replica_set_serving_and_going_back_reus
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(names.contains(&good_rs), "{names:?}");
 }
+
+#[tokio::test]
+async fn a_container_whose_environment_linux_refuses_never_starts() {
+    let kube = FakeKube::start().await;
+    let client = client(&kube).await;
+    namespace(&client, "ns").await;
+    kube.complete_jobs("run", Outcome::succeeded("ran\n"));
+    let jobs = Api::<Job>::namespaced(client.clone(), "ns");
+    let job = |name: &str, value: String| -> Job {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"run": name}},
+            "spec": {"template": {"metadata": {"labels": {"run": name}}, "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "job", "image": "img", "env": [{"name": "BIG", "value": value}]}],
+            }}},
+        }))
+        .unwrap()
+    };
+    // `BIG=` and the value, and the NUL that ends it: one byte too many.
+    let limit = super::kubelet::MAX_ARG_STRLEN;
+    jobs.create(&PostParams::default(), &job("fits", "x".repeat(limit - 5)))
+        .await
+        .unwrap();
+    jobs.create(&PostParams::default(), &job("over", "x".repeat(limit - 4)))
+        .await
+        .unwrap();
+    let fits = pod_of(&client, "fits").await.unwrap();
+    assert_eq!(container_state(&fits).terminated.unwrap().exit_code, 0);
+    let over = pod_of(&client, "over").await.unwrap();
+    let end = container_state(&over).terminated.unwrap();
+    assert_eq!(
+        (end.exit_code, end.reason.as_deref()),
+        (128, Some("StartError"))
+    );
+    assert!(end.message.unwrap().contains("argument list too long"));
+    let failed = jobs.get("over").await.unwrap().status.unwrap().failed;
+    assert_eq!(failed, Some(1));
+}

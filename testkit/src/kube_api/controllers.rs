@@ -169,7 +169,9 @@ impl FakeKube {
     /// when the Secrets and ConfigMaps it mounts or reads variables from
     /// exist: until then the pod is `Pending`, its container waiting
     /// (`ContainerCreating` for a volume, `CreateContainerConfigError` for
-    /// a variable), and the Job runs on.
+    /// a variable), and the Job runs on. A container whose environment
+    /// `execve` would refuse (a `NAME=value` of 128 KiB or more) fails to
+    /// start: exit code 128, `StartError`, and the Job fails.
     pub fn complete_jobs_with(
         &self,
         selector: &str,
@@ -255,6 +257,7 @@ fn run_job(kube: &FakeKube, job: &Value, end: JobEnd) {
     let mut changes = kube.store().subscribe();
     match kubelet::start(kube, &pod) {
         Ok(view) => finish_job(kube, job, &pod, &view, &*end),
+        Err(refused) if refused.failed => fail_to_start(kube, job, &pod, &refused),
         Err(waiting) => {
             set_waiting(kube, &pod_path, &container, &image, &waiting);
             let (kube, job, pod) = (kube.clone(), job.clone(), pod.clone());
@@ -270,10 +273,14 @@ fn run_job(kube: &FakeKube, job: &Value, end: JobEnd) {
                     if kube.get(&path_of(jobs, &job)).is_none() || kube.get(&pod_path).is_none() {
                         return;
                     }
-                    if let Ok(view) = kubelet::start(&kube, &pod) {
-                        finish_job(&kube, &job, &pod, &view, &*end);
-                        return;
+                    match kubelet::start(&kube, &pod) {
+                        Ok(view) => finish_job(&kube, &job, &pod, &view, &*end),
+                        Err(refused) if refused.failed => {
+                            fail_to_start(&kube, &job, &pod, &refused)
+                        }
+                        Err(_) => continue,
                     }
+                    return;
                 }
             });
         }
@@ -287,6 +294,32 @@ fn set_waiting(kube: &FakeKube, pod_path: &str, container: &Value, image: &Value
         json!({"phase": "Pending", "containerStatuses": [{
             "name": container, "image": image, "imageID": "", "ready": false, "restartCount": 0,
             "started": false, "state": {"waiting": {"reason": w.reason, "message": w.message}}}]}),
+    );
+}
+
+/// The runtime could not start the container: it ends with exit code 128
+/// (`StartError`, as containerd reports it), and so does the Job.
+fn fail_to_start(kube: &FakeKube, job: &Value, pod: &Value, why: &Waiting) {
+    let jobs = ResourceType::find("batch", "v1", "jobs").expect("a known type");
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let spec = &pod["spec"]["containers"][0];
+    let t = now();
+    kube.patch_status(
+        &ResourceType::pods().path(Some(ns), Some(pod_name)),
+        json!({"phase": "Failed", "containerStatuses": [{
+            "name": spec["name"], "image": spec["image"], "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 128, "reason": why.reason, "message": why.message,
+                                     "startedAt": t, "finishedAt": t}}}]}),
+    );
+    kube.set_status(
+        &path_of(jobs, job),
+        json!({"startTime": t, "failed": 1, "ready": 0, "terminating": 0, "uncountedTerminatedPods": {},
+               "conditions": [
+                   {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit", "lastProbeTime": t, "lastTransitionTime": t},
+                   {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit", "lastProbeTime": t, "lastTransitionTime": t}]}),
     );
 }
 

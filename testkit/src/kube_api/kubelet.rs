@@ -1,7 +1,8 @@
 //! What the kubelet does for a pod that the controllers here play: it
 //! starts a container only once every Secret and ConfigMap the pod needs
 //! exists, hands it its environment (with Kubernetes' `$(VAR)` expansion)
-//! and its mounted files, and reads its termination message back.
+//! and its mounted files, and reads its termination message back. A
+//! process whose environment Linux would refuse to exec never starts.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +16,9 @@ use super::resources::RESOURCES;
 /// `kubecontainer.MaxContainerTerminationMessageLength`: what the kubelet
 /// reads of a termination message file.
 pub const MAX_TERMINATION_MESSAGE_BYTES: usize = 4096;
+/// Linux's `MAX_ARG_STRLEN` (32 pages): the longest single argument or
+/// `NAME=value` string `execve` takes; a longer one fails with E2BIG.
+pub const MAX_ARG_STRLEN: usize = 32 * 4096;
 /// With `terminationMessagePolicy: FallbackToLogsOnError`, a container that
 /// failed without a message gets the end of its log: at most this many
 /// lines ...
@@ -50,12 +54,14 @@ impl ContainerView {
     }
 }
 
-/// Why a container cannot start yet: the waiting reason and message its
-/// status shows, as the kubelet reports them.
+/// Why a container has not started: the reason and message its status
+/// shows, as the kubelet reports them. `failed`: it never will (the
+/// runtime could not exec it); otherwise it waits and is tried again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiting {
     pub reason: &'static str,
     pub message: String,
+    pub failed: bool,
 }
 
 /// What the first container of `pod` sees, or why the kubelet cannot start
@@ -107,6 +113,22 @@ pub fn start(kube: &FakeKube, pod: &Value) -> Result<ContainerView, Waiting> {
             None => expand(var["value"].as_str().unwrap_or_default(), &view.env),
         };
         view.env.insert(name, value);
+    }
+    let too_long = view
+        .env
+        .iter()
+        .map(|(k, v)| k.len() + 1 + v.len())
+        .chain(view.args.iter().map(String::len))
+        .find(|n| *n + 1 > MAX_ARG_STRLEN);
+    if let Some(n) = too_long {
+        return Err(Waiting {
+            reason: "StartError",
+            message: format!(
+                "failed to start container: exec: argument list too long (a string of {n} bytes in its environment or arguments; at most {} fit)",
+                MAX_ARG_STRLEN - 1
+            ),
+            failed: true,
+        });
     }
     Ok(view)
 }
@@ -225,6 +247,7 @@ fn volume_files(
             "configmap"
         };
         return Err(Waiting {
+            failed: false,
             reason: "ContainerCreating",
             message: format!(
                 "MountVolume.SetUp failed for volume {:?} : {kind} {name:?} not found",
@@ -276,6 +299,7 @@ fn env_source(
                 "configmap"
             };
             Err(Waiting {
+                failed: false,
                 reason: "CreateContainerConfigError",
                 message: format!("couldn't find key {key} in {kind} {ns}/{name}"),
             })
