@@ -6,6 +6,8 @@
 mod cluster;
 #[path = "kube_driver/digests.rs"]
 mod digests;
+#[path = "kube_driver/rollouts.rs"]
+mod rollouts;
 #[path = "kube_driver/runs.rs"]
 mod runs;
 
@@ -314,6 +316,7 @@ async fn a_rollout_that_cannot_pull_or_keeps_crashing_fails_the_deploy() {
             panic!("{reason}: {err:?}");
         };
         assert!(message.contains(reason), "{message}");
+        assert!(message.contains("nothing to roll back to"), "{message}");
         assert!(log_tail.contains(log), "{reason}: {log_tail}");
         assert_eq!(c.driver.status(&k).await, None);
     }

@@ -324,3 +324,75 @@ async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
     assert!(fake.get(&cronjob_path).is_none());
     cluster::assert_rbac_allows_every_request(&fake);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_rollout_is_rolled_back_and_the_log_records_what_still_serves() {
+    let fake = cluster::fake_cluster().await;
+    cluster::kaniko(&fake);
+    // Version 2's image cannot be pulled.
+    fake.roll_out_deployments_with("sless.dev/component=function", |d| {
+        match d["spec"]["template"]["metadata"]["labels"]["sless.dev/version"].as_str() {
+            Some("2") => Outcome::failed("ImagePullBackOff", ""),
+            _ => Outcome::succeeded(""),
+        }
+    });
+    let s3 = TestS3::new().await;
+    let driver = Arc::new(cluster::driver(&fake, s3.blobs()));
+    let h = Harness::with_driver(s3, driver).await;
+    let key = Harness::key("hello");
+    let deployment = || {
+        fake.get(&format!(
+            "/apis/apps/v1/namespaces/{}/deployments/hello",
+            key.namespace
+        ))
+    };
+    h.create(&key).await;
+    h.upload(&key, 1, &[("handler.py", &handler("v1"))], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+    let v1 = image_of(&deployment().unwrap());
+    let endpoint = h.state(&key).await.endpoint;
+
+    h.upload(&key, 2, &[("handler.py", &handler("v2"))], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+    let events = h.events(&key).await;
+    let tail = &events[events.len() - 2..];
+    assert!(
+        matches!(&tail[0], FunctionEvent::DeployFailed { version: 2, error, .. } if error.contains("ImagePullBackOff")),
+        "{tail:?}"
+    );
+    assert_eq!(
+        tail[1],
+        FunctionEvent::DeployRolledBack {
+            failed_version: 2,
+            restored_version: 1
+        }
+    );
+    let state = h.state(&key).await;
+    assert_eq!(state.phase, Phase::Failed);
+    assert_eq!(
+        (state.current_version, state.deployed_version),
+        (Some(2), Some(1))
+    );
+    assert_eq!(state.endpoint, endpoint);
+    let error = state.last_error.unwrap();
+    assert!(
+        error.starts_with(
+            "version 2 failed to deploy and was rolled back; version 1 still serves\n"
+        ),
+        "{error}"
+    );
+    assert!(error.contains("ImagePullBackOff"), "{error}");
+    assert_eq!(image_of(&deployment().unwrap()), v1);
+
+    // It waits for a new upload: reconciling again changes nothing.
+    let before = fake.resource_version();
+    sless_store::queue::enqueue_reconcile(&h.db.pool, &key.queue_key())
+        .await
+        .unwrap();
+    h.worker.run_once(10).await.unwrap();
+    assert_eq!(fake.resource_version(), before);
+    assert_eq!(h.events(&key).await.len(), events.len());
+    cluster::assert_rbac_allows_every_request(&fake);
+}
