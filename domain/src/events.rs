@@ -91,6 +91,15 @@ pub enum FunctionEvent {
         attempts: i32,
         error: String,
     },
+    /// The deploy of `failed_version` failed (the `DeployFailed` appended
+    /// with this event) and what served before it serves on:
+    /// `restored_version` (the same number when only the spec changed).
+    /// The Kubernetes driver put the Deployment back to it; the local
+    /// driver never stopped its process.
+    DeployRolledBack {
+        failed_version: u32,
+        restored_version: u32,
+    },
 }
 
 impl FunctionEvent {
@@ -110,6 +119,7 @@ impl FunctionEvent {
             FunctionEvent::FunctionRolledBack { .. } => "FunctionRolledBack",
             FunctionEvent::VersionsPruned { .. } => "VersionsPruned",
             FunctionEvent::FunctionStopped { .. } => "FunctionStopped",
+            FunctionEvent::DeployRolledBack { .. } => "DeployRolledBack",
         }
     }
 
@@ -192,6 +202,10 @@ mod tests {
                 },
             },
             FunctionEvent::FunctionDeleted {},
+            FunctionEvent::DeployRolledBack {
+                failed_version: 2,
+                restored_version: 1,
+            },
         ];
         for e in events {
             let back = FunctionEvent::from_stored(e.type_name(), &e.data()).unwrap();

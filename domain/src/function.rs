@@ -230,6 +230,29 @@ impl Function {
                 self.phase = Phase::Failed;
                 self.last_error = Some(format!("gave up after {attempts} attempts: {error}"));
             }
+            FunctionEvent::DeployRolledBack {
+                failed_version,
+                restored_version,
+            } => {
+                // What serves is the restored version; the failure stays
+                // the current version's, with a first line saying so.
+                self.deployed_version = Some(*restored_version);
+                if self.current_version == Some(*failed_version) {
+                    let serving = if failed_version == restored_version {
+                        format!(
+                            "the new settings of version {failed_version} failed to deploy and were rolled back; version {restored_version} still serves with the settings it had"
+                        )
+                    } else {
+                        format!(
+                            "version {failed_version} failed to deploy and was rolled back; version {restored_version} still serves"
+                        )
+                    };
+                    self.last_error = Some(match self.last_error.take() {
+                        Some(error) => format!("{serving}\n{error}"),
+                        None => serving,
+                    });
+                }
+            }
         }
         self
     }

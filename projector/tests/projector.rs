@@ -491,6 +491,73 @@ async fn a_deleted_function_keeps_a_marked_row_and_a_new_life_goes_on_from_it() 
     assert_read_models_equal_fold(&db.pool).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_deploy_shows_the_failure_and_the_version_that_still_serves() {
+    let db = TestDb::new().await;
+    let stream = "function/ns/f";
+    let append = async |expected: u64, events: &[FunctionEvent]| {
+        let mut tx = db.pool.begin().await.unwrap();
+        let new: Vec<_> = events.iter().map(|e| new_event(stream, e)).collect();
+        eventlog::append(&mut tx, stream, expected, &new)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    };
+    append(
+        0,
+        &[
+            FunctionEvent::FunctionCreated { spec: spec() },
+            uploaded(1),
+            FunctionEvent::FunctionDeployed {
+                version: 1,
+                endpoint: "http://f".into(),
+            },
+            uploaded(2),
+        ],
+    )
+    .await;
+    step_past_other_tests(&db.pool).await.unwrap();
+    // The worker's append: the failure, and what still serves. The plain
+    // step reads the row back from the table before it applies them.
+    append(
+        4,
+        &[
+            FunctionEvent::DeployFailed {
+                version: 2,
+                error: "version 2 does not start: ImagePullBackOff".into(),
+                log_tail: "pulling".into(),
+            },
+            FunctionEvent::DeployRolledBack {
+                failed_version: 2,
+                restored_version: 1,
+            },
+        ],
+    )
+    .await;
+    step_past_other_tests(&db.pool).await.unwrap();
+    let row = readmodel::function_row(&db.pool, "ns", "f")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.phase, Phase::Failed);
+    assert_eq!(
+        (
+            row.current_version,
+            row.deployed_version,
+            row.endpoint.as_deref()
+        ),
+        (Some(2), Some(1), Some("http://f"))
+    );
+    assert_eq!(
+        row.last_error.as_deref(),
+        Some(
+            "version 2 failed to deploy and was rolled back; version 1 still serves\n\
+             version 2 does not start: ImagePullBackOff\npulling"
+        )
+    );
+    assert_read_models_equal_fold(&db.pool).await;
+}
+
 /// 16 writers on 6 streams, ~10% of transactions rolled back, a projector
 /// running throughout: afterwards every read model equals a fold over the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

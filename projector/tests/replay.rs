@@ -100,10 +100,14 @@ fn next_event(rng: &mut StdRng, s: &mut Stream) -> FunctionEvent {
             version: v,
             endpoint: format!("http://127.0.0.1:{}", 20_000 + v),
         },
-        80..86 => FunctionEvent::DeployFailed {
+        80..84 => FunctionEvent::DeployFailed {
             version: v,
             error: "health check".into(),
             log_tail: String::new(),
+        },
+        84..86 => FunctionEvent::DeployRolledBack {
+            failed_version: v,
+            restored_version: rng.random_range(1..=v),
         },
         86..90 => FunctionEvent::ReconcileAbandoned {
             attempts: 5,

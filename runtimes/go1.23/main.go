@@ -19,10 +19,11 @@
 // does not exist or has a signature that cannot be called, 4 the port could
 // not be bound.
 //
-// Job mode (`function --job`): no port; the event is read as JSON from stdin,
-// the function is called once, its result is written to stdout as one line
-// of JSON, and the binary exits 0 (1 when the function returned an error or
-// panicked).
+// Job mode (`function --job`, or SLESS_JOB=1): no port; the event is read as
+// JSON from the file SLESS_JOB_EVENT_FILE names when it is set, else from
+// stdin, the function is called once, its result is written to stdout as one
+// line of JSON, and the binary exits 0 (1 when the function returned an error
+// or panicked).
 //
 // Standard library only; builds with Go 1.21 and later.
 package main
@@ -706,7 +707,7 @@ func (s *server) respond(w http.ResponseWriter, r *http.Request, path, query str
 }
 
 // ---------------------------------------------------------------------------
-// Job mode: one call, the event on stdin, the result on stdout
+// Job mode: one call, the event from a file or stdin, the result on stdout
 // ---------------------------------------------------------------------------
 
 // jobResultJSON is the function's result as one line of JSON: nil is null,
@@ -764,14 +765,19 @@ func healthDocument() map[string]string {
 	return doc
 }
 
-// runJob calls the function once with the job's event (SLESS_JOB_EVENT when
-// set, else stdin) and exits.
+// runJob calls the function once with the job's event (the file
+// SLESS_JOB_EVENT_FILE names when it is set, how the drivers hand it over,
+// else stdin) and exits.
 func runJob(h *handler) {
-	if inline, ok := os.LookupEnv("SLESS_JOB_EVENT"); ok {
-		if !json.Valid([]byte(inline)) {
-			fail(exitConfig, "SLESS_JOB_EVENT is not JSON")
+	if file, ok := os.LookupEnv("SLESS_JOB_EVENT_FILE"); ok {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			fail(exitConfig, "SLESS_JOB_EVENT_FILE %q cannot be read: %v", file, err)
 		}
-		runJobWith(h, []byte(inline))
+		if !json.Valid(raw) {
+			fail(exitConfig, "the event in SLESS_JOB_EVENT_FILE %q is not JSON", file)
+		}
+		runJobWith(h, raw)
 	}
 	raw, err := io.ReadAll(os.Stdin)
 	if err != nil || !json.Valid(raw) {

@@ -22,7 +22,8 @@
  * Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration, 3 the entrypoint
  * could not be loaded or is not a function, 4 the port could not be bound.
  *
- * Job mode (`sless_runtime.cjs --job`): no port; the event is read as JSON
+ * Job mode (`sless_runtime.cjs --job`, or SLESS_JOB=1): no port; the event is
+ * read as JSON from the file SLESS_JOB_EVENT_FILE names when it is set, else
  * from stdin, the function is called once, its result is written to stdout as
  * one line of JSON, and the wrapper exits 0 (1 when the function threw or its
  * Promise was rejected).
@@ -519,7 +520,7 @@ function createServer(func) {
 }
 
 // ---------------------------------------------------------------------------
-// Job mode: one call, the event on stdin, the result on stdout
+// Job mode: one call, the event from a file or stdin, the result on stdout
 // ---------------------------------------------------------------------------
 
 /**
@@ -563,19 +564,38 @@ function exitAfter(write, text, code) {
 }
 
 /**
- * Calls `func` once with the event read from stdin, writes its result and
- * exits. Timers or connections the function left open do not keep the
- * process alive.
+ * The event of a job: the file SLESS_JOB_EVENT_FILE names when it is set
+ * (how the drivers hand it over), else stdin.
  */
-async function runJob(func) {
-  const inline = process.env.SLESS_JOB_EVENT;
-  let event;
+async function readJobEvent() {
+  const file = process.env.SLESS_JOB_EVENT_FILE;
+  let text;
+  let where;
+  if (file !== undefined) {
+    where = `the event in SLESS_JOB_EVENT_FILE ${JSON.stringify(file)}`;
+    try {
+      text = fs.readFileSync(file, 'utf8');
+    } catch (err) {
+      fail(EXIT_CONFIG, `SLESS_JOB_EVENT_FILE ${JSON.stringify(file)} cannot be read: ${messageOf(err)}`);
+    }
+  } else {
+    where = 'the event on stdin';
+    text = await readStdin();
+  }
   try {
-    event = JSON.parse(inline !== undefined ? inline : await readStdin());
+    return JSON.parse(text);
   } catch (err) {
-    const where = inline !== undefined ? 'SLESS_JOB_EVENT' : 'the event on stdin';
     fail(EXIT_CONFIG, `${where} is not JSON: ${messageOf(err)}`);
   }
+}
+
+/**
+ * Calls `func` once with the job's event, writes its result and exits.
+ * Timers or connections the function left open do not keep the process
+ * alive.
+ */
+async function runJob(func) {
+  const event = await readJobEvent();
   // Remember whether the function's own output ended a line, so that the
   // result starts on a line of its own.
   const write = process.stdout.write.bind(process.stdout);

@@ -595,14 +595,33 @@ function lastLine(stdout) {
   return JSON.parse(lines[lines.length - 1]);
 }
 
-test('job mode: SLESS_JOB=1 with the event in SLESS_JOB_EVENT, as a cluster runs it', async () => {
-  const event = JSON.stringify(jobEvent({ n: '$(HOME)' }));
-  let run = await runJob('jobs.echoInput', '', { args: [], env: { SLESS_JOB: '1', SLESS_JOB_EVENT: event } });
+test('job mode: SLESS_JOB=1 with the event in the file SLESS_JOB_EVENT_FILE names, as a cluster runs it', async () => {
+  const input = { n: '$(HOME)', big: 'x'.repeat(200000) };
+  const file = path.join(tmp, 'event.json');
+  fs.writeFileSync(file, JSON.stringify(jobEvent(input)));
+  let run = await runJob('jobs.echoInput', '', { args: [], env: { SLESS_JOB: '1', SLESS_JOB_EVENT_FILE: file } });
   assert.equal(run.code, 0, run.stderr);
-  assert.deepEqual(lastLine(run.stdout), { ok: true, input: { n: '$(HOME)' }, method: 'JOB' });
-  run = await runJob('jobs.echoInput', '', { env: { SLESS_JOB_EVENT: '{not json' } });
+  assert.deepEqual(lastLine(run.stdout), { ok: true, input, method: 'JOB' });
+  // The file wins over stdin.
+  run = await runJob('jobs.echoInput', jobEvent('stdin'), { env: { SLESS_JOB_EVENT_FILE: file } });
+  assert.equal(lastLine(run.stdout).input.n, '$(HOME)');
+});
+
+test('job mode: an event file that is missing or not JSON exits 2, naming it', async () => {
+  const missing = path.join(tmp, 'nowhere.json');
+  const garbled = path.join(tmp, 'garbled.json');
+  fs.writeFileSync(garbled, '{not json');
+  for (const [file, what] of [[missing, /cannot be read/], [garbled, /is not JSON/]]) {
+    const run = await runJob('jobs.text', '{}', { env: { SLESS_JOB_EVENT_FILE: file } });
+    assert.equal(run.code, 2, file);
+    assert.match(run.stderr, /SLESS_JOB_EVENT_FILE/);
+    assert.ok(run.stderr.includes(file), run.stderr);
+    assert.match(run.stderr, what);
+  }
+  // The inline variable is gone: it is no event.
+  const run = await runJob('jobs.text', '{not json', { env: { SLESS_JOB_EVENT: '{}' } });
   assert.equal(run.code, 2);
-  assert.match(run.stderr, /SLESS_JOB_EVENT is not JSON/);
+  assert.match(run.stderr, /the event on stdin is not JSON/);
 });
 
 test('job mode: the result is the last stdout line as JSON', async () => {

@@ -15,9 +15,11 @@ Configuration (environment):
 Exit codes: 0 after SIGTERM/SIGINT, 2 bad configuration, 3 the entrypoint
 could not be imported or is not callable, 4 the port could not be bound.
 
-Job mode (``sless_runtime.py --job``): no port; the event is read as JSON from
-stdin, the function is called once, its return value is written to stdout as
-one line of JSON, and the wrapper exits 0 (1 when the function raised).
+Job mode (``sless_runtime.py --job``, or SLESS_JOB=1): no port; the event is
+read as JSON from the file SLESS_JOB_EVENT_FILE names when it is set, else
+from stdin, the function is called once, its return value is written to
+stdout as one line of JSON, and the wrapper exits 0 (1 when the function
+raised).
 
 Standard library only.
 """
@@ -512,7 +514,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 # ---------------------------------------------------------------------------
-# Job mode: one call, the event on stdin, the result on stdout
+# Job mode: one call, the event from a file or stdin, the result on stdout
 # ---------------------------------------------------------------------------
 
 
@@ -566,14 +568,24 @@ def _job_requested(argv):
 
 
 def _read_job_event():
-    """The event of a job: ``SLESS_JOB_EVENT`` when set (a cluster's Job),
-    else stdin."""
-    inline = os.environ.get("SLESS_JOB_EVENT")
-    where = "SLESS_JOB_EVENT" if inline is not None else "the event on stdin"
+    """The event of a job: the file ``SLESS_JOB_EVENT_FILE`` names when it
+    is set (how the drivers hand it over), else stdin."""
+    path = os.environ.get("SLESS_JOB_EVENT_FILE")
+    if path is not None:
+        where = "the event in SLESS_JOB_EVENT_FILE %r" % path
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as exc:
+            _fail(
+                EXIT_CONFIG,
+                "SLESS_JOB_EVENT_FILE %r cannot be read: %s" % (path, exc.strerror or exc),
+            )
+    else:
+        where = "the event on stdin"
+        raw = sys.stdin.buffer.read()
     try:
-        if inline is not None:
-            return json.loads(inline)
-        return json.loads(sys.stdin.buffer.read().decode("utf-8", errors="replace"))
+        return json.loads(raw.decode("utf-8", errors="replace"))
     except ValueError as exc:
         _fail(EXIT_CONFIG, "%s is not JSON: %s" % (where, exc))
 

@@ -537,25 +537,54 @@ class JobModeTest(RuntimeTestCase):
         self.assertEqual(proc.returncode, 2)
         self.assertIn("not JSON", proc.stderr.decode("utf-8"))
 
-    def test_sless_job_and_the_event_in_the_environment(self):
-        # How a cluster's Job runs it: no argument, nothing on stdin.
-        event = self.job_event({"n": "$(HOME)"})
+    def test_sless_job_and_the_event_in_a_file(self):
+        # How a cluster's Job runs it: no argument, nothing on stdin, the
+        # event in the file SLESS_JOB_EVENT_FILE names.
+        event = self.job_event({"n": "$(HOME)", "big": "x" * 200000})
+        path = os.path.join(self.tmp, "event.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(event, f)
         proc = self.run_job(
             "jobs.echo_input",
             None,
             stdin=b"",
             args=(),
-            extra_env={"SLESS_JOB": "1", "SLESS_JOB_EVENT": json.dumps(event)},
+            extra_env={"SLESS_JOB": "1", "SLESS_JOB_EVENT_FILE": path},
         )
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(
-            self.last_line(proc), {"ok": True, "input": {"n": "$(HOME)"}, "method": "JOB"}
+            self.last_line(proc),
+            {"ok": True, "input": {"n": "$(HOME)", "big": "x" * 200000}, "method": "JOB"},
         )
+        # The file wins over stdin.
         proc = self.run_job(
-            "jobs.text", None, stdin=b"", extra_env={"SLESS_JOB_EVENT": "{not json"}
+            "jobs.echo_input",
+            None,
+            stdin=json.dumps(self.job_event("stdin")).encode("utf-8"),
+            extra_env={"SLESS_JOB_EVENT_FILE": path},
+        )
+        self.assertEqual(self.last_line(proc)["input"]["n"], "$(HOME)")
+
+    def test_an_event_file_that_is_missing_or_not_json_exits_2_naming_it(self):
+        missing = os.path.join(self.tmp, "nowhere.json")
+        garbled = os.path.join(self.tmp, "garbled.json")
+        with open(garbled, "w", encoding="utf-8") as f:
+            f.write("{not json")
+        for path, what in ((missing, "cannot be read"), (garbled, "is not JSON")):
+            proc = self.run_job(
+                "jobs.text", None, stdin=b"{}", extra_env={"SLESS_JOB_EVENT_FILE": path}
+            )
+            self.assertEqual(proc.returncode, 2, path)
+            stderr = proc.stderr.decode("utf-8")
+            self.assertIn("SLESS_JOB_EVENT_FILE", stderr)
+            self.assertIn(path, stderr)
+            self.assertIn(what, stderr)
+        # The inline variable is gone: it is no event.
+        proc = self.run_job(
+            "jobs.text", None, stdin=b"{not json", extra_env={"SLESS_JOB_EVENT": "{}"}
         )
         self.assertEqual(proc.returncode, 2)
-        self.assertIn("SLESS_JOB_EVENT is not JSON", proc.stderr.decode("utf-8"))
+        self.assertIn("the event on stdin is not JSON", proc.stderr.decode("utf-8"))
 
 
 class ReservedPathTest(RuntimeTestCase):

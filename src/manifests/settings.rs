@@ -136,7 +136,7 @@ pub const SETTINGS: &[Setting] = &[
         "SLESS_KUBE_REGISTRY",
         "none (required)",
         Overlay,
-        "registry images are pushed to and pulled from: `{registry}/{ns}-{name}:v{version}-{sha8}`"
+        "registry builds push to (`{registry}/{ns}-{name}:v{version}-{sha8}`) and functions run from, by the digest of that push (`{registry}/{ns}-{name}@sha256:…`)"
     ),
     setting!(
         "SLESS_KUBE_SYSTEM_NAMESPACE",

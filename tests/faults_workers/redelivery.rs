@@ -179,6 +179,7 @@ fn summary(e: &FunctionEvent) -> String {
         | FunctionEvent::FunctionDeployed { version, .. }
         | FunctionEvent::DeployFailed { version, .. }
         | FunctionEvent::FunctionStopped { version, .. } => Some(*version),
+        FunctionEvent::DeployRolledBack { failed_version, .. } => Some(*failed_version),
     };
     match version {
         Some(v) => format!("{}@{v}", e.type_name()),

@@ -5,7 +5,8 @@
 //! outage safe.
 //!
 //! What should run: the current version of a function that exists, started
-//! with its current spec. A spec change redeploys the built artifact (a
+//! with its current spec. A deploy that fails leaves what served before it
+//! serving (`DeployFailed`, then `DeployRolledBack` naming that version). A spec change redeploys the built artifact (a
 //! runtime change comes with a new version, so it is built first); a
 //! deleted function, or one with nothing uploaded, has whatever runs for it
 //! removed, and so has a function with http triggers none of which is
@@ -62,9 +63,23 @@ impl<D: Driver> Reconciler<D> {
         state: &Function,
         event: FunctionEvent,
     ) -> HandlerResult<Recorded> {
+        self.record_all(item, key, state, &[event]).await
+    }
+
+    /// [`Reconciler::record`] for events appended together.
+    async fn record_all(
+        &self,
+        item: &WorkItem,
+        key: &FunctionKey,
+        state: &Function,
+        events: &[FunctionEvent],
+    ) -> HandlerResult<Recorded> {
         let mut tx = self.pool.begin().await.map_err(HandlerError::retry)?;
-        let new = NewEvent::function(key, &event, Metadata::system("worker", item.id));
-        match eventlog::append(&mut tx, &key.stream(), state.stream_version, &[new]).await {
+        let new: Vec<NewEvent> = events
+            .iter()
+            .map(|e| NewEvent::function(key, e, Metadata::system("worker", item.id)))
+            .collect();
+        match eventlog::append(&mut tx, &key.stream(), state.stream_version, &new).await {
             Ok(_) => {}
             Err(sless_store::Error::Conflict { .. }) => return Ok(Recorded::Stale),
             Err(e) => return Err(HandlerError::retry(e)),
@@ -252,19 +267,33 @@ impl<D: Driver> Reconciler<D> {
                 artifact,
             })
             .await;
-        let event = match deployed {
-            Ok(d) => FunctionEvent::FunctionDeployed {
+        let events = match deployed {
+            Ok(d) => vec![FunctionEvent::FunctionDeployed {
                 version: d.version,
                 endpoint: d.endpoint,
-            },
-            Err(DriverError::Deploy { message, log_tail }) => FunctionEvent::DeployFailed {
-                version: current.version,
-                error: message,
-                log_tail,
-            },
+            }],
+            Err(DriverError::Deploy { message, log_tail }) => {
+                let failed = FunctionEvent::DeployFailed {
+                    version: current.version,
+                    error: message,
+                    log_tail,
+                };
+                // A failed deploy leaves what served before serving (the
+                // drivers keep it, or put it back): the log says which.
+                match self.driver.status(key).await {
+                    Some(serving) => vec![
+                        failed,
+                        FunctionEvent::DeployRolledBack {
+                            failed_version: current.version,
+                            restored_version: serving.version,
+                        },
+                    ],
+                    None => vec![failed],
+                }
+            }
             Err(e) => return Err(infra(e)),
         };
-        self.record(item, key, state, event).await.map(Some)
+        self.record_all(item, key, state, &events).await.map(Some)
     }
 }
 

@@ -4,10 +4,16 @@
 
 #[path = "kube_driver/cluster.rs"]
 mod cluster;
+#[path = "kube_driver/digests.rs"]
+mod digests;
+#[path = "kube_driver/rollouts.rs"]
+mod rollouts;
 #[path = "kube_driver/runs.rs"]
 mod runs;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -17,7 +23,7 @@ use sless_testkit::kube_api::{FakeKube, Outcome};
 use sless_workers::driver::{Artifact, BuildRequest, DeployRequest, Driver, DriverError};
 use sless_workers::kube::KubeDriver;
 
-pub use cluster::{NS, REGISTRY};
+pub use cluster::{NS, REGISTRY, digest_of, kaniko, kaniko_push};
 
 pub struct Cluster {
     pub fake: FakeKube,
@@ -109,15 +115,21 @@ pub fn deploy_req(k: &FunctionKey, version: u32, image: &str) -> DeployRequest {
     }
 }
 
-fn image_of(n: u8, version: u32) -> String {
+/// The tag a build of context `n` as `version` pushes.
+fn tag_of(n: u8, version: u32) -> String {
     format!("{REGISTRY}/{NS}-hello:v{version}-{}", &sha(n)[..8])
+}
+
+/// What such a build's artifact is: its repository pinned by the digest
+/// the push reported.
+fn image_of(n: u8, version: u32) -> String {
+    format!("{REGISTRY}/{NS}-hello@{}", digest_of(&tag_of(n, version)))
 }
 
 #[tokio::test]
 async fn a_build_runs_kaniko_with_the_context_behind_a_presigned_url_and_is_not_repeated() {
     let c = Cluster::start().await;
-    c.fake
-        .complete_jobs("sless.dev/component=build", Outcome::succeeded("pushed"));
+    kaniko(&c.fake);
     let k = key("hello");
     let req = build_req(&c, &k, 1, 1).await;
     let artifact = c.driver.build(req.clone()).await.unwrap();
@@ -136,7 +148,7 @@ async fn a_build_runs_kaniko_with_the_context_behind_a_presigned_url_and_is_not_
         "no URL in the Job: {spec}"
     );
     assert!(
-        spec.contains(&format!("--destination={}", image_of(1, 1))),
+        spec.contains(&format!("--destination={}", tag_of(1, 1))),
         "{spec}"
     );
     // Only create and delete touched Secrets (all the build Role allows).
@@ -165,8 +177,7 @@ async fn a_build_runs_kaniko_with_the_context_behind_a_presigned_url_and_is_not_
         req.context.as_slice()
     );
 
-    // The same build again finds the Job; a rollback names the image the
-    // log recorded and starts nothing.
+    // A rollback names the image the log recorded and starts nothing.
     c.fake.clear_requests();
     let again = c
         .driver
@@ -184,13 +195,19 @@ async fn a_build_runs_kaniko_with_the_context_behind_a_presigned_url_and_is_not_
 #[tokio::test]
 async fn a_failed_build_reports_the_reason_and_the_log_tail() {
     let c = Cluster::start().await;
-    c.fake.complete_jobs(
-        "sless.dev/component=build",
-        Outcome::failed(
-            "BackoffLimitExceeded",
-            "step 3/4\nERROR: No matching distribution found for nosuchpkg",
-        ),
-    );
+    let broken = Arc::new(AtomicBool::new(true));
+    let still_broken = broken.clone();
+    c.fake
+        .complete_jobs_with("sless.dev/component=build", move |container| {
+            if still_broken.load(Ordering::SeqCst) {
+                Outcome::failed(
+                    "BackoffLimitExceeded",
+                    "step 3/4\nERROR: No matching distribution found for nosuchpkg",
+                )
+            } else {
+                kaniko_push(container)
+            }
+        });
     let k = key("hello");
     let err = c
         .driver
@@ -205,8 +222,7 @@ async fn a_failed_build_reports_the_reason_and_the_log_tail() {
 
     // Asked again (a job of that version, a rollback to it), it builds
     // again rather than answering with the old failure.
-    c.fake
-        .complete_jobs("sless.dev/component=build", Outcome::succeeded("pushed"));
+    broken.store(false, Ordering::SeqCst);
     let again = c.driver.build(build_req(&c, &k, 1, 2).await).await;
     assert!(again.is_ok(), "{again:?}");
     assert_eq!(
@@ -300,6 +316,7 @@ async fn a_rollout_that_cannot_pull_or_keeps_crashing_fails_the_deploy() {
             panic!("{reason}: {err:?}");
         };
         assert!(message.contains(reason), "{message}");
+        assert!(message.contains("nothing to roll back to"), "{message}");
         assert!(log_tail.contains(log), "{reason}: {log_tail}");
         assert_eq!(c.driver.status(&k).await, None);
     }
@@ -336,8 +353,7 @@ async fn removing_a_function_deletes_everything_it_owned() {
     let c = Cluster::start().await;
     c.fake
         .roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
-    c.fake
-        .complete_jobs("sless.dev/component=build", Outcome::succeeded(""));
+    kaniko(&c.fake);
     let k = key("hello");
     let other = key("other");
     let image = c.driver.build(build_req(&c, &k, 1, 3).await).await.unwrap();

@@ -28,7 +28,7 @@ fn image_of(deployment: &Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn uploads_build_and_roll_out_and_a_rollback_reuses_its_image() {
     let fake = cluster::fake_cluster().await;
-    fake.complete_jobs("sless.dev/component=build", Outcome::succeeded("pushed"));
+    cluster::kaniko(&fake);
     fake.roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
     let s3 = TestS3::new().await;
     let driver = Arc::new(cluster::driver(&fake, s3.blobs()));
@@ -49,6 +49,9 @@ async fn uploads_build_and_roll_out_and_a_rollback_reuses_its_image() {
         Some(format!("http://hello.{ns}.svc.cluster.local:8080").as_str())
     );
     let v1 = image_of(&deployment().unwrap());
+    // What runs is what the build recorded: the image pinned by its digest.
+    assert!(v1.contains("@sha256:"), "{v1}");
+    assert_eq!(state.artifacts.get(&1), Some(&v1));
 
     h.upload(&key, 2, &[("handler.py", &handler("v2"))], true)
         .await;
@@ -127,7 +130,7 @@ async fn trigger_event<D: sless_workers::Driver>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
     let fake = cluster::fake_cluster().await;
-    fake.complete_jobs("sless.dev/component=build", Outcome::succeeded("pushed"));
+    cluster::kaniko(&fake);
     fake.roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
     let s3 = TestS3::new().await;
     let driver = Arc::new(cluster::driver(&fake, s3.blobs()));
@@ -319,5 +322,77 @@ async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
     .await;
     h.worker.run_once(10).await.unwrap();
     assert!(fake.get(&cronjob_path).is_none());
+    cluster::assert_rbac_allows_every_request(&fake);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_rollout_is_rolled_back_and_the_log_records_what_still_serves() {
+    let fake = cluster::fake_cluster().await;
+    cluster::kaniko(&fake);
+    // Version 2's image cannot be pulled.
+    fake.roll_out_deployments_with("sless.dev/component=function", |d| {
+        match d["spec"]["template"]["metadata"]["labels"]["sless.dev/version"].as_str() {
+            Some("2") => Outcome::failed("ImagePullBackOff", ""),
+            _ => Outcome::succeeded(""),
+        }
+    });
+    let s3 = TestS3::new().await;
+    let driver = Arc::new(cluster::driver(&fake, s3.blobs()));
+    let h = Harness::with_driver(s3, driver).await;
+    let key = Harness::key("hello");
+    let deployment = || {
+        fake.get(&format!(
+            "/apis/apps/v1/namespaces/{}/deployments/hello",
+            key.namespace
+        ))
+    };
+    h.create(&key).await;
+    h.upload(&key, 1, &[("handler.py", &handler("v1"))], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+    let v1 = image_of(&deployment().unwrap());
+    let endpoint = h.state(&key).await.endpoint;
+
+    h.upload(&key, 2, &[("handler.py", &handler("v2"))], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+    let events = h.events(&key).await;
+    let tail = &events[events.len() - 2..];
+    assert!(
+        matches!(&tail[0], FunctionEvent::DeployFailed { version: 2, error, .. } if error.contains("ImagePullBackOff")),
+        "{tail:?}"
+    );
+    assert_eq!(
+        tail[1],
+        FunctionEvent::DeployRolledBack {
+            failed_version: 2,
+            restored_version: 1
+        }
+    );
+    let state = h.state(&key).await;
+    assert_eq!(state.phase, Phase::Failed);
+    assert_eq!(
+        (state.current_version, state.deployed_version),
+        (Some(2), Some(1))
+    );
+    assert_eq!(state.endpoint, endpoint);
+    let error = state.last_error.unwrap();
+    assert!(
+        error.starts_with(
+            "version 2 failed to deploy and was rolled back; version 1 still serves\n"
+        ),
+        "{error}"
+    );
+    assert!(error.contains("ImagePullBackOff"), "{error}");
+    assert_eq!(image_of(&deployment().unwrap()), v1);
+
+    // It waits for a new upload: reconciling again changes nothing.
+    let before = fake.resource_version();
+    sless_store::queue::enqueue_reconcile(&h.db.pool, &key.queue_key())
+        .await
+        .unwrap();
+    h.worker.run_once(10).await.unwrap();
+    assert_eq!(fake.resource_version(), before);
+    assert_eq!(h.events(&key).await.len(), events.len());
     cluster::assert_rbac_allows_every_request(&fake);
 }

@@ -201,3 +201,52 @@ async fn a_delete_that_lands_before_the_build_leaves_nothing_running() {
     );
     h.driver.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_upgrade_leaves_the_old_process_serving_and_the_log_says_so() {
+    let h = Harness::new().await;
+    let key = Harness::key("upgrade");
+    h.create(&key).await;
+    h.upload(&key, 1, &[("handler.py", &handler("v1"))], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+    let endpoint = h.state(&key).await.endpoint.unwrap();
+
+    // Version 2 cannot be imported: it never becomes healthy.
+    h.upload(&key, 2, &[("handler.py", "def handle(event:\n")], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+    let events = h.events(&key).await;
+    assert_eq!(
+        types(&events[events.len() - 2..]),
+        ["DeployFailed", "DeployRolledBack"]
+    );
+    assert_eq!(
+        events.last(),
+        Some(&FunctionEvent::DeployRolledBack {
+            failed_version: 2,
+            restored_version: 1
+        })
+    );
+    let state = h.state(&key).await;
+    assert_eq!(state.phase, Phase::Failed);
+    assert_eq!(state.deployed_version, Some(1));
+    assert!(
+        state.last_error.as_deref().is_some_and(|e| e.starts_with(
+            "version 2 failed to deploy and was rolled back; version 1 still serves\n"
+        )),
+        "{:?}",
+        state.last_error
+    );
+    let body = get_json(format!("{endpoint}/x")).await;
+    assert_eq!(body["reply"], "v1");
+
+    // A first deploy that fails has nothing serving: no rollback recorded.
+    let other = Harness::key("broken");
+    h.create(&other).await;
+    h.upload(&other, 1, &[("handler.py", "def handle(event:\n")], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+    assert_eq!(types(&h.events(&other).await).last(), Some(&"DeployFailed"));
+    h.driver.shutdown().await;
+}

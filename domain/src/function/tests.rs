@@ -615,3 +615,74 @@ fn every_kept_version_remembers_its_build_for_a_rollback() {
     let s = s.evolve(&FunctionEvent::FunctionDeleted {});
     assert!(s.artifacts.is_empty());
 }
+
+#[test]
+fn a_rolled_back_deploy_fails_the_version_and_names_the_one_that_still_serves() {
+    let failed = FunctionEvent::DeployFailed {
+        version: 2,
+        error: "version 2 does not start: ImagePullBackOff".into(),
+        log_tail: String::new(),
+    };
+    let mut events = ready_at_v1();
+    events.extend([
+        uploaded(2, "b"),
+        failed.clone(),
+        FunctionEvent::DeployRolledBack {
+            failed_version: 2,
+            restored_version: 1,
+        },
+    ]);
+    let s = given(&events);
+    assert_eq!(s.phase, Phase::Failed);
+    assert_eq!(s.failed_version, Some(2));
+    assert_eq!((s.current_version, s.deployed_version), (Some(2), Some(1)));
+    assert_eq!(s.endpoint.as_deref(), Some("http://e"));
+    assert_eq!(
+        s.last_error.as_deref(),
+        Some(
+            "version 2 failed to deploy and was rolled back; version 1 still serves\n\
+             version 2 does not start: ImagePullBackOff"
+        )
+    );
+
+    // Only the spec changed: the same version serves with its old settings.
+    let mut changed = spec();
+    changed.memory_mb = 999;
+    let mut events = ready_at_v1();
+    events.extend([
+        FunctionEvent::FunctionSpecChanged { spec: changed },
+        FunctionEvent::DeployFailed {
+            version: 1,
+            error: "OOMKilled".into(),
+            log_tail: String::new(),
+        },
+        FunctionEvent::DeployRolledBack {
+            failed_version: 1,
+            restored_version: 1,
+        },
+    ]);
+    let s = given(&events);
+    assert_eq!(s.deployed_version, Some(1));
+    assert!(
+        s.last_error.as_deref().is_some_and(|e| e.starts_with(
+            "the new settings of version 1 failed to deploy and were rolled back; \
+             version 1 still serves with the settings it had\nOOMKilled"
+        )),
+        "{:?}",
+        s.last_error
+    );
+
+    // A version that is no longer current keeps the current one's state.
+    let mut events = ready_at_v1();
+    events.extend([
+        uploaded(2, "b"),
+        failed,
+        uploaded(3, "c"),
+        FunctionEvent::DeployRolledBack {
+            failed_version: 2,
+            restored_version: 1,
+        },
+    ]);
+    let s = given(&events);
+    assert_eq!((s.phase, s.last_error.as_deref()), (Phase::Pending, None));
+}

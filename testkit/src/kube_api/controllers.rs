@@ -1,11 +1,15 @@
 //! Ready-made reactors that play the controllers a driver waits on: the
-//! Job controller (a pod, its log, and the Job's outcome) and the
-//! Deployment controller (pods and the rollout's status).
+//! Job controller (a pod, its log, and the Job's outcome), here, and the
+//! Deployment controller (ReplicaSets, pods and the rollout's status), in
+//! `deployments.rs`. Their pods start as the kubelet starts them
+//! (`kubelet.rs`): once what they mount exists.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::kubelet::{self, ContainerView, Waiting};
 use super::resources::ResourceType;
 use super::select::LabelSelector;
 use super::store::{now, suffix};
@@ -15,19 +19,28 @@ use super::{FakeKube, Verb};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The Job completes (its pod exits 0) or the rollout becomes available.
-    Succeeded { log: String },
+    /// `message`: what the container wrote to its termination message file.
+    Succeeded {
+        log: String,
+        message: Option<String>,
+    },
     /// The Job fails with `reason` on its `Failed` condition (e.g.
     /// `BackoffLimitExceeded`, `DeadlineExceeded`; its pod exits 1), or the
-    /// rollout's pods wait with `reason` (`ImagePullBackOff`,
+    /// rollout's new pods wait with `reason` (`ImagePullBackOff`,
     /// `CrashLoopBackOff`, ...) and the Deployment's `Progressing`
     /// condition turns False with `ProgressDeadlineExceeded`.
-    Failed { log: String, reason: String },
+    Failed {
+        log: String,
+        reason: String,
+        message: Option<String>,
+    },
 }
 
 impl Outcome {
     pub fn succeeded(log: &str) -> Outcome {
         Outcome::Succeeded {
             log: log.to_owned(),
+            message: None,
         }
     }
 
@@ -35,24 +48,47 @@ impl Outcome {
         Outcome::Failed {
             log: log.to_owned(),
             reason: reason.to_owned(),
+            message: None,
         }
     }
 
-    fn log(&self) -> &str {
+    /// The same outcome, the container having written `message` to its
+    /// `terminationMessagePath` (kaniko's `--digest-file`, say).
+    pub fn with_termination_message(self, message: &str) -> Outcome {
+        let message = Some(message.to_owned());
         match self {
-            Outcome::Succeeded { log } | Outcome::Failed { log, .. } => log,
+            Outcome::Succeeded { log, .. } => Outcome::Succeeded { log, message },
+            Outcome::Failed { log, reason, .. } => Outcome::Failed {
+                log,
+                reason,
+                message,
+            },
+        }
+    }
+
+    pub(super) fn log(&self) -> &str {
+        match self {
+            Outcome::Succeeded { log, .. } | Outcome::Failed { log, .. } => log,
+        }
+    }
+
+    fn message(&self) -> Option<&str> {
+        match self {
+            Outcome::Succeeded { message, .. } | Outcome::Failed { message, .. } => {
+                message.as_deref()
+            }
         }
     }
 }
 
-fn path_of(rt: &ResourceType, obj: &Value) -> String {
+pub(super) fn path_of(rt: &ResourceType, obj: &Value) -> String {
     rt.path(
         obj["metadata"]["namespace"].as_str(),
         obj["metadata"]["name"].as_str(),
     )
 }
 
-fn owner_reference(obj: &Value) -> Value {
+pub(super) fn owner_reference(obj: &Value) -> Value {
     json!({
         "apiVersion": obj["apiVersion"],
         "kind": obj["kind"],
@@ -63,9 +99,15 @@ fn owner_reference(obj: &Value) -> Value {
     })
 }
 
-fn first_container(template: &Value) -> (Value, Value) {
+pub(super) fn first_container(template: &Value) -> (Value, Value) {
     let c = &template["spec"]["containers"][0];
     (c["name"].clone(), c["image"].clone())
+}
+
+/// A map of the template's `labels` or `annotations` (empty when it has none).
+pub(super) fn template_map(template: &Value, field: &str) -> Value {
+    let m = template["metadata"][field].clone();
+    if m.is_object() { m } else { json!({}) }
 }
 
 /// Runs `act` for every object `on` sees that matches `selector`, at once
@@ -95,32 +137,62 @@ fn react(
     });
 }
 
+/// How a Job's run ends, from what its container sees.
+type JobEnd = Arc<dyn Fn(&ContainerView) -> Outcome + Send + Sync>;
+
 impl FakeKube {
     /// Plays the Job controller for every Job created that matches the
     /// label selector: creates its pod (owned by the Job, with the labels
-    /// the controller adds), sets the pod's log, and ends pod and Job with
-    /// `outcome`.
+    /// the controller adds), and once the kubelet could start it (see
+    /// [`FakeKube::complete_jobs_with`]) sets the pod's log and ends pod
+    /// and Job with `outcome`.
     pub fn complete_jobs(&self, selector: &str, outcome: Outcome) {
-        self.complete_jobs_after(selector, Duration::ZERO, outcome);
+        self.complete_jobs_with(selector, move |_| outcome.clone());
     }
 
     /// [`FakeKube::complete_jobs`], `delay` after the Job is created.
     pub fn complete_jobs_after(&self, selector: &str, delay: Duration, outcome: Outcome) {
+        let end: JobEnd = Arc::new(move |_| outcome.clone());
         react(
             self,
             Verb::Create,
             "jobs",
             selector,
             delay,
-            move |kube, job| run_job(kube, job, &outcome),
+            move |kube, job| run_job(kube, job, end.clone()),
+        );
+    }
+
+    /// [`FakeKube::complete_jobs`], the outcome decided by `end` from what
+    /// the container sees (its environment and mounted files, see
+    /// [`ContainerView`]). As the kubelet does, the container starts only
+    /// when the Secrets and ConfigMaps it mounts or reads variables from
+    /// exist: until then the pod is `Pending`, its container waiting
+    /// (`ContainerCreating` for a volume, `CreateContainerConfigError` for
+    /// a variable), and the Job runs on. A container whose environment
+    /// `execve` would refuse (a `NAME=value` of 128 KiB or more) fails to
+    /// start: exit code 128, `StartError`, and the Job fails.
+    pub fn complete_jobs_with(
+        &self,
+        selector: &str,
+        end: impl Fn(&ContainerView) -> Outcome + Send + Sync + 'static,
+    ) {
+        let end: JobEnd = Arc::new(end);
+        react(
+            self,
+            Verb::Create,
+            "jobs",
+            selector,
+            Duration::ZERO,
+            move |kube, job| run_job(kube, job, end.clone()),
         );
     }
 
     /// Plays the Deployment controller for every write of a Deployment
     /// that matches the label selector and whose generation it has not
-    /// rolled out yet: replaces the Deployment's pods and sets its status.
+    /// rolled out yet (see `deployments.rs`).
     pub fn roll_out_deployments(&self, selector: &str, outcome: Outcome) {
-        self.roll_out_deployments_after(selector, Duration::ZERO, outcome);
+        self.roll_out_deployments_with(selector, move |_| outcome.clone());
     }
 
     /// [`FakeKube::roll_out_deployments`], `delay` after the write.
@@ -131,21 +203,37 @@ impl FakeKube {
             "deployments",
             selector,
             delay,
-            move |kube, d| roll_out(kube, d, &outcome),
+            move |kube, d| super::deployments::roll_out(kube, d, &|_| outcome.clone()),
+        );
+    }
+
+    /// [`FakeKube::roll_out_deployments`], the outcome of each rollout
+    /// decided by `outcome` from the Deployment as written (its template's
+    /// image, say).
+    pub fn roll_out_deployments_with(
+        &self,
+        selector: &str,
+        outcome: impl Fn(&Value) -> Outcome + Send + Sync + 'static,
+    ) {
+        let outcome = Arc::new(outcome);
+        react(
+            self,
+            Verb::Write,
+            "deployments",
+            selector,
+            Duration::ZERO,
+            move |kube, d| super::deployments::roll_out(kube, d, &*outcome),
         );
     }
 }
 
-fn run_job(kube: &FakeKube, job: &Value, outcome: &Outcome) {
-    let jobs = ResourceType::find("batch", "v1", "jobs").expect("a known type");
+/// The Job controller's part: the pod, then the kubelet's.
+fn run_job(kube: &FakeKube, job: &Value, end: JobEnd) {
     let name = job["metadata"]["name"].as_str().unwrap_or_default();
     let ns = job["metadata"]["namespace"].as_str().unwrap_or_default();
     let uid = &job["metadata"]["uid"];
     let template = &job["spec"]["template"];
-    let mut labels = template["metadata"]["labels"].clone();
-    if !labels.is_object() {
-        labels = json!({});
-    }
+    let mut labels = template_map(template, "labels");
     for (k, v) in [
         ("batch.kubernetes.io/controller-uid", uid.clone()),
         ("batch.kubernetes.io/job-name", json!(name)),
@@ -155,27 +243,119 @@ fn run_job(kube: &FakeKube, job: &Value, outcome: &Outcome) {
         labels[k] = v;
     }
     let (container, image) = first_container(template);
-    let (phase, exit_code, reason) = match outcome {
+    let pod_name = format!("{name}-{}", suffix());
+    let pod = json!({
+        "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
+                     "annotations": template_map(template, "annotations"),
+                     "ownerReferences": [owner_reference(job)]},
+        "spec": template["spec"],
+        "status": {"phase": "Pending", "startTime": now()},
+    });
+    let pod_path = ResourceType::pods().path(Some(ns), Some(&pod_name));
+    let pod = kube.put_object(&pod_path, pod);
+    // Subscribed before the first look: no change is missed in between.
+    let mut changes = kube.store().subscribe();
+    match kubelet::start(kube, &pod) {
+        Ok(view) => finish_job(kube, job, &pod, &view, &*end),
+        Err(refused) if refused.failed => fail_to_start(kube, job, &pod, &refused),
+        Err(waiting) => {
+            set_waiting(kube, &pod_path, &container, &image, &waiting);
+            let (kube, job, pod) = (kube.clone(), job.clone(), pod.clone());
+            // Started by the first change after which it can be.
+            tokio::spawn(async move {
+                let jobs = ResourceType::find("batch", "v1", "jobs").expect("a known type");
+                loop {
+                    use tokio::sync::broadcast::error::RecvError;
+                    match changes.recv().await {
+                        Ok(_) | Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => return,
+                    }
+                    if kube.get(&path_of(jobs, &job)).is_none() || kube.get(&pod_path).is_none() {
+                        return;
+                    }
+                    match kubelet::start(&kube, &pod) {
+                        Ok(view) => finish_job(&kube, &job, &pod, &view, &*end),
+                        Err(refused) if refused.failed => {
+                            fail_to_start(&kube, &job, &pod, &refused)
+                        }
+                        Err(_) => continue,
+                    }
+                    return;
+                }
+            });
+        }
+    }
+}
+
+/// A pod whose container cannot start yet.
+fn set_waiting(kube: &FakeKube, pod_path: &str, container: &Value, image: &Value, w: &Waiting) {
+    kube.patch_status(
+        pod_path,
+        json!({"phase": "Pending", "containerStatuses": [{
+            "name": container, "image": image, "imageID": "", "ready": false, "restartCount": 0,
+            "started": false, "state": {"waiting": {"reason": w.reason, "message": w.message}}}]}),
+    );
+}
+
+/// The runtime could not start the container: it ends with exit code 128
+/// (`StartError`, as containerd reports it), and so does the Job.
+fn fail_to_start(kube: &FakeKube, job: &Value, pod: &Value, why: &Waiting) {
+    let jobs = ResourceType::find("batch", "v1", "jobs").expect("a known type");
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let spec = &pod["spec"]["containers"][0];
+    let t = now();
+    kube.patch_status(
+        &ResourceType::pods().path(Some(ns), Some(pod_name)),
+        json!({"phase": "Failed", "containerStatuses": [{
+            "name": spec["name"], "image": spec["image"], "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 128, "reason": why.reason, "message": why.message,
+                                     "startedAt": t, "finishedAt": t}}}]}),
+    );
+    kube.set_status(
+        &path_of(jobs, job),
+        json!({"startTime": t, "failed": 1, "ready": 0, "terminating": 0, "uncountedTerminatedPods": {},
+               "conditions": [
+                   {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit", "lastProbeTime": t, "lastTransitionTime": t},
+                   {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit", "lastProbeTime": t, "lastTransitionTime": t}]}),
+    );
+}
+
+/// The container ran: its log, its end, and the Job's.
+fn finish_job(
+    kube: &FakeKube,
+    job: &Value,
+    pod: &Value,
+    view: &ContainerView,
+    end: &(dyn Fn(&ContainerView) -> Outcome + Send + Sync),
+) {
+    let jobs = ResourceType::find("batch", "v1", "jobs").expect("a known type");
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let outcome = end(view);
+    let (phase, exit_code, reason) = match &outcome {
         Outcome::Succeeded { .. } => ("Succeeded", 0, "Completed"),
         Outcome::Failed { .. } => ("Failed", 1, "Error"),
     };
+    let spec = &pod["spec"]["containers"][0];
     let t = now();
-    let pod_name = format!("{name}-{}", suffix());
-    let pod = json!({
-        "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "ownerReferences": [owner_reference(job)]},
-        "spec": template["spec"],
-        "status": {
-            "phase": phase,
-            "startTime": t,
-            "containerStatuses": [{
-                "name": container, "image": image, "imageID": "", "ready": false, "restartCount": 0,
-                "state": {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": t, "finishedAt": t}},
-            }],
-        },
-    });
-    kube.set_pod_log(ns, &pod_name, outcome.log());
-    kube.put_object(&ResourceType::pods().path(Some(ns), Some(&pod_name)), pod);
-    let status = match outcome {
+    let mut terminated =
+        json!({"exitCode": exit_code, "reason": reason, "startedAt": t, "finishedAt": t});
+    if let Some(m) =
+        kubelet::termination_message(spec, outcome.message(), exit_code != 0, outcome.log())
+    {
+        terminated["message"] = json!(m);
+    }
+    kube.set_pod_log(ns, pod_name, outcome.log());
+    kube.patch_status(
+        &ResourceType::pods().path(Some(ns), Some(pod_name)),
+        json!({"phase": phase, "containerStatuses": [{
+            "name": spec["name"], "image": spec["image"], "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": terminated}}]}),
+    );
+    let status = match &outcome {
         Outcome::Succeeded { .. } => json!({
             "startTime": t, "completionTime": t, "succeeded": 1, "ready": 0, "terminating": 0,
             "uncountedTerminatedPods": {},
@@ -199,130 +379,4 @@ fn run_job(kube: &FakeKube, job: &Value, outcome: &Outcome) {
     };
     // The Job may be gone by now; then there is nothing to report on.
     kube.set_status(&path_of(jobs, job), status);
-}
-
-fn roll_out(kube: &FakeKube, written: &Value, outcome: &Outcome) {
-    let deployments = ResourceType::find("apps", "v1", "deployments").expect("a known type");
-    let path = path_of(deployments, written);
-    // Work from the latest state, which a delay may have made newer.
-    let Some(d) = kube.get(&path) else { return };
-    let generation = d["metadata"]["generation"].as_i64().unwrap_or(1);
-    if d["status"]["observedGeneration"].as_i64() == Some(generation) {
-        return;
-    }
-    let name = d["metadata"]["name"].as_str().unwrap_or_default();
-    let ns = d["metadata"]["namespace"].as_str().unwrap_or_default();
-    let uid = d["metadata"]["uid"].as_str().unwrap_or_default();
-    let replicas = d["spec"]["replicas"].as_i64().unwrap_or(1);
-    let pods_path = ResourceType::pods().path(Some(ns), None);
-    for old in kube.list(&pods_path, "") {
-        let owned = old["metadata"]["ownerReferences"]
-            .as_array()
-            .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid));
-        if owned {
-            kube.delete(&ResourceType::pods().path(Some(ns), old["metadata"]["name"].as_str()));
-        }
-    }
-    let template = &d["spec"]["template"];
-    let hash = format!("{:x}", generation * 2_654_435_761 % 0xfff_ffff);
-    let mut labels = template["metadata"]["labels"].clone();
-    if !labels.is_object() {
-        labels = json!({});
-    }
-    labels["pod-template-hash"] = json!(hash);
-    let (container, image) = first_container(template);
-    let t = now();
-    for _ in 0..replicas {
-        let pod_name = format!("{name}-{hash}-{}", suffix());
-        let status = match outcome {
-            Outcome::Succeeded { .. } => json!({
-                "phase": "Running", "startTime": t,
-                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": t}],
-                "containerStatuses": [{"name": container, "image": image, "imageID": "", "ready": true, "started": true,
-                    "restartCount": 0, "state": {"running": {"startedAt": t}}}],
-            }),
-            Outcome::Failed { reason, .. } => {
-                let crashing = reason == "CrashLoopBackOff";
-                let message = if crashing {
-                    format!("back-off 5m0s restarting failed container={container} pod={pod_name}")
-                } else {
-                    format!("Back-off pulling image {image}")
-                };
-                let mut cs = json!({"name": container, "image": image, "imageID": "", "ready": false, "started": false,
-                    "restartCount": if crashing { 5 } else { 0 },
-                    "state": {"waiting": {"reason": reason, "message": message}}});
-                if crashing {
-                    cs["lastState"] = json!({"terminated": {"exitCode": 1, "reason": "Error", "startedAt": t, "finishedAt": t}});
-                }
-                json!({
-                    "phase": if crashing { "Running" } else { "Pending" }, "startTime": t,
-                    "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": t}],
-                    "containerStatuses": [cs],
-                })
-            }
-        };
-        let pod = json!({
-            "metadata": {"name": pod_name, "namespace": ns, "labels": labels, "ownerReferences": [owner_reference(&d)]},
-            "spec": template["spec"],
-            "status": status,
-        });
-        kube.set_pod_log(ns, &pod_name, outcome.log());
-        kube.put_object(&ResourceType::pods().path(Some(ns), Some(&pod_name)), pod);
-    }
-    let condition = |kind: &str, status: &str, reason: &str, message: String| {
-        json!({"type": kind, "status": status, "reason": reason, "message": message,
-               "lastUpdateTime": t, "lastTransitionTime": t})
-    };
-    let replica_set = format!("{name}-{hash}");
-    let mut status = json!({"observedGeneration": generation});
-    match outcome {
-        Outcome::Succeeded { .. } => {
-            if replicas > 0 {
-                for field in [
-                    "replicas",
-                    "updatedReplicas",
-                    "readyReplicas",
-                    "availableReplicas",
-                ] {
-                    status[field] = json!(replicas);
-                }
-            }
-            status["conditions"] = json!([
-                condition(
-                    "Available",
-                    "True",
-                    "MinimumReplicasAvailable",
-                    "Deployment has minimum availability.".into()
-                ),
-                condition(
-                    "Progressing",
-                    "True",
-                    "NewReplicaSetAvailable",
-                    format!("ReplicaSet \"{replica_set}\" has successfully progressed.")
-                ),
-            ]);
-        }
-        Outcome::Failed { .. } => {
-            if replicas > 0 {
-                for field in ["replicas", "updatedReplicas", "unavailableReplicas"] {
-                    status[field] = json!(replicas);
-                }
-            }
-            status["conditions"] = json!([
-                condition(
-                    "Available",
-                    "False",
-                    "MinimumReplicasUnavailable",
-                    "Deployment does not have minimum availability.".into()
-                ),
-                condition(
-                    "Progressing",
-                    "False",
-                    "ProgressDeadlineExceeded",
-                    format!("ReplicaSet \"{replica_set}\" has timed out progressing.")
-                ),
-            ]);
-        }
-    }
-    kube.set_status(&path, status);
 }

@@ -5,11 +5,12 @@ use std::collections::HashMap;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use super::limits;
 use super::patch::{self, Scope};
 use super::resources::{ApiError, ResourceType, Target};
 use super::select::Selector;
@@ -19,7 +20,11 @@ use super::{FakeKube, Request, Verb, watch};
 type Params = HashMap<String, String>;
 
 pub fn router(kube: FakeKube) -> Router {
-    Router::new().fallback(handle).with_state(kube)
+    // The API server's own limit answers, with a Status (see `handle`).
+    Router::new()
+        .fallback(handle)
+        .layer(DefaultBodyLimit::disable())
+        .with_state(kube)
 }
 
 async fn handle(
@@ -46,6 +51,9 @@ async fn handle(
     };
     if let Some(code) = kube.admit(req) {
         return ApiError::from_code(code).into_response();
+    }
+    if body.len() > limits::MAX_REQUEST_BODY_BYTES {
+        return limits::body_too_large().into_response();
     }
     let call = Call {
         kube,

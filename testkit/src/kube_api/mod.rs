@@ -39,8 +39,12 @@
 //! - Writes to the main resource leave `status` as it was, and `/status`
 //!   writes change only `status`, for every type.
 //! - Validation covers names (DNS-1123; 63 characters for namespaces and
-//!   services, 52 for CronJobs) and labels, not the schemas of the types.
-//!   Namespaced objects can only be created in an existing namespace.
+//!   services, 52 for CronJobs), labels, and the limits a driver can meet
+//!   ([`limits`]: a Secret's or ConfigMap's data at most 1 MiB, annotations
+//!   at most 256 KiB, a request body at most 3 MiB; a Secret's
+//!   `stringData` merged into `data`; immutable Secrets and ConfigMaps),
+//!   not the schemas of the types. Namespaced objects can only be created
+//!   in an existing namespace.
 //! - No admission, no RBAC, no defaulting beyond a Service's cluster IP and
 //!   a Namespace's phase; no `dryRun`; `resourceVersionMatch` is ignored
 //!   (a LIST is always the latest state). A pod log is one text per pod
@@ -48,11 +52,18 @@
 //! - No controllers: nothing happens unless a test makes it happen, with
 //!   the control API ([`FakeKube::put_object`], [`FakeKube::patch_status`],
 //!   ...) or reactors ([`FakeKube::on`], and the ready-made
-//!   [`FakeKube::complete_jobs`] and [`FakeKube::roll_out_deployments`]).
+//!   [`FakeKube::complete_jobs`], which plays the Job controller and the
+//!   kubelet's start of its pod, and [`FakeKube::roll_out_deployments`],
+//!   the Deployment controller with its ReplicaSets and revisions).
 //!   Reactors fire on writes made through HTTP, not on the control API's.
 
+#[cfg(test)]
+mod cluster_tests;
 mod controllers;
+pub mod deployments;
 mod http;
+mod kubelet;
+pub mod limits;
 mod patch;
 pub mod resources;
 pub mod select;
@@ -70,6 +81,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Value, json};
 
 pub use controllers::Outcome;
+pub use kubelet::ContainerView;
 use resources::Target;
 use select::Selector;
 use store::Store;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use super::limits;
 use super::resources::{ApiError, RESOURCES, ResourceType, validate};
 use super::select::Selector;
 
@@ -121,6 +122,11 @@ impl Store {
         self.rv
     }
 
+    /// Every change from now on, as watches get them.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.events.subscribe()
+    }
+
     pub fn get(&self, rt: &'static ResourceType, ns: Option<&str>, name: &str) -> Option<&Value> {
         self.objects.get(&key(rt, ns, name))
     }
@@ -179,7 +185,9 @@ impl Store {
         } else if let Some(m) = meta.as_object_mut() {
             m.remove("namespace");
         }
+        limits::normalize(rt, &mut obj)?;
         validate(rt, &obj)?;
+        limits::validate_content(rt, &obj)?;
         let k = key(rt, ns, &name);
         if self.objects.contains_key(&k) {
             return Err(ApiError::already_exists(rt, &name));
@@ -264,7 +272,10 @@ impl Store {
                 }
             }
         }
+        limits::normalize(rt, &mut candidate)?;
         validate(rt, &candidate)?;
+        limits::validate_content(rt, &candidate)?;
+        limits::validate_update(rt, &cur, &candidate)?;
         if without_rv(&candidate) == without_rv(&cur) {
             return Ok(cur);
         }

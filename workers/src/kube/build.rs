@@ -1,7 +1,10 @@
 //! Builds: a kaniko Job in the build namespace per (function, version,
 //! context). The context is fetched through a presigned URL kept in a
 //! Secret of the build's own (no credential in the Job spec); the image is
-//! pushed as `{registry}/{ns}-{name}:v{version}-{sha8}`.
+//! pushed as `{registry}/{ns}-{name}:v{version}-{sha8}`, and the artifact
+//! is the digest kaniko reports for that push,
+//! `{registry}/{ns}-{name}@sha256:…`: what runs can never be moved by a
+//! later push of the tag. A build that succeeds without a digest failed.
 
 use std::time::Duration;
 
@@ -26,11 +29,14 @@ const GRACE: Duration = Duration::from_secs(60);
 
 pub(super) async fn build(inner: &Inner, req: BuildRequest) -> Result<Artifact, DriverError> {
     let settings = &inner.settings;
-    let image = names::image(settings, &req.key, req.version, &req.context_sha256);
-    // An image is never pushed twice under one tag: the log's earlier build
-    // of this version is the image.
-    if req.built.as_ref().is_some_and(|a| a.reference == image) {
-        return Ok(Artifact { reference: image });
+    // What the log's earlier build of this version pushed still is that
+    // image: a digest names it for good (a rollback runs it as it was).
+    if let Some(built) = req
+        .built
+        .as_ref()
+        .filter(|a| names::is_pinned_image(settings, &req.key, &a.reference))
+    {
+        return Ok(built.clone());
     }
     let ns = &settings.build_namespace;
     let name = names::build_job_name(&req.key, req.version, &req.context_sha256);
@@ -80,9 +86,64 @@ pub(super) async fn build(inner: &Inner, req: BuildRequest) -> Result<Artifact, 
         .await
         .map_err(infra("deleting a build's context secret"))?;
     if ended.succeeded {
-        return Ok(Artifact { reference: image });
+        return pushed(inner, &req, &name).await;
     }
     Err(failed(inner, &req, &name, ended).await)
+}
+
+/// The pods of `req`'s build, newest first.
+async fn build_pods(inner: &Inner, req: &BuildRequest) -> Vec<Pod> {
+    let pods = Api::<Pod>::namespaced(inner.client.clone(), &inner.settings.build_namespace);
+    let selector = format!(
+        "{LABEL_NAMESPACE}={},{LABEL_FUNCTION}={},{LABEL_BUILD}={}",
+        names::label_value(req.key.namespace.as_str()),
+        names::label_value(req.key.name.as_str()),
+        names::label_value(&names::build_tag(req.version, &req.context_sha256)),
+    );
+    let mut items = match pods.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => list.items,
+        Err(_) => Vec::new(),
+    };
+    items.sort_by_key(|p| std::cmp::Reverse(p.metadata.creation_timestamp.clone().map(|t| t.0)));
+    items
+}
+
+/// The artifact of a build that succeeded: the image pinned by the digest
+/// kaniko wrote to the termination message of the pod that pushed it.
+async fn pushed(inner: &Inner, req: &BuildRequest, name: &str) -> Result<Artifact, DriverError> {
+    let pods = build_pods(inner, req).await;
+    let kaniko = pods.iter().find_map(|p| {
+        let status = p.status.as_ref()?.container_statuses.as_ref()?;
+        let terminated = status
+            .iter()
+            .find(|c| c.name == BUILD_CONTAINER)?
+            .state
+            .as_ref()?
+            .terminated
+            .clone()?;
+        (terminated.exit_code == 0).then(|| (p, terminated.message.unwrap_or_default()))
+    });
+    let (digest, pod) = match kaniko {
+        Some((pod, message)) => (message, Some(pod)),
+        None => (String::new(), None),
+    };
+    match names::pinned_image(&inner.settings, &req.key, &digest) {
+        Ok(reference) => Ok(Artifact { reference }),
+        Err(why) => {
+            let api = Api::<Pod>::namespaced(inner.client.clone(), &inner.settings.build_namespace);
+            let log_tail = match pod {
+                Some(pod) => log_tail_of(&api, &pod.name_any()).await,
+                None => String::new(),
+            };
+            Err(DriverError::Build {
+                message: format!(
+                    "build {name} succeeded but kaniko reported {why} in its termination message, \
+                     so the image cannot be run by digest"
+                ),
+                log_tail,
+            })
+        }
+    }
 }
 
 /// Creates the kaniko Job, then the Secret with its context's address,
@@ -141,22 +202,10 @@ where
 /// `BuildFailed`'s content: why the Job failed and the tail of kaniko's log.
 async fn failed(inner: &Inner, req: &BuildRequest, name: &str, ended: JobEnd) -> DriverError {
     let pods = Api::<Pod>::namespaced(inner.client.clone(), &inner.settings.build_namespace);
-    let selector = format!(
-        "{LABEL_NAMESPACE}={},{LABEL_FUNCTION}={},{LABEL_BUILD}={}",
-        names::label_value(req.key.namespace.as_str()),
-        names::label_value(req.key.name.as_str()),
-        names::label_value(&names::build_tag(req.version, &req.context_sha256)),
-    );
     let mut log_tail = String::new();
-    if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
-        // The newest attempt says most.
-        let newest = list
-            .items
-            .iter()
-            .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
-        if let Some(pod) = newest {
-            log_tail = log_tail_of(&pods, &pod.name_any()).await;
-        }
+    // The newest attempt says most.
+    if let Some(pod) = build_pods(inner, req).await.first() {
+        log_tail = log_tail_of(&pods, &pod.name_any()).await;
     }
     let why = match ended.reason.as_str() {
         "DeadlineExceeded" => format!(

@@ -1,7 +1,8 @@
 //! Serving a function: a Deployment and a Service applied server-side; a
 //! deploy is done when the rollout is available, and failed when a pod of
 //! the new version cannot pull its image or keeps crashing, or the
-//! rollout passes its deadline.
+//! rollout passes its deadline. A failed deploy puts the Deployment back
+//! to what served before it (`rollback`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -13,6 +14,8 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use sless_domain::FunctionKey;
+
 use super::Inner;
 use super::api::{self, apply, infra, log_tail, selector};
 use super::render::function::{deployment, service};
@@ -20,6 +23,7 @@ use super::render::pod::CONTAINER;
 use super::render::{
     ANNOTATION_IMAGE, COMPONENT_FUNCTION, LABEL_VERSION, function_labels, names, versioned_labels,
 };
+use super::rollback;
 use crate::driver::{Artifact, DeployRequest, Deployment, DriverError};
 
 /// Waiting reasons of a container that will not get better by waiting.
@@ -49,23 +53,61 @@ pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployme
     )
     .await
     .map_err(infra(format_args!("service {ns}/{name}")))?;
-    let deployments = Api::<K8sDeployment>::namespaced(inner.client.clone(), ns);
-    let applied = apply(
-        &deployments,
+    let generation = apply_deployment(
+        inner,
+        &req.key,
         &deployment(settings, &req, &image, settings.replicas),
     )
-    .await
-    .map_err(|e| match e {
+    .await?;
+    match rollout_of(inner, &req.key, req.version, generation).await {
+        Ok(()) => Ok(Deployment {
+            version: req.version,
+            endpoint: names::endpoint(settings, &req.key),
+            artifact: Artifact { reference: image },
+        }),
+        // What served before serves again, when something did.
+        Err(DriverError::Deploy { message, log_tail }) => {
+            Err(rollback::roll_back(inner, &req, message, log_tail).await)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Applies the function's Deployment; its generation as applied.
+pub(super) async fn apply_deployment(
+    inner: &Inner,
+    key: &FunctionKey,
+    d: &K8sDeployment,
+) -> Result<i64, DriverError> {
+    let ns = key.namespace.as_str();
+    let name = names::function_name(key);
+    let deployments = Api::<K8sDeployment>::namespaced(inner.client.clone(), ns);
+    let applied = apply(&deployments, d).await.map_err(|e| match e {
         kube::Error::Api(s) if s.code == 422 => DriverError::Deploy {
             message: format!("the cluster refused the deployment: {}", s.message),
             log_tail: String::new(),
         },
         e => infra(format_args!("deployment {ns}/{name}"))(e),
     })?;
-    let generation = applied.metadata.generation.unwrap_or(0);
+    Ok(applied.metadata.generation.unwrap_or(0))
+}
+
+/// Waits until the rollout of `generation` (pods of `version`) is done:
+/// available, or failed (`DriverError::Deploy`) when a pod of the version
+/// will not start or the rollout passes its deadline.
+pub(super) async fn rollout_of(
+    inner: &Inner,
+    key: &FunctionKey,
+    version: u32,
+    generation: i64,
+) -> Result<(), DriverError> {
+    let settings = &inner.settings;
+    let ns = key.namespace.as_str();
+    let name = names::function_name(key);
+    let deployments = Api::<K8sDeployment>::namespaced(inner.client.clone(), ns);
     let within = Duration::from_secs(settings.rollout_timeout_secs.into()) + GRACE;
     let pods = Api::<Pod>::namespaced(inner.client.clone(), ns);
-    let version_pods = selector(&versioned_labels(&req.key, COMPONENT_FUNCTION, req.version));
+    let version_pods = selector(&versioned_labels(key, COMPONENT_FUNCTION, version));
     let mut deployment_events =
         std::pin::pin!(watcher::watch_object(deployments.clone(), &name).default_backoff());
     let mut pod_events = std::pin::pin!(
@@ -82,13 +124,13 @@ pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployme
         tokio::select! {
             seen = deployment_events.next() => match seen {
                 Some(Ok(Some(d))) => match rollout(&d, generation, settings.replicas) {
-                    Rollout::Done => break,
+                    Rollout::Done => return Ok(()),
                     Rollout::Stuck(why) => {
                         // A pod of the version usually says more.
                         let listed = pods.list(&ListParams::default().labels(&version_pods)).await;
                         let found = listed.ok().and_then(|l| l.items.into_iter().find_map(|p| hopeless(&p).map(|h| (p, h))));
                         if let Some((pod, found)) = found {
-                            return Err(pod_failure(&pods, &pod, found, req.version).await);
+                            return Err(pod_failure(&pods, &pod, found, version).await);
                         }
                         return Err(DriverError::Deploy { message: why, log_tail: String::new() });
                     }
@@ -105,7 +147,7 @@ pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployme
             seen = pod_events.next() => match seen {
                 Some(Ok(pod)) => {
                     if let Some(found) = hopeless(&pod) {
-                        return Err(pod_failure(&pods, &pod, found, req.version).await);
+                        return Err(pod_failure(&pods, &pod, found, version).await);
                     }
                 }
                 Some(Err(e)) => tracing::debug!(%name, "pod watch interrupted: {e}"),
@@ -119,11 +161,6 @@ pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployme
             }
         }
     }
-    Ok(Deployment {
-        version: req.version,
-        endpoint: names::endpoint(settings, &req.key),
-        artifact: Artifact { reference: image },
-    })
 }
 
 /// `DeployFailed`'s content for a pod that will not start: the reason,
@@ -195,7 +232,7 @@ fn hopeless(pod: &Pod) -> Option<(String, String)> {
 }
 
 /// What serves the function, when its rollout is complete and available.
-pub(super) async fn status(inner: &Inner, key: &sless_domain::FunctionKey) -> Option<Deployment> {
+pub(super) async fn status(inner: &Inner, key: &FunctionKey) -> Option<Deployment> {
     let ns = key.namespace.as_str();
     let d = Api::<K8sDeployment>::namespaced(inner.client.clone(), ns)
         .get_opt(&names::function_name(key))

@@ -17,6 +17,7 @@ pub mod cron_runs;
 mod deploy;
 pub mod rbac;
 pub mod render;
+mod rollback;
 mod run;
 pub mod settings;
 mod tenant;

@@ -95,6 +95,9 @@ pub const RULES: &[Rule] = &[
         "deployments/scale",
         &["get", "patch", "update"]
     ),
+    // A failed rollout is put back to the template of the ReplicaSet that
+    // still serves (`kube::rollback`).
+    rule!(Tenant, "apps", "replicasets", &["list"]),
     rule!(Tenant, "", "services", APPLY_DELETE),
     rule!(Tenant, "", "pods", READ),
     rule!(Tenant, "", "pods/log", &["get"]),
@@ -116,8 +119,9 @@ pub const RULES: &[Rule] = &[
     rule!(Tenant, "networking.k8s.io", "networkpolicies", APPLY_DELETE),
     rule!(Tenant, "", "resourcequotas", APPLY),
     rule!(Tenant, "", "limitranges", APPLY),
-    // The copy of the image pull Secret: `create` cannot be limited to a
-    // name, the rest is.
+    // The copy of the image pull Secret, and each run's event (a Secret
+    // owned by its Job, which the cluster deletes with it): `create` cannot
+    // be limited to a name, the rest is.
     rule!(Tenant, "", "secrets", &["create"]),
     rule!(
         Tenant,

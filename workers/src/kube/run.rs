@@ -1,18 +1,20 @@
 //! One run of a function to completion: a Job labelled
-//! `sless.dev/job=<name>`, waited for with a watch; what its pod printed
-//! (stdout and stderr together, as the pod log has them) becomes the
-//! run's output. Dropping the run deletes the Job and its pod.
+//! `sless.dev/job=<name>`, its event in a Secret owned by the Job and
+//! mounted into its pod as a file, waited for with a watch; what its pod
+//! printed (stdout and stderr together, as the pod log has them) becomes
+//! the run's output. Dropping the run deletes the Job, and with it its pod
+//! and its Secret.
 
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 
 use super::Inner;
 use super::api::{self, infra, is_status, job_end};
-use super::render::job::run_job;
+use super::render::job::{run_event_secret, run_job};
 use super::render::pod::CONTAINER;
 use super::render::{LABEL_RUN, names};
 use crate::driver::{Captured, DriverError, JOB_OUTPUT_LIMIT, JobOutput, JobRequest};
@@ -28,7 +30,15 @@ const GRACE: Duration = Duration::from_secs(120);
 pub(super) async fn run(inner: &Inner, req: JobRequest) -> Result<JobOutput, DriverError> {
     let ns = req.key.namespace.as_str();
     let jobs = Api::<Job>::namespaced(inner.client.clone(), ns);
-    let job = run_job(&inner.settings, &req, &req.artifact.reference);
+    let secrets = Api::<Secret>::namespaced(inner.client.clone(), ns);
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    let event_secret = names::run_event_secret_name(&names::run_job_name(&req.run), &nonce[..10]);
+    let job = run_job(
+        &inner.settings,
+        &req,
+        &req.artifact.reference,
+        &event_secret,
+    );
     let name = job.name_any();
     // Armed before the Job exists: a run dropped at any point leaves none.
     let guard = DeleteOnDrop {
@@ -52,6 +62,26 @@ pub(super) async fn run(inner: &Inner, req: JobRequest) -> Result<JobOutput, Dri
         }
         Err(e) => return Err(infra("creating a job")(e)),
     };
+    // Then its event, owned by it: its pod waits for the Secret to mount.
+    match secrets
+        .create(
+            &PostParams::default(),
+            &run_event_secret(&event_secret, &req, &created),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            return Err(DriverError::Deploy {
+                message: format!(
+                    "the run cannot start: the cluster refused its event: {}",
+                    s.message
+                ),
+                log_tail: String::new(),
+            });
+        }
+        Err(e) => return Err(infra("creating a job's event")(e)),
+    }
     let within = req.timeout + GRACE;
     let seen = api::watch_until(&jobs, &name, within, |j| {
         j.is_none_or(|j| job_end(j).is_some())

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeSettings {
     /// Where images are pushed and pulled from, without a trailing slash,
-    /// e.g. `registry.example.com/sless`. An image is
-    /// `{registry}/{ns}-{name}:v{version}-{sha8}`.
+    /// e.g. `registry.example.com/sless`. A build pushes
+    /// `{registry}/{ns}-{name}:v{version}-{sha8}`; what runs is the digest
+    /// that push gave, `{registry}/{ns}-{name}@sha256:…`.
     pub registry: String,
     /// The namespace sless itself runs in (its API pods proxy to functions).
     pub system_namespace: String,

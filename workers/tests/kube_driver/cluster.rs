@@ -2,15 +2,17 @@
 //! An in-memory cluster as installing `deploy/` leaves it, and a
 //! Kubernetes driver pointed at it.
 
+use sless_domain::archive::sha256_hex;
 use sless_store::blobs::BlobStore;
-use sless_testkit::kube_api::FakeKube;
+use sless_testkit::kube_api::{ContainerView, FakeKube, Outcome};
 use sless_workers::kube::{KubeDriver, KubeSettings};
 
 pub const NS: &str = "sless-00000000000000aa";
 pub const REGISTRY: &str = "registry.test/sless";
 
 /// The API server, with the namespaces `deploy/` creates (`sless`, and
-/// `sless-builds` for builds).
+/// `sless-builds` for builds) and the registry push Secret an operator
+/// puts in the build namespace (docs/kubernetes.md).
 pub async fn fake_cluster() -> FakeKube {
     let fake = FakeKube::start().await;
     for ns in ["sless", "sless-builds"] {
@@ -19,7 +21,42 @@ pub async fn fake_cluster() -> FakeKube {
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
         );
     }
+    fake.put_object(
+        "/api/v1/namespaces/sless-builds/secrets/sless-registry-push",
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": "{\"auths\": {}}"}}),
+    );
     fake
+}
+
+/// The digest the fake registry gives a push to `destination`.
+pub fn digest_of(destination: &str) -> String {
+    format!("sha256:{}", sha256_hex(destination.as_bytes()))
+}
+
+/// Plays kaniko for every build: it reads its context's address from its
+/// Secret (the pod starts only once that exists), pushes to its
+/// `--destination`, and writes the digest to its termination message
+/// (`--digest-file`), as kaniko does.
+pub fn kaniko(fake: &FakeKube) {
+    fake.complete_jobs_with("sless.dev/component=build", kaniko_push);
+}
+
+/// What a kaniko container that pushes makes of what it sees.
+pub fn kaniko_push(c: &ContainerView) -> Outcome {
+    let context = c.env("SLESS_CONTEXT_URL").unwrap_or_default();
+    let Some(destination) = c
+        .flag("destination")
+        .filter(|_| context.starts_with("http"))
+    else {
+        return Outcome::failed(
+            "BackoffLimitExceeded",
+            &format!("kaniko: no context or destination: {c:?}"),
+        );
+    };
+    Outcome::succeeded(&format!("Pushed {destination}\n"))
+        .with_termination_message(&digest_of(destination))
 }
 
 /// The driver, with default settings and registry [`REGISTRY`], reading

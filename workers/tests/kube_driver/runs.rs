@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sless_domain::{FunctionKey, Runtime};
+use sless_domain::archive::sha256_hex;
+use sless_domain::job::{self, JobSpec, MAX_INPUT_BYTES};
+use sless_domain::{FunctionKey, FunctionName, Runtime};
 use sless_testkit::kube_api::Outcome;
 use sless_workers::driver::{Artifact, CronRequest, Driver, JobRequest};
 
@@ -139,7 +141,7 @@ async fn a_job_run_reports_its_exit_and_its_pod_log() {
     assert!(job["metadata"]["labels"].get("job-name").is_none());
     let env =
         serde_json::to_string(&job["spec"]["template"]["spec"]["containers"][0]["env"]).unwrap();
-    assert!(env.contains("SLESS_JOB_EVENT"), "{env}");
+    assert!(env.contains("SLESS_JOB_EVENT_FILE"), "{env}");
 
     let out = c.driver.run_job(job_req(&k, "bad")).await.unwrap();
     assert_eq!(out.exit_code, Some(1));
@@ -179,4 +181,74 @@ async fn a_cancelled_run_deletes_its_job() {
         },
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_jobs_input_just_under_the_api_limit_arrives_whole_through_its_secret() {
+    let c = Cluster::start().await;
+    // What the container reads from the file SLESS_JOB_EVENT_FILE names.
+    c.fake.complete_jobs_with("sless.dev/job=big", |container| {
+        let Some(path) = container.env("SLESS_JOB_EVENT_FILE") else {
+            return Outcome::failed("BackoffLimitExceeded", "no SLESS_JOB_EVENT_FILE");
+        };
+        match container.file(path) {
+            Some(data) => Outcome::succeeded(&format!("{} {}\n", data.len(), sha256_hex(data))),
+            None => Outcome::failed("BackoffLimitExceeded", &format!("nothing at {path}")),
+        }
+    });
+    // Quotes and backslashes: every one is escaped again in the event's
+    // `body`, which makes the event as large as an input can.
+    let input = serde_json::json!("\"\\".repeat((MAX_INPUT_BYTES - 2) / 4 - 1));
+    let size = serde_json::to_string(&input).unwrap().len();
+    assert!(
+        size > MAX_INPUT_BYTES - 8 && size <= MAX_INPUT_BYTES,
+        "{size}"
+    );
+    assert!(
+        JobSpec::parse("big", "hello", input.clone(), None).is_ok(),
+        "the API takes it"
+    );
+    let event = sless_workers::jobs::handler_event(&job::JobRequest {
+        function: FunctionName::parse("hello").unwrap(),
+        version: 1,
+        input,
+        timeout_sec: 30,
+        cron: None,
+    });
+    let bytes = serde_json::to_vec(&event).unwrap();
+    assert!(bytes.len() > 3 * MAX_INPUT_BYTES, "{} bytes", bytes.len());
+
+    let k = key("hello");
+    let out = c
+        .driver
+        .run_job(JobRequest {
+            event: event.clone(),
+            ..job_req(&k, "big")
+        })
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(
+        out.stdout.text,
+        format!("{} {}\n", bytes.len(), sha256_hex(&bytes))
+    );
+
+    // The event is in a Secret owned by the Job, not in the Job.
+    let jobs = c.objects("batch/v1", "jobs", NS, "sless.dev/job=big");
+    let text = serde_json::to_string(&jobs[0]).unwrap();
+    assert!(
+        text.len() < MAX_INPUT_BYTES,
+        "the Job holds the event: {} bytes",
+        text.len()
+    );
+    let secrets = c.objects("", "secrets", NS, "sless.dev/job=big");
+    assert_eq!(secrets.len(), 1, "{secrets:#?}");
+    let owner = &secrets[0]["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["uid"], jobs[0]["metadata"]["uid"]);
+    assert_eq!(secrets[0]["immutable"], true);
+    c.assert_writes_are_ours();
+
+    // Deleted with its Job (its TTL, or a cancelled run).
+    c.fake.delete(&c.path("batch/v1", "jobs", NS, "job-big"));
+    assert!(c.objects("", "secrets", NS, "sless.dev/job=big").is_empty());
 }

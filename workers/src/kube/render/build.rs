@@ -45,6 +45,10 @@ pub const BUILD_CONTAINER: &str = "kaniko";
 const DOCKER_CONFIG_DIR: &str = "/kaniko/.docker";
 /// Retries of a failed build.
 pub const BUILD_BACKOFF_LIMIT: i32 = 1;
+/// Where kaniko writes the digest it pushed (`--digest-file`): the
+/// container's termination message, which the kubelet puts in the pod's
+/// `status.containerStatuses[].state.terminated.message`.
+pub const DIGEST_FILE: &str = "/dev/termination-log";
 
 /// The labels of a build's objects: the function's, its version and
 /// `sless.dev/build=v{version}-{sha8}`.
@@ -84,9 +88,10 @@ pub fn build_secret(
     }
 }
 
-/// The kaniko Job that builds `req` and pushes it as
-/// [`names::image`]. kaniko writes the pushed image's digest to the
-/// termination message, where the driver can read it.
+/// The kaniko Job that builds `req` and pushes it as [`names::image`].
+/// kaniko writes the pushed image's digest to [`DIGEST_FILE`], the
+/// termination message, where the driver reads it: the image runs by that
+/// digest ([`names::pinned_image`]), which no later push can move.
 pub fn build_job(settings: &KubeSettings, req: &BuildRequest) -> Job {
     let name = names::build_job_name(&req.key, req.version, &req.context_sha256);
     let image = names::image(settings, &req.key, req.version, &req.context_sha256);
@@ -110,7 +115,7 @@ pub fn build_job(settings: &KubeSettings, req: &BuildRequest) -> Job {
             // have nothing worth a layer of its own.
             "--single-snapshot".to_owned(),
             "--push-retry=2".to_owned(),
-            "--digest-file=/dev/termination-log".to_owned(),
+            format!("--digest-file={DIGEST_FILE}"),
         ]),
         env: Some(vec![EnvVar {
             name: CONTEXT_URL_ENV.to_owned(),
@@ -147,6 +152,7 @@ pub fn build_job(settings: &KubeSettings, req: &BuildRequest) -> Job {
             read_only: Some(true),
             ..VolumeMount::default()
         }]),
+        termination_message_path: Some(DIGEST_FILE.to_owned()),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     };

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sless_domain::{FunctionKey, Runtime};
 
 use super::job::run_spec;
-use super::pod::{FunctionPod, PodMode, hardened_pod_spec};
+use super::pod::{ANNOTATION_EVENT, EventSource, FunctionPod, PodMode, hardened_pod_spec};
 use super::{ANNOTATION_IMAGE, COMPONENT_CRON, LABEL_TRIGGER, meta, names, versioned_labels};
 use crate::kube::KubeSettings;
 
@@ -70,7 +70,10 @@ pub fn cron_job(settings: &KubeSettings, spec: &CronSpec) -> CronJob {
     let mut labels = versioned_labels(&spec.key, COMPONENT_CRON, spec.version);
     labels.insert(LABEL_TRIGGER.to_owned(), names::label_value(&spec.trigger));
     let annotations = BTreeMap::from([(ANNOTATION_IMAGE.to_owned(), spec.image.clone())]);
-    let event = cron_event(spec);
+    // The same event every tick, nothing secret in it: the pod reads it
+    // from its own annotation (the downward API), no object to keep.
+    let mut pod_annotations = annotations.clone();
+    pod_annotations.insert(ANNOTATION_EVENT.to_owned(), cron_event(spec).to_string());
     let pod = hardened_pod_spec(
         settings,
         &FunctionPod {
@@ -80,7 +83,9 @@ pub fn cron_job(settings: &KubeSettings, spec: &CronSpec) -> CronJob {
             env_vars: &spec.env_vars,
             memory_mb: spec.memory_mb,
             image: &spec.image,
-            mode: PodMode::Run { event: &event },
+            mode: PodMode::Run {
+                event: EventSource::Annotation,
+            },
         },
     );
     CronJob {
@@ -107,7 +112,7 @@ pub fn cron_job(settings: &KubeSettings, spec: &CronSpec) -> CronJob {
                 spec: Some(run_spec(
                     settings,
                     labels,
-                    annotations,
+                    pod_annotations,
                     pod,
                     u64::from(spec.timeout_sec),
                 )),

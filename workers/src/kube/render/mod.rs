@@ -7,12 +7,13 @@
 //! Kubernetes adds itself (`job-name`, `controller-uid`). Objects are meant
 //! to be applied server-side with [`FIELD_MANAGER`].
 //!
-//! - [`names`]: object names, images and the endpoint of a function;
+//! - [`names`]: object names, images (pushed by tag, run by digest) and
+//!   the endpoint of a function;
 //! - [`namespace`]: what a tenant namespace holds before any function runs;
 //! - [`build`]: the kaniko Job (and its Secret) that builds an image;
 //! - [`function`]: the Deployment and Service of a served function;
 //! - [`cron`]: the CronJob of a cron trigger;
-//! - [`job`]: the Job of one run;
+//! - [`job`]: the Job of one run, and the Secret of its event;
 //! - [`pod`]: the hardened pod all of a function's code runs in.
 
 use std::collections::BTreeMap;
@@ -35,12 +36,13 @@ mod tests;
 pub use build::{build_job, build_secret};
 pub use cron::{CronSpec, cron_job};
 pub use function::{deployment, service};
-pub use job::run_job;
+pub use job::{run_event_secret, run_job};
 pub use names::{
-    build_job_name, cronjob_name, endpoint, function_name, image, run_job_name, runtime_image,
+    build_job_name, cronjob_name, endpoint, function_name, image, pinned_image, repository,
+    run_job_name, runtime_image,
 };
 pub use namespace::{TenantObjects, tenant_objects};
-pub use pod::{FunctionPod, PodMode, hardened_pod_spec};
+pub use pod::{EventSource, FunctionPod, PodMode, hardened_pod_spec};
 
 /// The field manager of every server-side apply of ours.
 pub const FIELD_MANAGER: &str = "sless";

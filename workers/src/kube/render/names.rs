@@ -20,21 +20,56 @@ pub const MAX_CRONJOB: usize = 52;
 /// Hex digits of the hash a cut name ends with.
 const HASH_LEN: usize = 10;
 
-/// The image of a build: `{registry}/{ns}-{name}:v{version}-{sha8}`, where
-/// `sha8` is the start of the build context's sha256.
+/// The repository a function's images are pushed to:
+/// `{registry}/{ns}-{name}`.
 ///
-/// The repository `{ns}-{name}` is unambiguous only because tenant
-/// namespaces have a fixed shape (`sless-` and 16 hex digits); the driver
-/// should run what a build pushed by digest, which no later push can
-/// replace (the build Job writes it to its termination message).
+/// It is unambiguous only because tenant namespaces have a fixed shape
+/// (`sless-` and 16 hex digits).
+pub fn repository(settings: &KubeSettings, key: &FunctionKey) -> String {
+    format!("{}/{}-{}", settings.registry, key.namespace, key.name)
+}
+
+/// The tag a build pushes: `{repository}:v{version}-{sha8}`, where `sha8`
+/// is the start of the build context's sha256. Nothing runs it: a tag can
+/// be moved, so what runs is the digest the push gave ([`pinned_image`]).
 pub fn image(settings: &KubeSettings, key: &FunctionKey, version: u32, sha256: &str) -> String {
     format!(
-        "{}/{}-{}:{}",
-        settings.registry,
-        key.namespace,
-        key.name,
+        "{}:{}",
+        repository(settings, key),
         build_tag(version, sha256)
     )
+}
+
+/// What a build's artifact is, and what Deployments, CronJobs and Jobs
+/// run: `{repository}@sha256:{64 hex digits}`, from the digest the push
+/// reported (kaniko's `--digest-file`, surrounding whitespace ignored).
+/// An error says what is wrong with `digest`.
+pub fn pinned_image(
+    settings: &KubeSettings,
+    key: &FunctionKey,
+    digest: &str,
+) -> Result<String, String> {
+    let digest = digest.trim();
+    if digest.is_empty() {
+        return Err("no image digest".to_owned());
+    }
+    let hex = digest.strip_prefix("sha256:").unwrap_or_default();
+    if hex.len() != 64 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        let shown: String = digest.chars().take(100).collect();
+        return Err(format!(
+            "{shown:?}, which is not an image digest (sha256: and 64 hex digits)"
+        ));
+    }
+    Ok(format!("{}@{digest}", repository(settings, key)))
+}
+
+/// Whether `reference` is a pinned image of the function's repository, as
+/// [`pinned_image`] makes them (the artifact of an earlier build, say).
+pub fn is_pinned_image(settings: &KubeSettings, key: &FunctionKey, reference: &str) -> bool {
+    reference.split_once('@').is_some_and(|(repo, digest)| {
+        repo == repository(settings, key)
+            && pinned_image(settings, key, digest).as_deref() == Ok(reference)
+    })
 }
 
 /// `v{version}-{sha8}`: the tag of a build's image and its
@@ -123,6 +158,13 @@ pub fn run_job_name(run: &str) -> String {
         RunId::Cron { trigger, at } => fit(&dns_chars(&format!("run-{trigger}-{at}")), MAX_LABEL),
         RunId::Other => format!("run-{}", &sha256_hex(run.as_bytes())[..16]),
     }
+}
+
+/// The name of the Secret holding a run's event: `{job}-event-{nonce}`.
+/// The nonce keeps it apart from the Secret of an earlier Job of the same
+/// name, which the cluster may not have collected yet.
+pub fn run_event_secret_name(job: &str, nonce: &str) -> String {
+    format!("{job}-event-{nonce}")
 }
 
 /// A valid label value (at most 63 of `A-Za-z0-9._-`, starting and ending

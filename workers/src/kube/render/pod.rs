@@ -4,7 +4,8 @@
 //! - runs as user and group 10001, never root, under the RuntimeDefault
 //!   seccomp profile, with no privilege escalation and no capability;
 //! - a read-only root filesystem; the only writable place is `/tmp`, an
-//!   emptyDir of `tmp_mb` MiB (`HOME` points there);
+//!   emptyDir of `tmp_mb` MiB (`HOME` points there); a run (a Job's pod)
+//!   also has its event as a file, mounted read-only (see [`EventSource`]);
 //! - no service account token and no Service environment variables: the
 //!   code learns nothing about the cluster it runs in;
 //! - requests and limits for cpu (settings), memory (`memory_mb`, request =
@@ -20,9 +21,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
-    LocalObjectReference, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile,
-    SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, DownwardAPIVolumeFile, DownwardAPIVolumeSource,
+    EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath, LocalObjectReference,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -46,14 +48,42 @@ pub const PULL_SECRET_NAME: &str = "sless-pull";
 /// kubelet keeps up to 5 × 10 MiB) and what the runtime writes elsewhere.
 pub const LOG_ROOM_MB: u32 = 64;
 
+/// The directory a run's event is mounted in, read-only.
+pub const EVENT_DIR: &str = "/var/run/secrets/sless.dev/job";
+/// The event's file in [`EVENT_DIR`], and its key in a run's Secret.
+pub const EVENT_FILE: &str = "event.json";
+/// The annotation of a CronJob's pods holding their event.
+pub const ANNOTATION_EVENT: &str = "sless.dev/event";
+/// The volume of the event.
+const EVENT_VOLUME: &str = "event";
+
+/// `{EVENT_DIR}/{EVENT_FILE}`: what `SLESS_JOB_EVENT_FILE` names.
+pub fn event_path() -> String {
+    format!("{EVENT_DIR}/{EVENT_FILE}")
+}
+
 /// How the pod runs the function.
 #[derive(Debug, Clone, Copy)]
 pub enum PodMode<'a> {
     /// Serves HTTP on the function port until stopped (a Deployment's pod).
     Serve,
-    /// Runs once with `event` and exits (a Job's pod): `SLESS_JOB=1` and
-    /// the event as JSON in `SLESS_JOB_EVENT`.
-    Run { event: &'a serde_json::Value },
+    /// Runs once and exits (a Job's pod): `SLESS_JOB=1`, and the event as
+    /// JSON in the file `SLESS_JOB_EVENT_FILE` names ([`event_path`]),
+    /// mounted read-only from `event`. A file, not a variable: a job's
+    /// input may be 64 KiB, and its event twice that.
+    Run { event: EventSource<'a> },
+}
+
+/// Where a run's event file comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventSource<'a> {
+    /// The key [`EVENT_FILE`] of this Secret: a user's job, whose input may
+    /// hold secrets, gets a Secret of its own, owned by its Job.
+    Secret(&'a str),
+    /// The pod's annotation [`ANNOTATION_EVENT`], through the downward
+    /// API: a CronJob's runs, which all get the same event, with nothing
+    /// secret in it.
+    Annotation,
 }
 
 /// What a function's pod runs.
@@ -72,6 +102,28 @@ pub struct FunctionPod<'a> {
 /// module's documentation for what it holds).
 pub fn hardened_pod_spec(settings: &KubeSettings, pod: &FunctionPod<'_>) -> PodSpec {
     let serve = matches!(pod.mode, PodMode::Serve);
+    let mut mounts = vec![VolumeMount {
+        name: "tmp".to_owned(),
+        mount_path: TMP_DIR.to_owned(),
+        ..VolumeMount::default()
+    }];
+    let mut volumes = vec![Volume {
+        name: "tmp".to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: None,
+            size_limit: Some(mebibytes(settings.tmp_mb)),
+        }),
+        ..Volume::default()
+    }];
+    if let PodMode::Run { event } = pod.mode {
+        mounts.push(VolumeMount {
+            name: EVENT_VOLUME.to_owned(),
+            mount_path: EVENT_DIR.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+        volumes.push(event_volume(event));
+    }
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(pod.image.to_owned()),
@@ -79,11 +131,7 @@ pub fn hardened_pod_spec(settings: &KubeSettings, pod: &FunctionPod<'_>) -> PodS
         env: Some(env(settings, pod)),
         resources: Some(resources(settings, pod.memory_mb)),
         security_context: Some(container_security()),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "tmp".to_owned(),
-            mount_path: TMP_DIR.to_owned(),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(mounts),
         ports: serve.then(|| {
             vec![ContainerPort {
                 name: Some("http".to_owned()),
@@ -113,16 +161,47 @@ pub fn hardened_pod_spec(settings: &KubeSettings, pod: &FunctionPod<'_>) -> PodS
             seccomp_profile: Some(runtime_default_seccomp()),
             ..PodSecurityContext::default()
         }),
-        volumes: Some(vec![Volume {
-            name: "tmp".to_owned(),
-            empty_dir: Some(EmptyDirVolumeSource {
-                medium: None,
-                size_limit: Some(mebibytes(settings.tmp_mb)),
-            }),
-            ..Volume::default()
-        }]),
+        volumes: Some(volumes),
         image_pull_secrets: pull_secrets(settings),
         ..PodSpec::default()
+    }
+}
+
+/// The volume holding a run's event as [`EVENT_FILE`], read-only and
+/// readable by the function's user (the pod runs nothing else).
+fn event_volume(source: EventSource<'_>) -> Volume {
+    let mode = Some(0o444);
+    match source {
+        EventSource::Secret(name) => Volume {
+            name: EVENT_VOLUME.to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(name.to_owned()),
+                items: Some(vec![KeyToPath {
+                    key: EVENT_FILE.to_owned(),
+                    path: EVENT_FILE.to_owned(),
+                    mode: None,
+                }]),
+                default_mode: mode,
+                optional: Some(false),
+            }),
+            ..Volume::default()
+        },
+        EventSource::Annotation => Volume {
+            name: EVENT_VOLUME.to_owned(),
+            downward_api: Some(DownwardAPIVolumeSource {
+                items: Some(vec![DownwardAPIVolumeFile {
+                    path: EVENT_FILE.to_owned(),
+                    field_ref: Some(ObjectFieldSelector {
+                        api_version: None,
+                        field_path: format!("metadata.annotations['{ANNOTATION_EVENT}']"),
+                    }),
+                    mode: None,
+                    resource_field_ref: None,
+                }]),
+                default_mode: mode,
+            }),
+            ..Volume::default()
+        },
     }
 }
 
@@ -210,9 +289,9 @@ fn env(settings: &KubeSettings, pod: &FunctionPod<'_>) -> Vec<EnvVar> {
             ("SLESS_PORT", settings.function_port.to_string()),
             ("SLESS_HOST", "0.0.0.0".to_owned()),
         ]),
-        PodMode::Run { event } => ours.extend([
+        PodMode::Run { .. } => ours.extend([
             ("SLESS_JOB", "1".to_owned()),
-            ("SLESS_JOB_EVENT", event.to_string()),
+            ("SLESS_JOB_EVENT_FILE", event_path()),
         ]),
     }
     let taken: BTreeSet<&str> = ours.iter().map(|(name, _)| *name).collect();

@@ -139,8 +139,11 @@ fn hardening_violations(pod: &PodSpec, s: &KubeSettings, memory_mb: u32) -> Vec<
     );
     let volumes = pod.volumes.clone().unwrap_or_default();
     check(
-        volumes.iter().all(|v| v.empty_dir.is_some()),
-        "pod: emptyDir volumes only",
+        volumes.iter().all(|v| {
+            v.empty_dir.is_some()
+                || (v.name == "event" && (v.secret.is_some() || v.downward_api.is_some()))
+        }),
+        "pod: emptyDir volumes, and a run's event",
     );
     check(
         volumes.iter().any(|v| {
@@ -209,6 +212,13 @@ fn container_violations(
             .flatten()
             .any(|m| m.name == "tmp" && m.mount_path == "/tmp" && m.read_only != Some(true)),
         "container: /tmp mounted writable",
+    );
+    check(
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .all(|m| m.name == "tmp" || m.read_only == Some(true)),
+        "container: nothing but /tmp mounted writable",
     );
     let res = c.resources.clone().unwrap_or_default();
     let get = |m: &Option<BTreeMap<String, Quantity>>, k: &str| {

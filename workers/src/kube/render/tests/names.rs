@@ -4,7 +4,8 @@ use sless_domain::Runtime;
 
 use super::{SHA, hello, key, settings};
 use crate::kube::render::names::{
-    MAX_CRONJOB, MAX_LABEL, RunId, is_dns_label, is_label_value, label_value,
+    MAX_CRONJOB, MAX_LABEL, RunId, is_dns_label, is_label_value, is_pinned_image, label_value,
+    pinned_image,
 };
 use crate::kube::render::{
     build_job_name, cronjob_name, endpoint, escape_env, function_name, image, run_job_name,
@@ -33,6 +34,42 @@ fn images_have_the_documented_shape() {
             env!("CARGO_PKG_VERSION")
         )
     );
+}
+
+#[test]
+fn a_pinned_image_is_the_repository_at_a_sha256_digest() {
+    let s = settings();
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let repo = "registry.example.com/sless/sless-0123456789abcdef-hello";
+    let pinned = pinned_image(&s, &hello(), &format!("{digest}\n")).unwrap();
+    assert_eq!(pinned, format!("{repo}@{digest}"));
+    assert!(is_pinned_image(&s, &hello(), &pinned));
+    for bad in [
+        "",
+        "  \n",
+        "latest",
+        "sha256:",
+        "sha256:abc",
+        &format!("sha256:{}", "AB".repeat(32)),
+        &format!("sha512:{}", "ab".repeat(32)),
+        &format!("{digest}0"),
+        &format!("{repo}@{digest}"),
+    ] {
+        assert!(pinned_image(&s, &hello(), bad).is_err(), "{bad:?}");
+    }
+    // A tag, another function's image, or a digest of another repository
+    // is not this function's pinned image.
+    assert!(!is_pinned_image(&s, &hello(), &image(&s, &hello(), 3, SHA)));
+    assert!(!is_pinned_image(
+        &s,
+        &key("sless-0123456789abcdef", "other"),
+        &pinned
+    ));
+    assert!(!is_pinned_image(
+        &s,
+        &hello(),
+        &format!("elsewhere/x@{digest}")
+    ));
 }
 
 #[test]

@@ -14,11 +14,11 @@ use super::{
 };
 use crate::kube::render::build::{BUILD_CONTAINER, CONTEXT_URL_ENV, CONTEXT_URL_KEY};
 use crate::kube::render::cron::cron_event;
-use crate::kube::render::pod::HEALTH_PATH;
+use crate::kube::render::pod::{ANNOTATION_EVENT, EVENT_DIR, EVENT_FILE, HEALTH_PATH};
 use crate::kube::render::{
     LABEL_BUILD, LABEL_COMPONENT, LABEL_FUNCTION, LABEL_JOB, LABEL_NAMESPACE, LABEL_RUN,
     LABEL_TRIGGER, LABEL_VERSION, build_job, build_job_name, build_secret, cron_job, deployment,
-    run_job, service,
+    run_event_secret, run_job, service,
 };
 
 const IMAGE: &str = "registry.example.com/sless/sless-0123456789abcdef-hello:v3-d2a84f4b";
@@ -42,7 +42,12 @@ fn every_function_pod_is_hardened() {
     for pull in [None, Some("regcred".to_owned())] {
         s.registry_pull_secret = pull;
         let d = deployment(&s, &deploy_request(hello()), IMAGE, 2);
-        let j = run_job(&s, &job_request(hello(), "job/ns/nightly"), IMAGE);
+        let j = run_job(
+            &s,
+            &job_request(hello(), "job/ns/nightly"),
+            IMAGE,
+            "job-nightly-event-x",
+        );
         let c = cron_job(&s, &cron_spec(hello(), "every-5"));
         let cron_pod = c.spec.as_ref().unwrap().job_template.spec.as_ref().unwrap();
         let pods = [
@@ -172,7 +177,12 @@ fn the_service_selects_the_deployments_pods_and_no_job_pods() {
     let serving = d.spec.as_ref().unwrap().template.metadata.as_ref().unwrap();
     assert!(selects(selector, serving.labels.as_ref().unwrap()));
 
-    let j = run_job(&s, &job_request(hello(), "job/ns/nightly"), IMAGE);
+    let j = run_job(
+        &s,
+        &job_request(hello(), "job/ns/nightly"),
+        IMAGE,
+        "job-nightly-event-x",
+    );
     let c = cron_job(&s, &cron_spec(hello(), "every-5"));
     let job_pod = j.spec.unwrap().template.metadata.unwrap().labels.unwrap();
     let cron_pod = c.spec.unwrap().job_template.spec.unwrap().template.metadata;
@@ -204,7 +214,7 @@ fn user_env_is_escaped_and_cannot_take_our_names() {
 fn a_user_job_runs_once_in_job_mode() {
     let s = settings();
     let req = job_request(hello(), "job/sless-0123456789abcdef/nightly");
-    let j = run_job(&s, &req, IMAGE);
+    let j = run_job(&s, &req, IMAGE, "job-nightly-event-0123456789");
     json_of(&j, "Job");
     assert_labels_valid(&j.metadata);
     assert_eq!(j.metadata.name.as_deref(), Some("job-nightly"));
@@ -229,13 +239,63 @@ fn a_user_job_runs_once_in_job_mode() {
     let env = env_of(c);
     assert_eq!(env["SLESS_JOB"], "1");
     assert!(!env.contains_key("SLESS_PORT"));
-    let event = &env["SLESS_JOB_EVENT"];
-    assert!(
-        event.contains("$$(HOME)") && !event.contains("\"$(HOME)"),
-        "{event}"
+    // The event is a file from the run's Secret, not a variable.
+    assert_eq!(
+        env["SLESS_JOB_EVENT_FILE"],
+        "/var/run/secrets/sless.dev/job/event.json"
     );
-    let unescaped: serde_json::Value = serde_json::from_str(&event.replace("$$", "$")).unwrap();
-    assert_eq!(unescaped, req.event);
+    assert!(!env.contains_key("SLESS_JOB_EVENT"));
+    let text = serde_json::to_string(&j).unwrap();
+    assert!(
+        !text.contains("$(HOME)"),
+        "the event is not in the Job: {text}"
+    );
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "event")
+        .unwrap();
+    assert_eq!(mount.mount_path, EVENT_DIR);
+    assert_eq!(mount.read_only, Some(true));
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "event")
+        .unwrap();
+    let secret = volume.secret.as_ref().unwrap();
+    assert_eq!(
+        secret.secret_name.as_deref(),
+        Some("job-nightly-event-0123456789")
+    );
+    assert_eq!(secret.optional, Some(false));
+    let items = secret.items.as_ref().unwrap();
+    assert_eq!(
+        (items[0].key.as_str(), items[0].path.as_str()),
+        (EVENT_FILE, EVENT_FILE)
+    );
+
+    // The Secret: the event byte for byte (a file is not expanded as a
+    // variable is), owned by the Job as the cluster made it.
+    let mut created = j.clone();
+    created.metadata.uid = Some("uid-1".to_owned());
+    let secret = run_event_secret("job-nightly-event-0123456789", &req, &created);
+    json_of(&secret, "Secret");
+    assert_labels_valid(&secret.metadata);
+    assert_eq!(
+        secret.metadata.namespace.as_deref(),
+        Some("sless-0123456789abcdef")
+    );
+    assert_eq!(secret.immutable, Some(true));
+    let owner = &secret.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+        ("Job", "job-nightly", "uid-1")
+    );
+    let data = &secret.data.as_ref().unwrap()[EVENT_FILE].0;
+    let event: serde_json::Value = serde_json::from_slice(data).unwrap();
+    assert_eq!(event, req.event);
 }
 
 #[test]
@@ -243,7 +303,7 @@ fn a_cron_run_is_labelled_with_its_trigger() {
     let s = settings();
     let mut req = job_request(hello(), "cron/sless-0123456789abcdef/report/1764470400");
     req.timeout = std::time::Duration::ZERO;
-    let j = run_job(&s, &req, IMAGE);
+    let j = run_job(&s, &req, IMAGE, "run-report-1764470400-event-x");
     assert_eq!(j.metadata.name.as_deref(), Some("run-report-1764470400"));
     let labels = j.metadata.labels.as_ref().unwrap();
     assert_eq!(labels[LABEL_TRIGGER], "report");
@@ -290,8 +350,33 @@ fn the_cronjob_runs_the_trigger_on_its_schedule() {
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
     let env = env_of(&pod.containers[0]);
     assert_eq!(env["SLESS_JOB"], "1");
-    let event: serde_json::Value = serde_json::from_str(&env["SLESS_JOB_EVENT"]).unwrap();
+    assert!(!env.contains_key("SLESS_JOB_EVENT"));
+    // Every run's event is the same: its pod's own annotation, as a file.
+    assert_eq!(
+        env["SLESS_JOB_EVENT_FILE"],
+        format!("{EVENT_DIR}/{EVENT_FILE}")
+    );
+    let annotation = &pod_meta.annotations.as_ref().unwrap()[ANNOTATION_EVENT];
+    let event: serde_json::Value = serde_json::from_str(annotation).unwrap();
     assert_eq!(event, cron_event(&spec));
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "event")
+        .unwrap();
+    let item = &volume
+        .downward_api
+        .as_ref()
+        .unwrap()
+        .items
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(item.path, EVENT_FILE);
+    assert_eq!(
+        item.field_ref.as_ref().unwrap().field_path,
+        "metadata.annotations['sless.dev/event']"
+    );
 }
 
 #[test]
