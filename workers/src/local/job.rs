@@ -13,7 +13,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 
 use sless_sandbox::Mount;
@@ -62,7 +62,7 @@ impl LocalDriver {
             Some(_) => (
                 vec![Mount::File {
                     dest: PathBuf::from(sandbox::JOB_EVENT),
-                    contents: event.clone(),
+                    contents: event,
                 }],
                 None,
             ),
@@ -72,7 +72,7 @@ impl LocalDriver {
                     .data_dir
                     .join("runs")
                     .join(format!("{}.json", uuid::Uuid::new_v4().simple()));
-                let (p, bytes) = (path.clone(), event.clone());
+                let (p, bytes) = (path.clone(), event);
                 tokio::task::spawn_blocking(move || {
                     std::fs::create_dir_all(p.parent().expect("runs/ has a parent"))?;
                     std::fs::write(&p, bytes)
@@ -111,7 +111,7 @@ impl LocalDriver {
             .map_err(|e| DriverError::Infra(format!("cannot open the job log: {e}")))?;
 
         let started = Instant::now();
-        let mut running = process::spawn(&self.spawner, &spec, Stdio::piped())
+        let mut running = process::spawn(&self.spawner, &spec, Stdio::null())
             .await
             .map_err(|e| {
                 DriverError::Infra(format!(
@@ -129,23 +129,13 @@ impl LocalDriver {
             req.run, req.version
         ));
 
-        let stdin = running.child.stdin.take();
         let stdout = running.child.stdout.take();
         let stderr = running.child.stderr.take();
         let mut out = Capture::default();
         let mut err = Capture::default();
         let (status, timed_out) = {
-            let feed = async {
-                if let Some(mut stdin) = stdin {
-                    // A function that exits without reading its event closes
-                    // the pipe: that is its business, not an error of ours.
-                    let _ = stdin.write_all(&event).await;
-                    let _ = stdin.write_all(b"\n").await;
-                }
-            };
             let io = async {
                 tokio::join!(
-                    feed,
                     read_stream(stdout, &mut out, &log),
                     read_stream(stderr, &mut err, &log)
                 )
