@@ -17,6 +17,9 @@ use sless_store::queue::Backoff;
 use sless_workers::WorkerConfig;
 use sless_workers::kube::KubeSettings;
 
+mod sandbox;
+pub use sandbox::sandbox;
+
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }

@@ -3,8 +3,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Context;
 use sless_domain::FunctionKey;
+use sless_sandbox::SandboxOptions;
+use sless_store::PgPool;
 use sless_store::blobs::BlobStore;
 use sless_workers::Driver;
 use sless_workers::driver::{
@@ -12,6 +13,7 @@ use sless_workers::driver::{
     JobRequest,
 };
 use sless_workers::kube::{CronRunRecorder, KubeDriver};
+use sless_workers::local::sandbox::{Isolation, TenantIds};
 use sless_workers::local::{LocalDriver, LocalDriverConfig};
 
 use crate::config::{self, DriverKind};
@@ -24,15 +26,49 @@ pub enum AnyDriver {
 
 impl AnyDriver {
     /// The driver `SLESS_DRIVER` names; the local one keeps its builds and
-    /// logs below `data_dir`.
-    pub async fn from_env(data_dir: &Path, blobs: &BlobStore) -> anyhow::Result<Arc<AnyDriver>> {
+    /// logs below `data_dir`, runs each namespace's code as a uid of its own
+    /// (given in `pool`), in the sandbox unless `unsafe_no_sandbox`.
+    pub async fn from_env(
+        data_dir: &Path,
+        blobs: &BlobStore,
+        pool: &PgPool,
+        unsafe_no_sandbox: bool,
+    ) -> anyhow::Result<Arc<AnyDriver>> {
         let driver = match config::driver()? {
             DriverKind::Local => {
+                let settings = config::sandbox()?;
                 let mut cfg = LocalDriverConfig::new(data_dir.join("local"));
                 cfg.python = config::python();
-                AnyDriver::Local(Box::new(
-                    LocalDriver::new(cfg).context("preparing the local driver")?,
-                ))
+                cfg.isolation = if unsafe_no_sandbox {
+                    Isolation::Unsafe
+                } else {
+                    Isolation::Sandboxed(SandboxOptions {
+                        rlimits_only: settings.rlimits_only,
+                        cgroup_parent: settings.cgroup.clone(),
+                    })
+                };
+                cfg.tenants = TenantIds::PerNamespace {
+                    pool: pool.clone(),
+                    first: settings.first_uid,
+                    count: settings.uid_count,
+                };
+                cfg.jail = settings.sizes;
+                let driver = LocalDriver::new(cfg).map_err(|e| {
+                    if unsafe_no_sandbox {
+                        anyhow::anyhow!("preparing the local driver: {e}")
+                    } else {
+                        anyhow::anyhow!(
+                            "the local driver runs every function, job and build in a sandbox, \
+                             which does not work here: {e}\n\
+                             (to run only your own code, as your own user, without it: \
+                             --unsafe-no-sandbox)"
+                        )
+                    }
+                })?;
+                if let Some(limits) = driver.limits() {
+                    tracing::info!(%limits, "functions run in the sandbox; memory and processes are limited by {limits}");
+                }
+                AnyDriver::Local(Box::new(driver))
             }
             DriverKind::Kubernetes => {
                 let settings = config::kube()?;
@@ -51,6 +87,17 @@ impl AnyDriver {
         match self {
             AnyDriver::Local(_) => None,
             AnyDriver::Kubernetes(d) => Some(d.cron_run_recorder(pool.clone())),
+        }
+    }
+
+    /// Where the local driver reports the crashes of what it runs
+    /// (`sless_workers::crashes::record`); the Kubernetes driver has none.
+    pub fn crashes(
+        &self,
+    ) -> Option<tokio::sync::mpsc::UnboundedReceiver<sless_workers::crashes::Crash>> {
+        match self {
+            AnyDriver::Local(d) => d.crashes(),
+            AnyDriver::Kubernetes(_) => None,
         }
     }
 

@@ -44,6 +44,10 @@ enum Command {
     Worker {
         #[arg(long, env = "SLESS_DATA_DIR", default_value = "./.sless-worker")]
         data_dir: PathBuf,
+        /// Run functions, jobs and builds without the sandbox, as the user
+        /// that runs sless: only for one person's own code.
+        #[arg(long)]
+        unsafe_no_sandbox: bool,
     },
     /// Only the projector: read models and version manifests (needs
     /// DATABASE_URL and S3_*).
@@ -110,6 +114,11 @@ pub struct ServeArgs {
     /// Address of the HTTP API and invoke proxy.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Run functions, jobs and builds without the sandbox, as the user that
+    /// runs sless (where bubblewrap cannot be installed): only your own
+    /// code; the instance then accepts the `dev` user's tokens only.
+    #[arg(long)]
+    unsafe_no_sandbox: bool,
 }
 
 fn main() -> anyhow::Result<ExitCode> {
@@ -135,10 +144,17 @@ fn main() -> anyhow::Result<ExitCode> {
         .build()?;
     rt.block_on(async {
         match cli.command {
-            Command::Dev(args) => serve::all_in_one(args.data_dir, args.listen, true).await?,
-            Command::Serve(args) => serve::all_in_one(args.data_dir, args.listen, false).await?,
+            Command::Dev(args) => {
+                serve::all_in_one(args.data_dir, args.listen, true, args.unsafe_no_sandbox).await?
+            }
+            Command::Serve(args) => {
+                serve::all_in_one(args.data_dir, args.listen, false, args.unsafe_no_sandbox).await?
+            }
             Command::Api { listen } => serve::api(listen).await?,
-            Command::Worker { data_dir } => serve::worker(data_dir).await?,
+            Command::Worker {
+                data_dir,
+                unsafe_no_sandbox,
+            } => serve::worker(data_dir, unsafe_no_sandbox).await?,
             Command::Projector => serve::projector().await?,
             Command::Migrate => {
                 let pool = sless_store::connect(&config::require_database_url()?, 2).await?;

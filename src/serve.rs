@@ -47,10 +47,23 @@ async fn serve_http(
 /// with the data directory's secret unless `SLESS_JWT_SECRET` or public keys
 /// are configured, and prints a token for the user `dev`; `serve` needs
 /// token settings of its own and prints none.
-pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
+pub async fn all_in_one(
+    data_dir: PathBuf,
+    listen: SocketAddr,
+    dev: bool,
+    unsafe_no_sandbox: bool,
+) -> anyhow::Result<()> {
+    if unsafe_no_sandbox && !dev {
+        anyhow::bail!(
+            "--unsafe-no-sandbox is for `sless dev` only: `sless serve` serves several users, \
+             and without the sandbox each could act as every other"
+        );
+    }
+    create_private_dir(&data_dir)?;
     let data_dir = data_dir.canonicalize()?;
+    if unsafe_no_sandbox {
+        warn_unsafe();
+    }
     let secrets = embedded::DevSecrets::load_or_create(&data_dir)?;
     // Token settings are checked before anything starts: a bad one stops here.
     let dev_secret = dev.then_some(secrets.jwt_secret.as_str());
@@ -78,7 +91,7 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> any
     sless_store::migrate(&pool).await?;
     let blobs = BlobStore::new(&s3_config);
     blobs.check().await.context("checking the S3 bucket")?;
-    let driver = AnyDriver::from_env(&data_dir, &blobs).await?;
+    let driver = AnyDriver::from_env(&data_dir, &blobs, &pool, unsafe_no_sandbox).await?;
 
     if pg.is_some() {
         // Our own private database: no other worker can hold these items, so
@@ -114,6 +127,7 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> any
         on_start: None,
     };
     let worker = tokio::spawn(worker.run(stop.clone()));
+    let crashes = record_crashes(&driver, &pool, &stop);
     let scheduler = cron(&driver, &pool, &stop)?;
     // Processes did not survive the last stop: converge everything again.
     sless_store::queue::enqueue_reconcile_all(&pool).await?;
@@ -122,7 +136,10 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> any
         .await
         .with_context(|| format!("listening on {listen}"))?;
     let addr = listener.local_addr()?;
-    let state = app_state(pool.clone(), blobs, auth.clone())?;
+    let mut state = app_state(pool.clone(), blobs, auth.clone())?;
+    if unsafe_no_sandbox {
+        state.only_namespace = Some(Namespace::for_subject(DEV_USER));
+    }
     let recorder = state.invocations.clone();
     let http = tokio::spawn(serve_http(listener, state, stop.clone()));
     announce(&data_dir, addr, &auth, dev)?;
@@ -137,6 +154,9 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> any
     let _ = projector.await;
     let _ = manifests.await;
     driver.shutdown().await;
+    if let Some(crashes) = crashes {
+        let _ = crashes.await;
+    }
     pool.close().await;
     if let Some(s3) = s3 {
         s3.stop().await;
@@ -152,7 +172,7 @@ pub async fn all_in_one(data_dir: PathBuf, listen: SocketAddr, dev: bool) -> any
 /// HS256 it signs a token for the user `dev`; otherwise tokens come from
 /// whoever holds the signing keys (`token` is null).
 fn announce(data_dir: &Path, addr: SocketAddr, auth: &Auth, dev: bool) -> anyhow::Result<()> {
-    let sub = "dev";
+    let sub = DEV_USER;
     let token = dev
         .then(|| auth.issue(sub, Duration::from_secs(365 * 86_400), false))
         .flatten();
@@ -222,11 +242,14 @@ pub async fn api(listen: SocketAddr) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn worker(data_dir: PathBuf) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&data_dir)?;
+pub async fn worker(data_dir: PathBuf, unsafe_no_sandbox: bool) -> anyhow::Result<()> {
+    create_private_dir(&data_dir)?;
+    if unsafe_no_sandbox {
+        warn_unsafe();
+    }
     let pool = pool_from_env(10).await?;
     let blobs = BlobStore::new(&config::require_s3()?);
-    let driver = AnyDriver::from_env(&data_dir, &blobs).await?;
+    let driver = AnyDriver::from_env(&data_dir, &blobs, &pool, unsafe_no_sandbox).await?;
     let cfg = config::worker()?;
     eprintln!("sless worker {} started (lease {:?})", cfg.id, cfg.lease);
     let worker = Worker {
@@ -241,13 +264,69 @@ pub async fn worker(data_dir: PathBuf) -> anyhow::Result<()> {
     };
     let (tx, rx) = watch::channel(false);
     let scheduler = cron(&driver, &pool, &rx)?;
+    let crashes = record_crashes(&driver, &pool, &rx);
     let task = tokio::spawn(worker.run(rx));
     stop_signal().await;
     let _ = tx.send(true);
     task.await??;
     let _ = scheduler.await;
     driver.shutdown().await;
+    if let Some(crashes) = crashes {
+        let _ = crashes.await;
+    }
     Ok(())
+}
+
+/// The user `sless dev` prints a token for.
+const DEV_USER: &str = "dev";
+
+/// Creates the data directory, private to its owner (0700), when it is
+/// not there; one that is keeps its permissions.
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))
+}
+
+/// Says, at every start, what running without the sandbox means.
+fn warn_unsafe() {
+    eprintln!(
+        "WARNING: --unsafe-no-sandbox: functions, jobs and builds run as the user that runs \
+         sless ({}), with everything it may read and do: the data directory, its secrets, \
+         the machine. Only for your own code, on your own machine: this instance accepts \
+         tokens of one user only ({DEV_USER}).",
+        whoami()
+    );
+}
+
+fn whoami() -> String {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        "root".to_owned()
+    } else {
+        format!("uid {uid}")
+    }
+}
+
+/// Appends the crashes the local driver reports to the log, until `stop`.
+fn record_crashes(
+    driver: &AnyDriver,
+    pool: &PgPool,
+    stop: &watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let crashes = driver.crashes()?;
+    Some(tokio::spawn(sless_workers::crashes::record(
+        pool.clone(),
+        crashes,
+        stop.clone(),
+    )))
 }
 
 /// What fires cron triggers: sless's scheduler, or for a driver that runs

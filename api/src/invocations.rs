@@ -429,6 +429,7 @@ fn view(r: &Invocation) -> Value {
         "bytes_out": r.bytes_out,
         "cold": r.cold,
         "error": r.error,
+        "error_kind": r.error_kind,
         "request_id": r.request_id,
         "origin": r.origin,
         "run": r.run,

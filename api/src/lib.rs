@@ -19,6 +19,7 @@
 pub mod admin;
 pub mod auth;
 pub mod command;
+pub mod crashes;
 pub mod error;
 pub mod events;
 pub mod functions;
@@ -87,6 +88,10 @@ pub struct AppState {
     /// Replays for the admin routes, filled by the binary (`admin`); `None`
     /// answers them 501.
     pub maintenance: Option<Arc<dyn admin::Maintenance>>,
+    /// The one namespace whose tokens are accepted, when the instance runs
+    /// functions without a sandbox (`--unsafe-no-sandbox`): another user's
+    /// code would run with the platform's privileges. `None`: every user's.
+    pub only_namespace: Option<sless_domain::Namespace>,
 }
 
 /// Versions of a function kept besides the live one, by default.
@@ -142,6 +147,7 @@ impl AppState {
             quotas: quota::Quotas::UNLIMITED,
             tails: events::Tails::default(),
             maintenance: None,
+            only_namespace: None,
         }
     }
 }

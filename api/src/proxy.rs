@@ -566,6 +566,14 @@ async fn send(
             Ok(Err(e)) if e.is_connect() && replayable && !fresh => continue,
             Ok(Err(e)) => {
                 state.endpoints.forget(ns, name);
+                // The connection broke under the call: its process may have
+                // ended (killed for memory, say), which the log then says.
+                if !e.is_connect()
+                    && let Some(crash) =
+                        crate::crashes::explain(state, ns, name, call.started_at).await
+                {
+                    return Err(crash);
+                }
                 let what = if e.is_connect() {
                     "refused the connection"
                 } else {
@@ -582,6 +590,16 @@ async fn send(
         };
     }
     unreachable!("the second pass always returns")
+}
+
+/// Why a call failed, as its invocation record says it: the problem's
+/// kind, shortened (`oom` for a function killed for memory).
+fn error_kind(kind: &'static str) -> &'static str {
+    match kind {
+        crate::crashes::OUT_OF_MEMORY => "oom",
+        crate::crashes::CRASHED => "crashed",
+        other => other.strip_prefix("function-").unwrap_or(other),
+    }
 }
 
 /// An error and its sources, for humans.
@@ -671,11 +689,15 @@ impl Call {
     fn refuse(self, e: ApiError) -> Response {
         let (parts, body) = e.clone().into_response().into_parts();
         let status = parts.status.as_u16();
-        let error = Some(e.detail);
+        let error = Some((e.detail, error_kind(e.kind)));
         Response::from_parts(parts, Body::new(Outbound::new(body, self, status, error)))
     }
 
-    fn record(self, status: u16, bytes_out: u64, error: Option<String>) {
+    fn record(self, status: u16, bytes_out: u64, error: Option<(String, &'static str)>) {
+        let (error, error_kind) = match error {
+            Some((error, kind)) => (Some(error), Some(kind.to_owned())),
+            None => (None, None),
+        };
         let record = Invocation {
             id: id_for(self.started_at),
             namespace: self.namespace,
@@ -688,6 +710,7 @@ impl Call {
             bytes_out,
             cold: self.cold,
             error,
+            error_kind,
             request_id: self.request_id,
             origin: "http".into(),
             run: None,
@@ -702,12 +725,17 @@ struct Outbound<B: HttpBody> {
     inner: B,
     sent: u64,
     status: u16,
-    error: Option<String>,
+    error: Option<(String, &'static str)>,
     call: Option<Call>,
 }
 
 impl<B: HttpBody> Outbound<B> {
-    fn new(inner: B, call: Call, status: u16, error: Option<String>) -> Outbound<B> {
+    fn new(
+        inner: B,
+        call: Call,
+        status: u16,
+        error: Option<(String, &'static str)>,
+    ) -> Outbound<B> {
         Outbound {
             inner,
             sent: 0,
@@ -717,7 +745,7 @@ impl<B: HttpBody> Outbound<B> {
         }
     }
 
-    fn finish(&mut self, error: Option<String>) {
+    fn finish(&mut self, error: Option<(String, &'static str)>) {
         if let Some(call) = self.call.take() {
             let error = self.error.take().or(error);
             call.record(self.status, self.sent, error);
@@ -749,7 +777,7 @@ where
             }
             Poll::Ready(Some(Err(e))) => {
                 let error = format!("the function's answer broke off: {e}");
-                self.finish(Some(error));
+                self.finish(Some((error, "broken")));
             }
             Poll::Ready(None) => self.finish(None),
             Poll::Pending => {}
@@ -772,10 +800,11 @@ impl<B: HttpBody> Drop for Outbound<B> {
             // Dropped before its end was read: fine when there was nothing
             // left to read (a HEAD, a 204), else the client went away.
             let error = (!self.inner.is_end_stream()).then(|| {
-                format!(
+                let error = format!(
                     "the client went away after {} bytes of the answer",
                     self.sent
-                )
+                );
+                (error, "client-gone")
             });
             self.finish(error);
         }

@@ -100,6 +100,42 @@ pub enum FunctionEvent {
         failed_version: u32,
         restored_version: u32,
     },
+    /// The process of a deployed version ended without being asked to
+    /// (killed by the kernel for passing its `memory_mb`, or it exited or
+    /// was killed by a signal); its driver starts it again.
+    FunctionCrashed {
+        version: u32,
+        cause: CrashCause,
+        /// For people: what happened, e.g. "killed for using more memory
+        /// than its memory_mb of 128; started again".
+        detail: String,
+        /// The memory limit it passed, for an `oom`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory_mb: Option<u32>,
+    },
+}
+
+/// Why a function's process ended on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CrashCause {
+    /// Killed by the kernel for using more memory than its `memory_mb`.
+    Oom,
+    /// It exited.
+    Exited,
+    /// A signal ended it.
+    Killed,
+}
+
+impl CrashCause {
+    /// The name stored in the log and in invocation records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CrashCause::Oom => "oom",
+            CrashCause::Exited => "exited",
+            CrashCause::Killed => "killed",
+        }
+    }
 }
 
 impl FunctionEvent {
@@ -120,6 +156,7 @@ impl FunctionEvent {
             FunctionEvent::VersionsPruned { .. } => "VersionsPruned",
             FunctionEvent::FunctionStopped { .. } => "FunctionStopped",
             FunctionEvent::DeployRolledBack { .. } => "DeployRolledBack",
+            FunctionEvent::FunctionCrashed { .. } => "FunctionCrashed",
         }
     }
 
@@ -205,6 +242,12 @@ mod tests {
             FunctionEvent::DeployRolledBack {
                 failed_version: 2,
                 restored_version: 1,
+            },
+            FunctionEvent::FunctionCrashed {
+                version: 3,
+                cause: CrashCause::Oom,
+                detail: "killed for memory".into(),
+                memory_mb: Some(128),
             },
         ];
         for e in events {

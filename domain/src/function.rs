@@ -253,6 +253,15 @@ impl Function {
                     });
                 }
             }
+            FunctionEvent::FunctionCrashed {
+                version, detail, ..
+            } => {
+                // It serves again once its driver has started it again; the
+                // crash stays the last error until the next deploy.
+                if self.deployed_version == Some(*version) {
+                    self.last_error = Some(format!("version {version} crashed: {detail}"));
+                }
+            }
         }
         self
     }

@@ -19,7 +19,7 @@ pub mod source;
 pub mod spec;
 pub mod trigger;
 
-pub use events::{FunctionEvent, SourceVersion};
+pub use events::{CrashCause, FunctionEvent, SourceVersion};
 pub use function::{Function, FunctionCommand, Phase, UploadedSource, decide, prune_versions};
 pub use names::{FunctionKey, FunctionName, JobName, Namespace, TriggerName};
 pub use namespace::NamespaceEvent;

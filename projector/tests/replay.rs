@@ -109,7 +109,13 @@ fn next_event(rng: &mut StdRng, s: &mut Stream) -> FunctionEvent {
             failed_version: v,
             restored_version: rng.random_range(1..=v),
         },
-        86..90 => FunctionEvent::ReconcileAbandoned {
+        86..87 => FunctionEvent::FunctionCrashed {
+            version: v,
+            cause: sless_domain::CrashCause::Oom,
+            detail: format!("killed for memory {v}"),
+            memory_mb: Some(v),
+        },
+        87..90 => FunctionEvent::ReconcileAbandoned {
             attempts: 5,
             error: "S3 unavailable".into(),
         },

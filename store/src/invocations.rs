@@ -32,6 +32,8 @@ pub struct Invocation {
     pub bytes_out: u64,
     pub cold: bool,
     pub error: Option<String>,
+    /// Why it failed, as a word (`oom`, `crashed`, `timeout`, ...).
+    pub error_kind: Option<String>,
     pub request_id: String,
     /// Where the call came from: `http` (the invoke proxy), `job` or `cron`.
     pub origin: String,
@@ -109,6 +111,7 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
     let mut bytes_out = Vec::with_capacity(n);
     let mut cold = Vec::with_capacity(n);
     let mut errors = Vec::with_capacity(n);
+    let mut error_kinds = Vec::with_capacity(n);
     let mut request_ids = Vec::with_capacity(n);
     let mut origins = Vec::with_capacity(n);
     let mut runs = Vec::with_capacity(n);
@@ -124,6 +127,7 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
         bytes_out.push(i64::try_from(r.bytes_out).unwrap_or(i64::MAX));
         cold.push(r.cold);
         errors.push(r.error.as_deref());
+        error_kinds.push(r.error_kind.as_deref());
         request_ids.push(r.request_id.as_str());
         origins.push(r.origin.as_str());
         runs.push(r.run.as_deref());
@@ -131,11 +135,11 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
     let done = sqlx::query(
         "insert into invocations
            (id, namespace, function, version, started_at, duration_us, status,
-            bytes_in, bytes_out, cold, error, request_id, origin, run)
+            bytes_in, bytes_out, cold, error, request_id, origin, run, error_kind)
          select * from unnest($1::uuid[], $2::text[], $3::text[], $4::int4[],
                               $5::timestamptz[], $6::int8[], $7::int2[], $8::int8[],
                               $9::int8[], $10::bool[], $11::text[], $12::text[],
-                              $13::text[], $14::text[])
+                              $13::text[], $14::text[], $15::text[])
          on conflict (id) do nothing",
     )
     .bind(ids)
@@ -152,13 +156,14 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
     .bind(request_ids)
     .bind(origins)
     .bind(runs)
+    .bind(error_kinds)
     .execute(exec)
     .await?;
     Ok(done.rows_affected())
 }
 
 const COLUMNS: &str = "id, namespace, function, version, started_at, duration_us, status, \
-                       bytes_in, bytes_out, cold, error, request_id, origin, run";
+                       bytes_in, bytes_out, cold, error, error_kind, request_id, origin, run";
 
 fn record_of(r: sqlx::postgres::PgRow) -> Invocation {
     Invocation {
@@ -173,6 +178,7 @@ fn record_of(r: sqlx::postgres::PgRow) -> Invocation {
         bytes_out: r.get::<i64, _>("bytes_out").max(0) as u64,
         cold: r.get("cold"),
         error: r.get("error"),
+        error_kind: r.get("error_kind"),
         request_id: r.get("request_id"),
         origin: r.get("origin"),
         run: r.get("run"),

@@ -11,6 +11,7 @@
 
 pub mod audit;
 pub mod blobs;
+pub mod crashes;
 pub mod eventlog;
 pub mod idempotency;
 pub mod invocations;

@@ -3,30 +3,34 @@
 //! free to run, and a fifth job waits in the queue, unclaimed, rather than
 //! under this worker's lease.
 
-use std::path::Path;
 use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use sless_testkit::{eventually, scratch_dir};
+use sless_testkit::eventually;
 use sless_workers::WorkerConfig;
 
 use crate::platform::Platform;
+use crate::support::Beacon;
 use crate::zip_files;
 
-/// A job in mode `hold` says it started (a file), then runs until the
-/// release file appears (two minutes at most).
+/// A job in mode `hold` says it started, then runs until it is released
+/// (two minutes at most): through the test's beacon, since in its sandbox
+/// it sees none of the test's files.
 const HOLDER: &str = "\
-import os, time
+import time, urllib.request
 def handle(event):
     job = event['json']
     if job.get('mode') != 'hold':
         return 'quick'
-    open(job['started'], 'w').close()
+    ask = lambda path: urllib.request.urlopen(job['beacon'] + path).read()
+    ask('/hit/' + job['name'])
     deadline = time.time() + 120
-    while not os.path.exists(job['release']) and time.time() < deadline:
+    while time.time() < deadline:
+        if ask('/released') == b'yes':
+            return 'released'
         time.sleep(0.05)
-    return 'released' if os.path.exists(job['release']) else 'gave up'
+    return 'gave up'
 ";
 
 async fn status(p: &Platform, job: &str) -> Value {
@@ -51,8 +55,7 @@ async fn an_upload_turns_ready_while_four_long_jobs_hold_every_job_slot() {
         ..WorkerConfig::default()
     };
     let p = Platform::start_with(50, config).await;
-    let dir = scratch_dir("job-slots");
-    let release = dir.join("release");
+    let beacon = Beacon::start().await;
     let (code, body) = p
         .call(
             Method::POST,
@@ -72,7 +75,7 @@ async fn an_upload_turns_ready_while_four_long_jobs_hold_every_job_slot() {
     let hold = |name: &str| {
         json!({
             "name": name, "function": "holder", "timeout_sec": 300,
-            "input": {"mode": "hold", "started": dir.join(name), "release": release},
+            "input": {"mode": "hold", "name": name, "beacon": beacon.url},
         })
     };
     let holders = ["hold-1", "hold-2", "hold-3", "hold-4"];
@@ -83,7 +86,13 @@ async fn an_upload_turns_ready_while_four_long_jobs_hold_every_job_slot() {
     eventually(
         "all four jobs running their handler",
         Duration::from_secs(60),
-        || async { holders.iter().all(|n| dir.join(n).exists()).then_some(()) },
+        || async {
+            let hits = beacon.hits();
+            holders
+                .iter()
+                .all(|n| hits.iter().any(|h| h == n))
+                .then_some(())
+        },
     )
     .await;
     // A fifth job finds no job slot: it is left in the queue for any worker.
@@ -110,7 +119,6 @@ async fn an_upload_turns_ready_while_four_long_jobs_hold_every_job_slot() {
     assert_eq!(p.invoke("hello").await, "hello");
 
     // ... while all four jobs still run, and the fifth was never claimed.
-    assert!(!release.exists());
     for name in holders {
         let doc = status(&p, name).await;
         assert_eq!(doc["status"], "Running", "{name}: {doc}");
@@ -122,7 +130,7 @@ async fn an_upload_turns_ready_while_four_long_jobs_hold_every_job_slot() {
         "a job with no free job slot stays unclaimed"
     );
 
-    std::fs::write(&release, "").unwrap();
+    beacon.release();
     for name in holders.iter().chain(&["hold-5"]) {
         let doc = eventually(
             &format!("{name} to finish"),
@@ -139,6 +147,6 @@ async fn an_upload_turns_ready_while_four_long_jobs_hold_every_job_slot() {
             "{doc}"
         );
     }
-    assert!(Path::new(&dir.join("hold-5")).exists());
+    assert!(beacon.hits().iter().any(|h| h == "hold-5"));
     p.driver.shutdown().await;
 }

@@ -14,7 +14,7 @@ use crate::platform::Platform;
 use crate::zip_files;
 
 const WORK: &str = "\
-import json, os, sys, time
+import json, os, subprocess, sys, time
 def handle(event):
     mode = event['json']['mode']
     if mode == 'big':
@@ -23,8 +23,8 @@ def handle(event):
         print('leaving with 3', file=sys.stderr)
         sys.exit(3)
     elif mode == 'sleep':
-        with open(event['json']['pidfile'], 'w') as f:
-            f.write(str(os.getpid()))
+        # `sh -c CMD NAME`: NAME (the marker) is in the child's command line.
+        subprocess.Popen(['sh', '-c', 'sleep 600; true', event['json']['marker']])
         time.sleep(event['json']['seconds'])
     elif mode == 'raise':
         raise ValueError('bad input')
@@ -87,7 +87,7 @@ async fn jobs_end_in_the_right_state_with_their_output() {
         ("raise", json!({"mode": "raise"}), None),
         (
             "late",
-            json!({"mode": "sleep", "seconds": 30, "pidfile": "/dev/null"}),
+            json!({"mode": "sleep", "seconds": 30, "marker": "sless-job-timeout-unused"}),
             Some(2),
         ),
     ] {
@@ -198,28 +198,32 @@ async fn deleting_a_running_job_stops_it() {
     assert_eq!(status, 201);
     let (status, _) = p.upload("work", zip_files(&[("handler.py", WORK)])).await;
     assert_eq!(status, 202);
-    let pidfile = sless_testkit::scratch_dir("job-pid").join("pid");
+    let marker = format!("sless-job-forever-{}", uuid::Uuid::new_v4().simple());
     let (status, body) = job(
         &p,
         "forever",
-        json!({"mode": "sleep", "seconds": 600, "pidfile": pidfile}),
+        json!({"mode": "sleep", "seconds": 600, "marker": marker}),
         Some(900),
     )
     .await;
     assert_eq!(status, 202, "{body}");
     until(&p, "forever", "Running").await;
-    let pid: u32 = eventually("the job wrote its pid", Duration::from_secs(60), || async {
-        std::fs::read_to_string(&pidfile).ok()?.trim().parse().ok()
-    })
+    let pid: u32 = eventually(
+        "the job started its child",
+        Duration::from_secs(60),
+        || async {
+            crate::support::processes_mentioning(&marker)
+                .first()
+                .map(|(pid, _)| *pid)
+        },
+    )
     .await;
     assert!(alive(pid));
     let (status, body) = p.call(Method::DELETE, "/jobs/forever", None).await;
     assert!((200..300).contains(&status), "{status} {body}");
-    eventually(
-        "the job's process gone",
-        Duration::from_secs(15),
-        || async { (!alive(pid)).then_some(()) },
-    )
+    eventually("the job's child gone", Duration::from_secs(15), || async {
+        (!alive(pid)).then_some(())
+    })
     .await;
     let (status, _) = p.call(Method::GET, "/jobs/forever", None).await;
     assert_eq!(status, 404);

@@ -255,11 +255,14 @@ pub fn slow_import(secs: f64, reply: &str) -> String {
     format!("import time\ntime.sleep({secs})\n\ndef handle(event):\n    return '{reply}'\n")
 }
 
-/// Does not finish importing while `hold` exists.
-pub fn held_while(hold: &Path, reply: &str) -> String {
+/// Does not finish importing until `beacon` is released (the function, in
+/// its sandbox, sees none of the test's files, but reaches loopback).
+pub fn held_while(beacon: &crate::Beacon, reply: &str) -> String {
     format!(
-        "import os, time\nwhile os.path.exists({:?}):\n    time.sleep(0.05)\n\ndef handle(event):\n    return '{reply}'\n",
-        hold.to_str().unwrap()
+        "import time, urllib.request\n\
+         while urllib.request.urlopen({:?}).read() != b'yes':\n    time.sleep(0.05)\n\n\
+         def handle(event):\n    return '{reply}'\n",
+        format!("{}/released", beacon.url)
     )
 }
 

@@ -44,8 +44,7 @@ async fn f1_killed_workers_item_finishes_elsewhere_and_its_late_writes_are_fence
     let mut w1 = stack.worker_process("w1", &dir1, &env1);
     // slow's import does not finish while the hold file exists: the kill
     // lands in the middle of its deploy, however loaded the machine.
-    let hold = root.join("hold");
-    std::fs::write(&hold, "").unwrap();
+    let hold = crate::Beacon::start().await;
     let slow = stack.key("slow");
     stack.create("slow").await;
     acked.upload(
@@ -134,7 +133,7 @@ async fn f1_killed_workers_item_finishes_elsewhere_and_its_late_writes_are_fence
     drop(tx);
     let held_by_w2 = running_item(&pool, &slow).await;
     // w2's deploy of slow may finish now.
-    std::fs::remove_file(&hold).unwrap();
+    hold.release();
     // Its reconciler, run to the end with the stale attempt on a driver of
     // its own: it builds, but the append of what it built is refused.
     let zombie_dir = root.join("zombie");

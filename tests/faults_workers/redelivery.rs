@@ -178,7 +178,8 @@ fn summary(e: &FunctionEvent) -> String {
         | FunctionEvent::BuildFailed { version, .. }
         | FunctionEvent::FunctionDeployed { version, .. }
         | FunctionEvent::DeployFailed { version, .. }
-        | FunctionEvent::FunctionStopped { version, .. } => Some(*version),
+        | FunctionEvent::FunctionStopped { version, .. }
+        | FunctionEvent::FunctionCrashed { version, .. } => Some(*version),
         FunctionEvent::DeployRolledBack { failed_version, .. } => Some(*failed_version),
     };
     match version {

@@ -72,8 +72,7 @@ async fn f9_sigterm_finishes_or_hands_back_every_item_and_leaves_nothing_to_swee
     let pool = stack.pool().clone();
     let root = scratch_dir("f9");
     let (dir1, dir2) = (root.join("w1"), root.join("w2"));
-    let hold = root.join("hold");
-    std::fs::write(&hold, "").unwrap();
+    let hold = crate::Beacon::start().await;
     let env = [
         ("SLESS_LEASE_SECS", LEASE_SECS),
         ("SLESS_WORKER_CONCURRENCY", "4"),
@@ -192,7 +191,7 @@ async fn f9_sigterm_finishes_or_hands_back_every_item_and_leaves_nothing_to_swee
     .await;
 
     // Another worker picks up what w1 handed back, at once.
-    std::fs::remove_file(&hold).unwrap();
+    hold.release();
     let _w2 = stack.worker_process("w2", &dir2, &env);
     let settled = within(Duration::from_secs(60), || all_settled(&stack, &acked)).await;
     let drained = within(Duration::from_secs(30), || queue_empty(&pool)).await;

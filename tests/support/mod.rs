@@ -56,8 +56,37 @@ impl Drop for Proc {
     }
 }
 
-/// Processes whose command line mentions `needle` (e.g. a data directory).
+/// Processes whose command line mentions `needle` (e.g. a data directory),
+/// or, for a sandbox, whose owner (`sless_sandbox::OWNER_ENV` on its bwrap,
+/// the local driver's data directory) does: a jailed function's own
+/// command line names no host path. A sandbox counts once, as its outer
+/// bwrap (its init and what it runs go with it).
 pub fn processes_mentioning(needle: &str) -> Vec<(u32, String)> {
+    let mut found = matching(needle);
+    let jailed: Vec<u32> = found.iter().filter(|(_, j)| *j).map(|(p, _)| *p).collect();
+    found.retain(|(pid, jail)| !*jail || !parent_of(*pid).is_some_and(|p| jailed.contains(&p)));
+    found
+        .into_iter()
+        .map(|(pid, _)| {
+            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            (pid, String::from_utf8_lossy(&raw).replace('\0', " "))
+        })
+        .collect()
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// (pid, whether it matched as a sandbox's bwrap).
+fn matching(needle: &str) -> Vec<(u32, bool)> {
+    let owner = format!("{}=", sless_sandbox::OWNER_ENV);
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
@@ -72,10 +101,91 @@ pub fn processes_mentioning(needle: &str) -> Vec<(u32, String)> {
         let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
         // A zombie has an empty command line and has already exited.
         if cmdline.contains(needle) {
-            found.push((pid, cmdline));
+            found.push((pid, false));
+            continue;
+        }
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        let jailed = environ
+            .split(|b| *b == 0)
+            .filter_map(|var| std::str::from_utf8(var).ok())
+            .any(|var| var.strip_prefix(&owner).is_some_and(|o| o.contains(needle)));
+        if jailed && !cmdline.is_empty() {
+            found.push((pid, true));
         }
     }
     found
+}
+
+/// An HTTP server on loopback that functions in their sandboxes can reach
+/// (they cannot write the test's files): it records the paths `/hit/...`
+/// asked for, and answers `/released` with `yes` once `release` was called.
+pub struct Beacon {
+    pub url: String,
+    hits: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Beacon {
+    pub async fn start() -> Beacon {
+        use std::sync::atomic::Ordering;
+        let hits = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (h, o) = (hits.clone(), open.clone());
+        let app = axum::Router::new()
+            .route(
+                "/hit/{name}",
+                axum::routing::get(
+                    move |axum::extract::Path(name): axum::extract::Path<String>| {
+                        let h = h.clone();
+                        async move {
+                            h.lock().unwrap().push(name);
+                            "ok"
+                        }
+                    },
+                ),
+            )
+            .route(
+                "/released",
+                axum::routing::get(move || {
+                    let o = o.clone();
+                    async move {
+                        if o.load(Ordering::SeqCst) {
+                            "yes"
+                        } else {
+                            "no"
+                        }
+                    }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Beacon {
+            url,
+            hits,
+            open,
+            task,
+        }
+    }
+
+    /// The names asked for as `/hit/{name}`, in order.
+    pub fn hits(&self) -> Vec<String> {
+        self.hits.lock().unwrap().clone()
+    }
+
+    /// From now on `/released` answers `yes`.
+    pub fn release(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Beacon {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// Zips the files of a directory (not recursing), as a user would.

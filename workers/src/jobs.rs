@@ -77,13 +77,28 @@ fn output(c: Captured) -> Output {
     }
 }
 
+/// The start of a run's error when it was killed for memory.
+const OUT_OF_MEMORY: &str = "killed for using more memory than its memory_mb of";
+
+/// Why a run failed, as its invocation record says it (`None`: it did not).
+pub(crate) fn error_kind(result: &RunResult) -> Option<&'static str> {
+    if result.exit_code == Some(0) && !result.timed_out && result.error.is_none() {
+        return None;
+    }
+    Some(match (&result.error, result.exit_code) {
+        _ if result.timed_out => "timeout",
+        (Some(e), _) if e.starts_with(OUT_OF_MEMORY) => "oom",
+        (Some(_), None) if result.duration_ms == 0 => "not-run",
+        (Some(_), _) => "killed",
+        (None, _) => "exited",
+    })
+}
+
 /// How a run ended, for the decider.
 pub(crate) fn run_result(out: JobOutput) -> RunResult {
     RunResult {
         error: match (out.timed_out, out.signal, out.out_of_memory) {
-            (false, _, Some(mb)) => Some(format!(
-                "killed for using more memory than its memory_mb of {mb}"
-            )),
+            (false, _, Some(mb)) => Some(format!("{OUT_OF_MEMORY} {mb}")),
             (false, Some(sig), None) => Some(format!("killed by signal {sig}")),
             _ => None,
         },
@@ -196,6 +211,7 @@ impl<D: Driver> Reconciler<D> {
         });
         let duration = Duration::from_millis(result.duration_ms);
         let bytes_out = result.stdout.bytes + result.stderr.bytes;
+        let error_kind = error_kind(&result).map(str::to_owned);
         self.job_append(
             item,
             &ns,
@@ -218,6 +234,7 @@ impl<D: Driver> Reconciler<D> {
             bytes_out,
             cold: true,
             error,
+            error_kind,
             request_id: format!("work-{}", item.id),
             origin: origin.to_owned(),
             run: Some(item.key.clone()),

@@ -6,6 +6,7 @@
 //! the log as events.
 
 pub mod collect;
+pub mod crashes;
 pub mod driver;
 pub mod jobs;
 pub mod kube;

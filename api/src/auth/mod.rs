@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, Validation};
@@ -88,6 +88,10 @@ impl std::fmt::Debug for Auth {
             .finish_non_exhaustive()
     }
 }
+
+/// The problem kind of a token refused because the instance runs without
+/// a sandbox and serves one user only.
+pub const SANDBOX_DISABLED: &str = "sandbox-disabled";
 
 /// Claims no admin claim may be named after.
 const REGISTERED_CLAIMS: [&str; 7] = ["iss", "sub", "aud", "exp", "nbf", "iat", "jti"];
@@ -361,9 +365,29 @@ impl FromRequestParts<AppState> for Caller {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let token = bearer(parts)?;
-        state.auth.verify(token).map_err(|error| Unauthorized {
+        let caller = state.auth.verify(token).map_err(|error| Unauthorized {
             error,
             token_presented: true,
-        })
+        })?;
+        if let Some(only) = &state.only_namespace
+            && caller.namespace != *only
+        {
+            return Err(Unauthorized {
+                error: ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    SANDBOX_DISABLED,
+                    "One user only",
+                    format!(
+                        "this instance runs functions without a sandbox (--unsafe-no-sandbox), \
+                         as the user that runs it, so it serves one user only ({only}); the \
+                         token of {:?} is refused. Start it without --unsafe-no-sandbox to \
+                         serve several users",
+                        caller.sub
+                    ),
+                ),
+                token_presented: true,
+            });
+        }
+        Ok(caller)
     }
 }

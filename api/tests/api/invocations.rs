@@ -64,6 +64,7 @@ fn record_at(name: &str, at: DateTime<Utc>, status: u16) -> Invocation {
         bytes_out: 2,
         cold: false,
         error: None,
+        error_kind: None,
         request_id: format!("req-{}", at.timestamp_micros()),
         origin: "http".into(),
         run: None,
@@ -329,6 +330,7 @@ async fn job_and_cron_runs_are_listed_with_their_origin_and_run() {
         run: Some(format!("cron/{ns}/nightly/1798675200")),
         status: 500,
         error: Some("exited with code 3".into()),
+        error_kind: Some("exited".into()),
         ..record_at("report", t0 + chrono::Duration::seconds(1), 500)
     };
     let http = record_at("report", t0 + chrono::Duration::seconds(2), 200);

@@ -686,3 +686,44 @@ fn a_rolled_back_deploy_fails_the_version_and_names_the_one_that_still_serves() 
     let s = given(&events);
     assert_eq!((s.phase, s.last_error.as_deref()), (Phase::Pending, None));
 }
+
+#[test]
+fn a_crash_of_what_serves_is_its_last_error_and_leaves_it_ready() {
+    let crashed = |version| FunctionEvent::FunctionCrashed {
+        version,
+        cause: crate::CrashCause::Oom,
+        detail: "killed for using more memory than its memory_mb of 128; started again".into(),
+        memory_mb: Some(128),
+    };
+    let mut events = ready_at_v1();
+    events.push(crashed(1));
+    let s = given(&events);
+    assert_eq!(s.phase, Phase::Ready, "its driver starts it again");
+    assert_eq!(
+        (s.deployed_version, s.endpoint.as_deref()),
+        (Some(1), Some("http://e"))
+    );
+    assert_eq!(
+        s.last_error.as_deref(),
+        Some(
+            "version 1 crashed: killed for using more memory than its memory_mb of 128; started again"
+        )
+    );
+
+    // A crash of a version that no longer serves changes nothing.
+    let mut events = ready_at_v1();
+    events.push(crashed(7));
+    assert_eq!(given(&events).last_error, None);
+
+    // The next deploy clears it.
+    let mut events = ready_at_v1();
+    events.extend([
+        crashed(1),
+        uploaded(2, "b"),
+        FunctionEvent::FunctionDeployed {
+            version: 2,
+            endpoint: "http://f".into(),
+        },
+    ]);
+    assert_eq!(given(&events).last_error, None);
+}

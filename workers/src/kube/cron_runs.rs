@@ -157,6 +157,7 @@ impl CronRunRecorder {
                     format!("exit code {:?}", result.exit_code)
                 }
             }),
+            error_kind: crate::jobs::error_kind(&result).map(str::to_owned),
             request_id: format!("cronjob-{}", job.name_any()),
             origin: "cron".to_owned(),
             run: Some(stream.clone()),

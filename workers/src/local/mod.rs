@@ -43,6 +43,7 @@ use std::time::Duration;
 use sless_domain::{FunctionKey, Runtime};
 use tokio::time::Instant;
 
+use crate::crashes::Crash;
 use crate::driver::{
     Artifact, BuildRequest, DeployRequest, Deployment, Driver, DriverError, JobOutput, JobRequest,
 };
@@ -201,6 +202,12 @@ pub struct LocalDriver {
     closed: AtomicBool,
     /// What is left of `cfg.first_ports`.
     first_ports: Mutex<std::collections::VecDeque<u16>>,
+    /// Crashes of supervised processes: the sender each instance reports
+    /// on, and the receiver until someone takes it ([`LocalDriver::crashes`]).
+    crashes: (
+        tokio::sync::mpsc::UnboundedSender<Crash>,
+        Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Crash>>>,
+    ),
 }
 
 impl LocalDriver {
@@ -227,6 +234,9 @@ impl LocalDriver {
             Isolation::Sandboxed(options) => {
                 let sandbox = Sandbox::with_options(options)
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
+                sandbox
+                    .check()
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
                 let toolchain = Toolchain::resolve(&cfg.python, &cfg.node, &cfg.npm)?;
                 Some(Arc::new(Jails {
                     sandbox,
@@ -252,6 +262,10 @@ impl LocalDriver {
             key_locks: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             first_ports: Mutex::new(cfg.first_ports.iter().copied().collect()),
+            crashes: {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (tx, Mutex::new(Some(rx)))
+            },
             cfg,
         })
     }
@@ -281,6 +295,19 @@ impl LocalDriver {
     /// process died.
     pub fn restarts(&self, key: &FunctionKey) -> u32 {
         self.current(key).map_or(0, |inst| inst.restarts())
+    }
+
+    /// The crashes of the processes this driver supervises (each one that
+    /// ended without being asked to, before it is started again), for
+    /// `crashes::record`; `None` once taken.
+    pub fn crashes(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Crash>> {
+        self.crashes.1.lock().unwrap().take()
+    }
+
+    /// How memory and process limits are enforced, when functions run in
+    /// the sandbox.
+    pub fn limits(&self) -> Option<sless_sandbox::LimitsMechanism> {
+        self.jails.as_ref().map(|j| j.sandbox.limits_mechanism())
     }
 
     /// The data directory.
@@ -605,8 +632,10 @@ impl LocalDriver {
                 port,
                 entrypoint: req.entrypoint,
                 env_vars: req.env_vars,
+                memory_mb: req.memory_mb,
                 spec,
                 sink,
+                crashes: self.crashes.0.clone(),
             },
             running,
             self.spawner.clone(),

@@ -11,13 +11,14 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::process::Child;
 use tokio::runtime::Handle;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::sandbox::{self, Launch};
+use crate::crashes::Crash;
 use crate::driver::Deployment;
-use sless_domain::FunctionKey;
+use sless_domain::{CrashCause, FunctionKey};
 
 /// How many lines of a function's output are kept in memory.
 const RING_LINES: usize = 50;
@@ -361,8 +362,10 @@ pub(crate) struct Instance {
     pub port: u16,
     pub entrypoint: String,
     pub env_vars: BTreeMap<String, String>,
+    memory_mb: u32,
     spec: Launch,
     sink: Arc<LogSink>,
+    crashes: mpsc::UnboundedSender<Crash>,
     state: Mutex<InstanceState>,
     stop_tx: watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -375,8 +378,11 @@ pub(crate) struct InstanceParts {
     pub port: u16,
     pub entrypoint: String,
     pub env_vars: BTreeMap<String, String>,
+    pub memory_mb: u32,
     pub spec: Launch,
     pub sink: Arc<LogSink>,
+    /// Where crashes are reported.
+    pub crashes: mpsc::UnboundedSender<Crash>,
 }
 
 impl Instance {
@@ -393,8 +399,10 @@ impl Instance {
             port: parts.port,
             entrypoint: parts.entrypoint,
             env_vars: parts.env_vars,
+            memory_mb: parts.memory_mb,
             spec: parts.spec,
             sink: parts.sink,
+            crashes: parts.crashes,
             state: Mutex::new(InstanceState {
                 pid: Some(running.pid),
                 restarts: 0,
@@ -469,6 +477,7 @@ impl Instance {
             if started.elapsed() >= STABLE_AFTER {
                 backoff = INITIAL_BACKOFF;
             }
+            self.report(&running, status.as_ref().ok(), backoff);
             let mut problem = format!("function process {what}");
             running = loop {
                 tracing::warn!(
@@ -504,6 +513,43 @@ impl Instance {
                 return;
             }
         }
+    }
+}
+
+impl Instance {
+    /// Reports a process that ended on its own (it is started again after
+    /// `backoff`).
+    fn report(&self, running: &Running, status: Option<&ExitStatus>, backoff: Duration) {
+        let again = format!("started again in {} ms", backoff.as_millis());
+        let jailed = running.jail.is_some();
+        let (cause, detail) = if running.out_of_memory() {
+            (
+                CrashCause::Oom,
+                format!(
+                    "killed for using more memory than its memory_mb of {}; {again}",
+                    self.memory_mb
+                ),
+            )
+        } else {
+            match status.map(|s| exit_parts(s, jailed)) {
+                Some((Some(code), _)) => (
+                    CrashCause::Exited,
+                    format!("its process exited with code {code}; {again}"),
+                ),
+                Some((None, Some(sig))) => (
+                    CrashCause::Killed,
+                    format!("its process was killed by signal {sig}; {again}"),
+                ),
+                _ => (CrashCause::Killed, format!("its process ended; {again}")),
+            }
+        };
+        let _ = self.crashes.send(Crash {
+            key: self.key.clone(),
+            version: self.deployment.version,
+            cause,
+            detail,
+            memory_mb: (cause == CrashCause::Oom).then_some(self.memory_mb),
+        });
     }
 }
 

@@ -1,0 +1,147 @@
+//! The local driver's sandbox, from `SLESS_SANDBOX_*` and
+//! `SLESS_BUILD_MEMORY_MB` / `SLESS_BUILD_PROCESSES` (docs/configuration.md).
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use sless_workers::local::sandbox::JailSizes;
+
+use super::{number_from, var};
+
+/// The first uid of the default range: far above the users a machine has
+/// and the ranges `/etc/subuid` hands out.
+pub const DEFAULT_FIRST_UID: u32 = 2_000_000_000;
+/// How many uids the default range has: one per namespace.
+pub const DEFAULT_UID_COUNT: u32 = 1_000_000;
+
+/// What the local driver's sandbox is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSettings {
+    /// The uids given to namespaces: `first`, then the `count - 1` after it.
+    pub first_uid: u32,
+    pub uid_count: u32,
+    pub sizes: JailSizes,
+    /// A delegated cgroup (v2) to make jails' cgroups below.
+    pub cgroup: Option<PathBuf>,
+    /// Resource limits instead of cgroups.
+    pub rlimits_only: bool,
+}
+
+pub fn sandbox() -> anyhow::Result<SandboxSettings> {
+    sandbox_from(&|name| var(name))
+}
+
+pub(super) fn sandbox_from(
+    get: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<SandboxSettings> {
+    let (first_uid, uid_count) = match get("SLESS_SANDBOX_UIDS") {
+        None => (DEFAULT_FIRST_UID, DEFAULT_UID_COUNT),
+        Some(range) => uid_range(&range)?,
+    };
+    let d = JailSizes::default();
+    let sized = |name: &str, default: u32, min: u32, max: u32| -> anyhow::Result<u32> {
+        let v: u32 = number_from(get, name, default)?;
+        if !(min..=max).contains(&v) {
+            bail!("{name}={v} must be from {min} to {max}");
+        }
+        Ok(v)
+    };
+    let sizes = JailSizes {
+        tmp_mb: sized("SLESS_SANDBOX_TMP_MB", d.tmp_mb, 1, 65_536)?,
+        processes: sized("SLESS_SANDBOX_PROCESSES", d.processes, 8, 1_000_000)?,
+        file_mb: sized("SLESS_SANDBOX_FILE_MB", d.file_mb, 1, 1_048_576)?,
+        build_memory_mb: sized("SLESS_BUILD_MEMORY_MB", d.build_memory_mb, 64, 1_048_576)?,
+        build_processes: sized("SLESS_BUILD_PROCESSES", d.build_processes, 8, 1_000_000)?,
+    };
+    let rlimits_only = match get("SLESS_SANDBOX_LIMITS").as_deref() {
+        None | Some("auto") => false,
+        Some("rlimits") => true,
+        Some(other) => bail!(
+            "SLESS_SANDBOX_LIMITS={other:?}: use auto (cgroups where they can be written, \
+             else resource limits) or rlimits"
+        ),
+    };
+    Ok(SandboxSettings {
+        first_uid,
+        uid_count,
+        sizes,
+        cgroup: get("SLESS_SANDBOX_CGROUP").map(PathBuf::from),
+        rlimits_only,
+    })
+}
+
+/// `FIRST-LAST`, both included, of unprivileged uids.
+fn uid_range(range: &str) -> anyhow::Result<(u32, u32)> {
+    let bad = |why: &str| anyhow::anyhow!("SLESS_SANDBOX_UIDS={range:?}: {why}");
+    let (first, last) = range
+        .split_once('-')
+        .ok_or_else(|| bad("write it as FIRST-LAST, e.g. 2000000000-2000999999"))?;
+    let parse = |s: &str| {
+        s.trim()
+            .parse::<u32>()
+            .map_err(|_| bad("FIRST and LAST are uids (whole numbers)"))
+    };
+    let (first, last) = (parse(first)?, parse(last)?);
+    if first < 1000 {
+        return Err(bad(
+            "FIRST must be at least 1000: below are the system's own users",
+        ));
+    }
+    if last < first {
+        return Err(bad("LAST is below FIRST"));
+    }
+    if last >= 4_294_967_294 {
+        return Err(bad(
+            "LAST must be below 4294967294 (the kernel's overflow uid)",
+        ));
+    }
+    Ok((first, last - first + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> anyhow::Result<SandboxSettings> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        sandbox_from(&|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn sandbox_settings_have_defaults_and_name_a_bad_value() {
+        let d = with(&[]).unwrap();
+        assert_eq!(
+            (d.first_uid, d.uid_count),
+            (DEFAULT_FIRST_UID, DEFAULT_UID_COUNT)
+        );
+        assert_eq!(d.sizes, JailSizes::default());
+        assert!(!d.rlimits_only && d.cgroup.is_none());
+        let s = with(&[
+            ("SLESS_SANDBOX_UIDS", "300000-300099"),
+            ("SLESS_SANDBOX_TMP_MB", "16"),
+            ("SLESS_SANDBOX_LIMITS", "rlimits"),
+        ])
+        .unwrap();
+        assert_eq!((s.first_uid, s.uid_count), (300_000, 100));
+        assert_eq!(s.sizes.tmp_mb, 16);
+        assert!(s.rlimits_only);
+        for (name, value) in [
+            ("SLESS_SANDBOX_UIDS", "300000"),
+            ("SLESS_SANDBOX_UIDS", "0-100"),
+            ("SLESS_SANDBOX_UIDS", "5000-4000"),
+            ("SLESS_SANDBOX_UIDS", "5000-4294967295"),
+            ("SLESS_SANDBOX_TMP_MB", "0"),
+            ("SLESS_SANDBOX_PROCESSES", "two"),
+            ("SLESS_BUILD_MEMORY_MB", "1"),
+            ("SLESS_SANDBOX_LIMITS", "cgroups"),
+        ] {
+            let e = with(&[(name, value)]).unwrap_err().to_string();
+            assert!(e.starts_with(name), "{name}={value}: {e}");
+        }
+    }
+}
