@@ -45,6 +45,7 @@ impl AnyDriver {
                     Isolation::Sandboxed(SandboxOptions {
                         rlimits_only: settings.rlimits_only,
                         cgroup_parent: settings.cgroup.clone(),
+                        bwrap: settings.bwrap.clone(),
                     })
                 };
                 cfg.tenants = TenantIds::PerNamespace {

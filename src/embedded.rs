@@ -56,6 +56,9 @@ pub async fn postgres(dir: &Path) -> anyhow::Result<PrivatePostgres> {
         data_dir: dir.join("postgres"),
         port: None,
         settings: vec![],
+        // Functions share the machine's network: none of them can reach a
+        // socket in the data directory.
+        socket_only: true,
     };
     PrivatePostgres::start(opts)
         .await

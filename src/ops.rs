@@ -89,26 +89,37 @@ fn running_dev_postgres(dir: &Path) -> anyhow::Result<Option<String>> {
         return Ok(None);
     };
     let lines: Vec<&str> = pid_file.lines().map(str::trim).collect();
-    let (Some(pid), Some(port), Some(status)) = (
-        lines.first().and_then(|p| p.parse::<i32>().ok()),
+    let (Some(port), Some(socket_dir), Some(listen), Some(status)) = (
         lines.get(3).and_then(|p| p.parse::<u16>().ok()),
+        lines.get(4),
+        lines.get(5),
         lines.get(7),
     ) else {
         return Ok(None);
     };
-    // Signal 0 checks the process exists; EPERM says it does, as another user.
-    // SAFETY: kill(2) with signal 0 sends nothing.
-    let alive = unsafe { libc::kill(pid, 0) } == 0
-        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    if !alive || *status != "ready" {
+    if *status != "ready" {
+        return Ok(None);
+    }
+    // Whether it runs: whether it answers (the lock file's pid is the one
+    // the server has in its sandbox, not ours; a crash leaves the file).
+    let socket = listen.is_empty().then(|| PathBuf::from(socket_dir));
+    let answers = match &socket {
+        Some(dir) => {
+            std::os::unix::net::UnixStream::connect(dir.join(format!(".s.PGSQL.{port}"))).is_ok()
+        }
+        None => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    };
+    if !answers {
         return Ok(None);
     }
     let password_file = pg_dir.join("pg-password");
     let password = std::fs::read_to_string(&password_file)
         .with_context(|| format!("reading {}", password_file.display()))?;
-    Ok(Some(format!(
-        "postgres://sless:{}@127.0.0.1:{port}/postgres",
-        password.trim()
+    Ok(Some(sless_embedded::postgres_url(
+        password.trim(),
+        port,
+        socket.as_deref(),
+        "postgres",
     )))
 }
 

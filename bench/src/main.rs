@@ -98,6 +98,7 @@ impl Server {
                     data_dir: self.dir.clone(),
                     port: None,
                     settings: vec![],
+                    socket_only: false,
                 })
                 .await?;
                 let url = cluster.url("postgres");

@@ -23,7 +23,7 @@ mod process;
 mod s3;
 
 pub use error::{EmbeddedError, Result};
-pub use postgres::{PostgresOptions, PrivatePostgres};
+pub use postgres::{PostgresOptions, PrivatePostgres, url as postgres_url};
 pub use s3::S3Server;
 
 /// Generates a random secret (hex, 32 bytes of randomness) — used for

@@ -41,6 +41,11 @@ pub struct PostgresOptions {
     /// Extra server settings, passed as `-c name=value` after (and so
     /// overriding) the built-in ones.
     pub settings: Vec<(String, String)>,
+    /// Listen on the Unix socket in `data_dir/pgsock` only, not on TCP: no
+    /// port of it is reachable for anyone who cannot reach that directory
+    /// (a sandboxed function). The port still names the socket file. Falls
+    /// back to TCP when the socket's path is too long for one.
+    pub socket_only: bool,
 }
 
 impl PostgresOptions {
@@ -50,6 +55,7 @@ impl PostgresOptions {
             data_dir: data_dir.into(),
             port: None,
             settings: Vec::new(),
+            socket_only: false,
         }
     }
 }
@@ -65,6 +71,8 @@ impl PostgresOptions {
 /// the parent-death signal — when the process dies, even by SIGKILL.
 pub struct PrivatePostgres {
     port: u16,
+    /// The socket directory, when the server listens there only.
+    socket: Option<PathBuf>,
     password: String,
     keeper: Option<Keeper>,
     /// Where the cluster lives, and the extra settings it was started with,
@@ -105,7 +113,15 @@ impl PrivatePostgres {
     pub async fn start(opts: PostgresOptions) -> Result<PrivatePostgres> {
         let settings = opts.settings.clone();
         let fixed_port = opts.port;
+        let wants_socket = opts.socket_only;
         let prepared = blocking(move || prepare(&opts)).await?;
+        // The socket file is `.s.PGSQL.{port}`: its whole path must fit a
+        // sockaddr_un (108 bytes with the NUL).
+        let socket = (wants_socket && prepared.pgsock.as_os_str().len() + 17 < 108)
+            .then(|| prepared.pgsock.clone());
+        if wants_socket && socket.is_none() {
+            tracing::warn!(dir = %prepared.pgsock.display(), "the socket's path is too long; PostgreSQL listens on TCP on 127.0.0.1");
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -114,7 +130,7 @@ impl PrivatePostgres {
                 None => free_port()?,
             };
             let log_offset = std::fs::metadata(&prepared.log).map_or(0, |m| m.len());
-            let command = postgres_command(&prepared, port, &settings)?;
+            let command = postgres_command(&prepared, port, &settings, socket.is_some())?;
             let keeper = blocking(move || Keeper::spawn(command, "sless-postgres")).await?;
             let pid = keeper.pid();
             tracing::debug!(pid, port, "postmaster spawned");
@@ -122,6 +138,7 @@ impl PrivatePostgres {
             // cancelled) shuts the postmaster down.
             let server = PrivatePostgres {
                 port,
+                socket: socket.clone(),
                 password: prepared.password.clone(),
                 keeper: Some(keeper),
                 data_dir: prepared.data_dir.clone(),
@@ -130,7 +147,8 @@ impl PrivatePostgres {
             let Some(keeper) = server.keeper.as_ref() else {
                 unreachable!("keeper was just set")
             };
-            let Err(err) = wait_ready(&prepared, keeper, port, log_offset).await else {
+            let Err(err) = wait_ready(&prepared, keeper, port, socket.is_some(), log_offset).await
+            else {
                 tracing::info!(port, pid, data_dir = %prepared.data_dir.display(), "private PostgreSQL is ready");
                 return Ok(server);
             };
@@ -162,12 +180,10 @@ impl PrivatePostgres {
     }
 
     /// Connection URL for `database` as the superuser:
-    /// `postgres://sless:<password>@127.0.0.1:<port>/<database>`.
+    /// `postgres://sless:<password>@127.0.0.1:<port>/<database>`, or with
+    /// the socket only, `...@localhost:<port>/<database>?host=<socket dir>`.
     pub fn url(&self, database: &str) -> String {
-        format!(
-            "postgres://{SUPERUSER}:{}@127.0.0.1:{}/{database}",
-            self.password, self.port
-        )
+        url(&self.password, self.port, self.socket.as_deref(), database)
     }
 
     /// Shuts the server down: SIGINT to the postmaster (fast shutdown: open
@@ -240,6 +256,7 @@ impl PrivatePostgres {
             data_dir: self.data_dir.clone(),
             port: Some(self.port),
             settings: self.settings.clone(),
+            socket_only: self.socket.is_some(),
         })
         .await?;
         self.keeper = again.keeper.take();
@@ -448,8 +465,31 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
+/// The connection URL of a cluster (see [`PrivatePostgres::url`]).
+pub fn url(password: &str, port: u16, socket: Option<&Path>, database: &str) -> String {
+    match socket {
+        None => format!("postgres://{SUPERUSER}:{password}@127.0.0.1:{port}/{database}"),
+        Some(dir) => {
+            let mut host = String::new();
+            for b in dir.as_os_str().as_encoded_bytes() {
+                if b.is_ascii_alphanumeric() || b"/-_.~".contains(b) {
+                    host.push(char::from(*b));
+                } else {
+                    host.push_str(&format!("%{b:02X}"));
+                }
+            }
+            format!("postgres://{SUPERUSER}:{password}@localhost:{port}/{database}?host={host}")
+        }
+    }
+}
+
 /// Builds the postmaster command line; output is appended to the log.
-fn postgres_command(p: &Prepared, port: u16, settings: &[(String, String)]) -> Result<Launch> {
+fn postgres_command(
+    p: &Prepared,
+    port: u16,
+    settings: &[(String, String)],
+    socket_only: bool,
+) -> Result<Launch> {
     let log = OpenOptions::new()
         .create(true)
         .append(true)
@@ -466,7 +506,10 @@ fn postgres_command(p: &Prepared, port: u16, settings: &[(String, String)]) -> R
         port.to_string(),
     ];
     let builtin = [
-        "listen_addresses=127.0.0.1".to_owned(),
+        format!(
+            "listen_addresses={}",
+            if socket_only { "" } else { "127.0.0.1" }
+        ),
         format!("unix_socket_directories=\"{}\"", p.pgsock.display()),
         "max_connections=300".to_owned(),
         "idle_in_transaction_session_timeout=60s".to_owned(),
@@ -492,7 +535,13 @@ fn postgres_command(p: &Prepared, port: u16, settings: &[(String, String)]) -> R
 
 /// Waits until the postmaster we spawned reports "ready" in its
 /// `postmaster.pid` and accepts a TCP connection.
-async fn wait_ready(p: &Prepared, keeper: &Keeper, port: u16, log_offset: u64) -> Result<()> {
+async fn wait_ready(
+    p: &Prepared,
+    keeper: &Keeper,
+    port: u16,
+    socket_only: bool,
+    log_offset: u64,
+) -> Result<()> {
     let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
     loop {
         if let Some(status) = keeper.exit_status() {
@@ -502,11 +551,16 @@ async fn wait_ready(p: &Prepared, keeper: &Keeper, port: u16, log_offset: u64) -
                 tail: log_tail(&p.log, log_offset),
             });
         }
-        if reports_ready(&p.pgdata, keeper.pid())
-            && tokio::net::TcpStream::connect(("127.0.0.1", port))
+        let accepts = if socket_only {
+            tokio::net::UnixStream::connect(p.pgsock.join(format!(".s.PGSQL.{port}")))
                 .await
                 .is_ok()
-        {
+        } else {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        };
+        if reports_ready(&p.pgdata, keeper.pid()) && accepts {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {

@@ -212,7 +212,7 @@ impl RunAs {
         };
         let sandbox = Sandbox::with_options(&SandboxOptions {
             rlimits_only: true,
-            cgroup_parent: None,
+            ..SandboxOptions::default()
         })
         .map_err(|e| trouble(e.to_string()))?;
         let mut jail = Jail::service(

@@ -172,6 +172,7 @@ async fn postgres_honours_port_and_settings() {
         data_dir: dir.path().join("data"),
         port: Some(port),
         settings: vec![("work_mem".into(), "7MB".into())],
+        socket_only: false,
     };
     let pg = PrivatePostgres::start(opts).await.unwrap();
     assert_eq!(pg.port(), port);
@@ -469,4 +470,33 @@ async fn s3_server_drop_closes_the_port() {
     tokio::time::timeout(Duration::from_secs(5), closed)
         .await
         .expect("port still open after drop");
+}
+
+#[tokio::test]
+async fn a_socket_only_cluster_listens_on_no_tcp_port() {
+    let dir = temp_dir();
+    let data_dir = dir.path().join("data");
+    let mut opts = PostgresOptions::new(&data_dir);
+    opts.socket_only = true;
+    let pg = PrivatePostgres::start(opts).await.unwrap();
+    let url = pg.url("postgres");
+    assert!(url.contains("?host="), "{url}");
+    assert_eq!(query_one(&url).await, 1);
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", pg.port())).is_err(),
+        "nothing listens on its port"
+    );
+    let bad = url.replace(&pg_password(&data_dir), &random_secret());
+    assert!(
+        sqlx::PgConnection::connect(&bad).await.is_err(),
+        "the socket needs the password too"
+    );
+    pg.stop().await.unwrap();
+}
+
+fn pg_password(data_dir: &std::path::Path) -> String {
+    std::fs::read_to_string(data_dir.join("pg-password"))
+        .unwrap()
+        .trim()
+        .to_owned()
 }

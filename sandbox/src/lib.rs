@@ -242,10 +242,11 @@ impl HostLayout {
 pub struct SandboxOptions {
     /// Use resource limits even where cgroups could be used.
     pub rlimits_only: bool,
-    /// A cgroup (a directory of a cgroup v2 tree, or of the v1 memory
-    /// hierarchy) delegated to sless, under which it creates its jails'
-    /// cgroups; `None` uses sless's own cgroup.
+    /// A cgroup (a directory of a cgroup v2 tree) delegated to sless, under
+    /// which it creates its jails' cgroups; `None` uses sless's own cgroup.
     pub cgroup_parent: Option<PathBuf>,
+    /// bwrap itself, where it is not on `PATH` or in `/usr/bin`.
+    pub bwrap: Option<PathBuf>,
 }
 
 struct Inner {
@@ -281,7 +282,17 @@ impl Sandbox {
     /// Finds bwrap and setpriv (on `PATH`, or in `/usr/bin`), checks that
     /// sless runs as root, and finds where jails' cgroups can go.
     pub fn with_options(opts: &SandboxOptions) -> Result<Sandbox> {
-        let bwrap = find_program("bwrap", BUBBLEWRAP_PACKAGE)?;
+        let bwrap = match &opts.bwrap {
+            Some(path) if is_executable(path) => path.clone(),
+            Some(path) => {
+                return Err(SandboxError::Missing {
+                    tool: "bwrap",
+                    package: BUBBLEWRAP_PACKAGE,
+                    searched: path.display().to_string(),
+                });
+            }
+            None => find_program("bwrap", BUBBLEWRAP_PACKAGE)?,
+        };
         let setpriv = find_program("setpriv", "util-linux")?;
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
@@ -402,6 +413,10 @@ impl Sandbox {
     }
 }
 
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
+}
+
 /// Finds `name` on `PATH`, else in `/usr/bin` and `/bin`.
 fn find_program(name: &'static str, package: &'static str) -> Result<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -413,7 +428,7 @@ fn find_program(name: &'static str, package: &'static str) -> Result<PathBuf> {
     }
     for dir in &searched {
         let candidate = dir.join(name);
-        if std::fs::metadata(&candidate).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0) {
+        if is_executable(&candidate) {
             return Ok(candidate);
         }
     }

@@ -25,6 +25,8 @@ pub struct SandboxSettings {
     pub cgroup: Option<PathBuf>,
     /// Resource limits instead of cgroups.
     pub rlimits_only: bool,
+    /// bwrap, where it is not on `PATH` (`SLESS_BWRAP`).
+    pub bwrap: Option<PathBuf>,
 }
 
 pub fn sandbox() -> anyhow::Result<SandboxSettings> {
@@ -67,6 +69,7 @@ pub(super) fn sandbox_from(
         sizes,
         cgroup: get("SLESS_SANDBOX_CGROUP").map(PathBuf::from),
         rlimits_only,
+        bwrap: get("SLESS_BWRAP").map(PathBuf::from),
     })
 }
 

@@ -46,6 +46,7 @@ fn server() -> &'static Server {
                     data_dir: dir,
                     port: None,
                     settings: vec![("fsync".into(), "off".into())],
+                    socket_only: false,
                 }))
                 .expect("starting a private PostgreSQL for tests");
             let url = cluster.url("postgres");

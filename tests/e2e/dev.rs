@@ -7,7 +7,14 @@ use serde_json::json;
 
 use crate::{Client, Proc, processes_mentioning, sless, zip_dir};
 
-async fn start_dev(dir: &Path, log: &str) -> (Proc, Client) {
+/// Starts `sless dev` on `dir` (logging to `dir` with the extension
+/// `log`) and waits until it wrote `dev.json`.
+pub async fn start_dev(dir: &Path, log: &str) -> (Proc, Client) {
+    start_dev_with(dir, log, &[]).await
+}
+
+/// [`start_dev`] with more arguments.
+pub async fn start_dev_with(dir: &Path, log: &str, args: &[&str]) -> (Proc, Client) {
     let _ = std::fs::remove_file(dir.join("dev.json"));
     let mut cmd = sless();
     cmd.args([
@@ -16,7 +23,8 @@ async fn start_dev(dir: &Path, log: &str) -> (Proc, Client) {
         dir.to_str().unwrap(),
         "--listen",
         "127.0.0.1:0",
-    ]);
+    ])
+    .args(args);
     cmd.env_remove("DATABASE_URL")
         .env_remove("S3_ENDPOINT")
         .env_remove("S3_BUCKET");
@@ -36,7 +44,8 @@ async fn start_dev(dir: &Path, log: &str) -> (Proc, Client) {
     (proc, client)
 }
 
-async fn stop_dev(mut proc: Proc, dir: &Path) {
+/// Stops it (SIGTERM) and checks it left nothing running.
+pub async fn stop_dev(mut proc: Proc, dir: &Path) {
     proc.signal(libc::SIGTERM);
     let status = proc.wait_exit(Duration::from_secs(60)).await;
     assert!(status.success(), "sless dev exited with {status}");

@@ -8,6 +8,7 @@ mod orphans;
 mod platform;
 mod replay;
 mod runtimes;
+mod sandbox;
 #[path = "../support/mod.rs"]
 mod support;
 mod triggers;
