@@ -524,6 +524,19 @@ fn kube_from(get: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<KubeSetting
     Ok(s)
 }
 
+/// The address the local driver's functions listen on and the invoke proxy
+/// reaches them at, from `SLESS_LOCAL_ADVERTISE` (127.0.0.1): another
+/// machine's address when API processes run on other machines than this
+/// worker.
+pub fn advertise() -> anyhow::Result<std::net::IpAddr> {
+    match var("SLESS_LOCAL_ADVERTISE") {
+        None => Ok(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
+        Some(v) => v
+            .parse()
+            .map_err(|e| anyhow::anyhow!("SLESS_LOCAL_ADVERTISE={v:?} is not an IP address: {e}")),
+    }
+}
+
 pub fn python() -> String {
     var("SLESS_PYTHON").unwrap_or_else(|| "python3".into())
 }

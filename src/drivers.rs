@@ -8,9 +8,10 @@ use sless_sandbox::SandboxOptions;
 use sless_store::PgPool;
 use sless_store::blobs::BlobStore;
 use sless_workers::Driver;
+use sless_workers::WorkerConfig;
 use sless_workers::driver::{
     Artifact, BuildRequest, CronRequest, DeployRequest, Deployment, DriverError, JobOutput,
-    JobRequest,
+    JobRequest, Node, RunningHere,
 };
 use sless_workers::kube::{CronRunRecorder, KubeDriver};
 use sless_workers::local::sandbox::{Isolation, TenantIds};
@@ -32,6 +33,7 @@ impl AnyDriver {
         data_dir: &Path,
         blobs: &BlobStore,
         pool: &PgPool,
+        worker: &WorkerConfig,
         unsafe_no_sandbox: bool,
     ) -> anyhow::Result<Arc<AnyDriver>> {
         let driver = match config::driver()? {
@@ -54,6 +56,13 @@ impl AnyDriver {
                     count: settings.uid_count,
                 };
                 cfg.jail = settings.sizes;
+                // The log names this worker as where its functions run; a
+                // worker silent for a lease is gone.
+                cfg.placement = Some(Node {
+                    id: worker.id.clone(),
+                    dead_after: worker.lease,
+                });
+                cfg.advertise = config::advertise()?;
                 let driver = LocalDriver::new(cfg).map_err(|e| {
                     if unsafe_no_sandbox {
                         anyhow::anyhow!("preparing the local driver: {e}")
@@ -158,6 +167,20 @@ impl Driver for AnyDriver {
         match self {
             AnyDriver::Local(d) => d.runs_cron(),
             AnyDriver::Kubernetes(d) => d.runs_cron(),
+        }
+    }
+
+    fn node(&self) -> Option<Node> {
+        match self {
+            AnyDriver::Local(d) => d.node(),
+            AnyDriver::Kubernetes(d) => d.node(),
+        }
+    }
+
+    fn running_here(&self) -> Vec<RunningHere> {
+        match self {
+            AnyDriver::Local(d) => d.running_here(),
+            AnyDriver::Kubernetes(d) => d.running_here(),
         }
     }
 

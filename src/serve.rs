@@ -91,7 +91,9 @@ pub async fn all_in_one(
     sless_store::migrate(&pool).await?;
     let blobs = BlobStore::new(&s3_config);
     blobs.check().await.context("checking the S3 bucket")?;
-    let driver = AnyDriver::from_env(&data_dir, &blobs, &pool, unsafe_no_sandbox).await?;
+    let worker_config = config::worker()?;
+    let driver =
+        AnyDriver::from_env(&data_dir, &blobs, &pool, &worker_config, unsafe_no_sandbox).await?;
 
     if pg.is_some() {
         // Our own private database: no other worker can hold these items, so
@@ -103,6 +105,9 @@ pub async fn all_in_one(
                 "released work items left running by the last stop"
             );
         }
+        // Nor is any other worker alive: what the last one ran is placed
+        // here (the reconcile of everything below does it).
+        sless_store::workers::forget_all(&pool).await?;
     }
     let (stop_tx, stop) = watch::channel(false);
     let projector = tokio::spawn(sless_projector::run(
@@ -123,7 +128,7 @@ pub async fn all_in_one(
             blobs: blobs.clone(),
             driver: driver.clone(),
         },
-        config: config::worker()?,
+        config: worker_config,
         on_start: None,
     };
     let worker = tokio::spawn(worker.run(stop.clone()));
@@ -154,6 +159,7 @@ pub async fn all_in_one(
     let _ = projector.await;
     let _ = manifests.await;
     driver.shutdown().await;
+    leave(&driver, &pool).await;
     if let Some(crashes) = crashes {
         let _ = crashes.await;
     }
@@ -249,8 +255,8 @@ pub async fn worker(data_dir: PathBuf, unsafe_no_sandbox: bool) -> anyhow::Resul
     }
     let pool = pool_from_env(10).await?;
     let blobs = BlobStore::new(&config::require_s3()?);
-    let driver = AnyDriver::from_env(&data_dir, &blobs, &pool, unsafe_no_sandbox).await?;
     let cfg = config::worker()?;
+    let driver = AnyDriver::from_env(&data_dir, &blobs, &pool, &cfg, unsafe_no_sandbox).await?;
     eprintln!("sless worker {} started (lease {:?})", cfg.id, cfg.lease);
     let worker = Worker {
         pool: pool.clone(),
@@ -271,10 +277,27 @@ pub async fn worker(data_dir: PathBuf, unsafe_no_sandbox: bool) -> anyhow::Resul
     task.await??;
     let _ = scheduler.await;
     driver.shutdown().await;
+    leave(&driver, &pool).await;
     if let Some(crashes) = crashes {
         let _ = crashes.await;
     }
     Ok(())
+}
+
+/// Once the driver stopped what it ran here: this worker leaves, and what
+/// it ran gets a reconcile, so another worker places it at once.
+async fn leave(driver: &AnyDriver, pool: &PgPool) {
+    let Some(node) = driver.node() else { return };
+    match sless_workers::placement::leave(pool, &node).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            functions = n,
+            "this worker left; its functions are placed elsewhere"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "leaving failed; this worker's functions are placed elsewhere once its heartbeat is a lease old")
+        }
+    }
 }
 
 /// The user `sless dev` prints a token for.

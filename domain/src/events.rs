@@ -62,6 +62,10 @@ pub enum FunctionEvent {
     FunctionDeployed {
         version: u32,
         endpoint: String,
+        /// Where it runs, for a driver whose processes live on one worker
+        /// (the local driver: that worker's id); `None` on a cluster.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
     },
     DeployFailed {
         version: u32,
@@ -228,6 +232,7 @@ mod tests {
             FunctionEvent::FunctionDeployed {
                 version: 1,
                 endpoint: "http://x".into(),
+                node: None,
             },
             FunctionEvent::FunctionSpecChanged {
                 spec: FunctionSpec {

@@ -69,6 +69,9 @@ pub struct Function {
     /// The version that runs now, and where.
     pub deployed_version: Option<u32>,
     pub endpoint: Option<String>,
+    /// The worker it runs on, for the local driver (`FunctionDeployed`'s
+    /// `node`).
+    pub deployed_node: Option<String>,
     /// The artifact built for `current_version`, if the build finished.
     pub built: Option<(u32, String)>,
     /// The artifact last built for each version still kept (a rollback
@@ -209,9 +212,14 @@ impl Function {
                     self.failed_version = Some(*version);
                 }
             }
-            FunctionEvent::FunctionDeployed { version, endpoint } => {
+            FunctionEvent::FunctionDeployed {
+                version,
+                endpoint,
+                node,
+            } => {
                 self.deployed_version = Some(*version);
                 self.endpoint = Some(endpoint.clone());
+                self.deployed_node.clone_from(node);
                 self.deployed_spec = self.spec.clone();
                 if self.current_version == Some(*version) {
                     self.phase = Phase::Ready;
@@ -223,6 +231,7 @@ impl Function {
                 if self.deployed_version == Some(*version) {
                     self.deployed_version = None;
                     self.endpoint = None;
+                    self.deployed_node = None;
                     self.deployed_spec = None;
                 }
             }

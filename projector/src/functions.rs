@@ -331,6 +331,7 @@ struct Columns<'a> {
     current: Vec<Option<i32>>,
     deployed: Vec<Option<i32>>,
     endpoint: Vec<Option<&'a str>>,
+    node: Vec<Option<&'a str>>,
     phase: Vec<&'static str>,
     last_error: Vec<Option<&'a str>>,
     stream_version: Vec<i32>,
@@ -355,6 +356,7 @@ impl<'a> Columns<'a> {
         self.deployed
             .push(row.state.deployed_version.map(|v| v as i32));
         self.endpoint.push(row.state.endpoint.as_deref());
+        self.node.push(row.state.deployed_node.as_deref());
         self.phase.push(row.state.phase.as_str());
         self.last_error.push(row.state.last_error.as_deref());
         self.stream_version.push(row.state.stream_version as i32);
@@ -380,7 +382,8 @@ with updated as (
         timeout_sec = u.timeout_sec, env_vars = u.env_vars,
         current_version = u.current_version, deployed_version = u.deployed_version,
         endpoint = u.endpoint, phase = u.phase, last_error = u.last_error,
-        stream_version = u.stream_version, updated_at = u.updated_at
+        stream_version = u.stream_version, updated_at = u.updated_at,
+        deployed_node = u.deployed_node
     from (select unnest($1::text[]) as namespace, unnest($2::text[]) as name,
                  unnest($3::text[]) as runtime, unnest($4::text[]) as entrypoint,
                  unnest($5::int[]) as memory_mb, unnest($6::int[]) as timeout_sec,
@@ -388,17 +391,19 @@ with updated as (
                  unnest($9::int[]) as deployed_version, unnest($10::text[]) as endpoint,
                  unnest($11::text[]) as phase, unnest($12::text[]) as last_error,
                  unnest($13::int[]) as stream_version,
-                 unnest($14::timestamptz[]) as updated_at) u
+                 unnest($14::timestamptz[]) as updated_at,
+                 unnest($42::text[]) as deployed_node) u
     where f.namespace = u.namespace and f.name = u.name
     returning 1
 ), inserted as (
     insert into {functions} (namespace, name, runtime, entrypoint, memory_mb, timeout_sec,
         env_vars, current_version, deployed_version, endpoint, phase, last_error,
-        stream_version, created_at, updated_at)
+        stream_version, created_at, updated_at, deployed_node)
     select unnest($15::text[]), unnest($16::text[]), unnest($17::text[]), unnest($18::text[]),
         unnest($19::int[]), unnest($20::int[]), unnest($21::jsonb[]), unnest($22::int[]),
         unnest($23::int[]), unnest($24::text[]), unnest($25::text[]), unnest($26::text[]),
-        unnest($27::int[]), unnest($28::timestamptz[]), unnest($29::timestamptz[])
+        unnest($27::int[]), unnest($28::timestamptz[]), unnest($29::timestamptz[]),
+        unnest($43::text[])
 ), versions as (
     insert into {versions} (namespace, name, version, sha256, size, files, zip_key,
         context_sha256, context_key, uploaded_by, uploaded_at, runtime)
@@ -481,6 +486,8 @@ async fn write(
         .bind(&v.by)
         .bind(&v.at)
         .bind(&v.runtime)
+        .bind(&u.node)
+        .bind(&i.node)
         .fetch_one(&mut *tx)
         .await?;
     if updated != updates.len() as i64 {

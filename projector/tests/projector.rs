@@ -417,6 +417,7 @@ async fn a_deleted_function_keeps_a_marked_row_and_a_new_life_goes_on_from_it() 
             FunctionEvent::FunctionDeployed {
                 version: 1,
                 endpoint: "http://f".into(),
+                node: None,
             },
         ],
     )
@@ -511,6 +512,7 @@ async fn a_rolled_back_deploy_shows_the_failure_and_the_version_that_still_serve
             FunctionEvent::FunctionDeployed {
                 version: 1,
                 endpoint: "http://f".into(),
+                node: None,
             },
             uploaded(2),
         ],
@@ -644,6 +646,7 @@ async fn concurrent_writers_with_rollbacks(remembering: bool) {
                             3..=5 => FunctionEvent::FunctionDeployed {
                                 version: next.current_version.unwrap_or(0),
                                 endpoint: format!("http://w{w}"),
+                                node: None,
                             },
                             _ => uploaded(next.next_version()),
                         }

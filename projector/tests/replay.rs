@@ -99,6 +99,7 @@ fn next_event(rng: &mut StdRng, s: &mut Stream) -> FunctionEvent {
         62..80 => FunctionEvent::FunctionDeployed {
             version: v,
             endpoint: format!("http://127.0.0.1:{}", 20_000 + v),
+            node: None,
         },
         80..84 => FunctionEvent::DeployFailed {
             version: v,

@@ -23,6 +23,7 @@ pub mod retention;
 pub mod sandbox_uids;
 pub mod triggers;
 pub mod usage;
+pub mod workers;
 
 use std::time::Duration;
 

@@ -22,6 +22,8 @@ pub struct FunctionRow {
     pub current_version: Option<u32>,
     pub deployed_version: Option<u32>,
     pub endpoint: Option<String>,
+    /// The worker it runs on (local driver).
+    pub deployed_node: Option<String>,
     pub phase: Phase,
     pub last_error: Option<String>,
     pub stream_version: u64,
@@ -40,6 +42,7 @@ impl FunctionRow {
             current_version: self.current_version,
             deployed_version: self.deployed_version,
             endpoint: self.endpoint.clone(),
+            deployed_node: self.deployed_node.clone(),
             built: None,
             artifacts: Default::default(),
             phase: self.phase,
@@ -58,6 +61,7 @@ impl FunctionRow {
             && self.current_version == folded.current_version
             && self.deployed_version == folded.deployed_version
             && self.endpoint == folded.endpoint
+            && self.deployed_node == folded.deployed_node
             && self.phase == folded.phase
             && self.last_error == folded.last_error
             && self.stream_version == folded.stream_version
@@ -83,6 +87,7 @@ fn row_of(r: sqlx::postgres::PgRow) -> Result<FunctionRow> {
             .get::<Option<i32>, _>("deployed_version")
             .map(|v| v as u32),
         endpoint: r.get("endpoint"),
+        deployed_node: r.get("deployed_node"),
         phase: Phase::parse(&phase).ok_or_else(|| bad(format!("phase {phase}")))?,
         last_error: r.get("last_error"),
         stream_version: r.get::<i32, _>("stream_version") as u64,

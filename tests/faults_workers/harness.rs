@@ -416,6 +416,29 @@ pub async fn all_settled(stack: &Stack, acked: &Acked) -> bool {
     true
 }
 
+/// How many of the acknowledged functions (those that are not failing on
+/// purpose) answer through the endpoint the log names now, with their name
+/// (`{name}`, or `{name}-v{version}` as the load's functions do).
+pub async fn answering(stack: &Stack, acked: &Acked) -> (usize, usize) {
+    let mut answering = 0;
+    let mut total = 0;
+    for name in acked.last().keys() {
+        if acked.failing.contains(name) {
+            continue;
+        }
+        total += 1;
+        let endpoint = fold(stack.pool(), &stack.key(name))
+            .await
+            .endpoint
+            .unwrap_or_default();
+        let answer = stack.answer(&endpoint).await;
+        if answer == *name || answer.starts_with(&format!("{name}-v")) {
+            answering += 1;
+        }
+    }
+    (answering, total)
+}
+
 /// The checker's verdict, in the terms of the FAULT line.
 #[derive(Debug, Default)]
 pub struct Tally {
@@ -471,13 +494,15 @@ pub async fn tally(stack: &Stack, acked: &Acked) -> Tally {
                 state.phase, state.deployed_version, state.last_error
             ));
         }
-        let mut deployed: BTreeMap<u32, usize> = BTreeMap::new();
+        // Twice on one worker is a duplicate; on another worker, after the
+        // first was gone, it is the function placed again.
+        let mut deployed: BTreeMap<(u32, Option<&str>), usize> = BTreeMap::new();
         for e in events {
-            if let FunctionEvent::FunctionDeployed { version, .. } = e {
-                *deployed.entry(*version).or_default() += 1;
+            if let FunctionEvent::FunctionDeployed { version, node, .. } = e {
+                *deployed.entry((*version, node.as_deref())).or_default() += 1;
             }
         }
-        for (version, n) in deployed.into_iter().filter(|(_, n)| *n > 1) {
+        for ((version, _), n) in deployed.into_iter().filter(|(_, n)| *n > 1) {
             t.duplicated += n - 1;
             t.findings
                 .push(format!("{name} v{version} was deployed {n} times"));

@@ -12,11 +12,15 @@ use sless_workers::HandlerError;
 use sless_workers::local::{LocalDriver, LocalDriverConfig};
 
 use crate::harness::{
-    Acked, Stack, all_settled, event_count, fast, held_while, queue_empty, report, running_item,
-    secs, stream_events, tally, within,
+    Acked, Stack, all_settled, answering, event_count, fast, held_while, queue_empty, report,
+    running_item, secs, stream_events, tally, within,
 };
 use crate::processes_mentioning;
 
+/// How long a worker may take to start and deploy a dead worker's
+/// functions on a loaded two-core machine (it builds each again: builds
+/// are kept per worker).
+const START_ROOM: Duration = Duration::from_secs(30);
 /// The workers' lease and sweep (`SLESS_LEASE_SECS`, `SLESS_SWEEP_SECS` below).
 const LEASE: Duration = Duration::from_secs(2);
 const SWEEP: Duration = Duration::from_millis(500);
@@ -66,7 +70,7 @@ async fn f1_killed_workers_item_finishes_elsewhere_and_its_late_writes_are_fence
     .await;
 
     // The load: w2 builds and deploys ten functions, each uploaded twice.
-    let _w2 = stack.worker_process("w2", &dir2, &env2);
+    let mut w2 = stack.worker_process("w2", &dir2, &env2);
     for round in 1..=2 {
         for i in 0..LOAD_FUNCTIONS {
             let name = format!("load-{i}");
@@ -158,6 +162,32 @@ async fn f1_killed_workers_item_finishes_elsewhere_and_its_late_writes_are_fence
     let settled = within(Duration::from_secs(90), || all_settled(&stack, &acked)).await;
     let drained = within(Duration::from_secs(30), || queue_empty(&pool)).await;
     let ready_in = killed.elapsed();
+    // Every function answers again: those w1 ran died with it, and once
+    // its heartbeat was a lease old w2's sweep placed them on w2.
+    let answered = within(LEASE + SWEEP + Duration::from_secs(60), || async {
+        let (answering, total) = answering(&stack, &acked).await;
+        answering == total
+    })
+    .await
+    .map(|_| killed.elapsed());
+    let (answering_now, functions) = answering(&stack, &acked).await;
+    let slow_deploys = event_count(&pool, &slow, "FunctionDeployed").await;
+
+    // Then w2, which runs every function now, is killed too: once its
+    // heartbeat is a lease old, the sweep of w3 (started after it) places
+    // them all on w3.
+    w2.signal(libc::SIGKILL);
+    let w2_killed = Instant::now();
+    let _ = w2.wait_exit(Duration::from_secs(10)).await;
+    let _w3 = stack.worker_process("w3", &root.join("w3"), &env2);
+    let placed_bound = LEASE + SWEEP + START_ROOM;
+    let placed_again = within(placed_bound + Duration::from_secs(30), || async {
+        let (answering, total) = answering(&stack, &acked).await;
+        answering == total
+    })
+    .await
+    .map(|_| w2_killed.elapsed());
+    let (answering_after_kill, _) = answering(&stack, &acked).await;
     let w1_processes = processes_mentioning(dir1.to_str().unwrap()).len();
     let t = tally(&stack, &acked).await;
     let bound = LEASE + SWEEP;
@@ -182,7 +212,27 @@ async fn f1_killed_workers_item_finishes_elsewhere_and_its_late_writes_are_fence
             ("slow_ready_in", secs(ready_in)),
             ("api_retries", stack.retried_commands()),
             ("late_writes_fenced", fenced.to_string()),
+            ("answering", format!("{answering_now}/{functions}")),
+            ("all_answering_in", answered.map_or("never".into(), secs)),
+            ("faults_then", "kill-9_of_w2_running_every_function".into()),
+            (
+                "answering_after",
+                format!("{answering_after_kill}/{functions}"),
+            ),
+            ("placed_again_in", placed_again.map_or("never".into(), secs)),
         ],
+    );
+    let placed_again_in = placed_again.unwrap_or_else(|| {
+        panic!("only {answering_after_kill} of {functions} functions answer after w2 was killed")
+    });
+    assert!(
+        placed_again_in <= placed_bound,
+        "w2's functions answered again {placed_again_in:?} after the kill, past lease + sweep + \
+         start ({placed_bound:?})"
+    );
+    assert!(
+        answered.is_some(),
+        "only {answering_now} of {functions} functions answer after w1 was killed"
     );
     assert_eq!(t.lost, 0, "{:?}", t.findings);
     assert_eq!(t.duplicated, 0, "{:?}", t.findings);
@@ -220,6 +270,9 @@ async fn f1_killed_workers_item_finishes_elsewhere_and_its_late_writes_are_fence
         "an event of the dead attempt was appended"
     );
     assert_eq!(w1_processes, 0, "w1's function process outlived it");
-    assert_eq!(event_count(&pool, &slow, "FunctionDeployed").await, 1);
+    assert_eq!(
+        slow_deploys, 1,
+        "slow was deployed more than once before w2 was killed"
+    );
     stack.stop();
 }

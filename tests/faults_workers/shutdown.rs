@@ -12,7 +12,7 @@ use sless_testkit::scratch_dir;
 use sqlx::Row;
 
 use crate::harness::{
-    Acked, Stack, all_settled, event_count, fast, fold, held_while, queue_empty, report, secs,
+    Acked, Stack, all_settled, answering, event_count, fast, held_while, queue_empty, report, secs,
     slow_import, tally, within,
 };
 use crate::processes_mentioning;
@@ -164,7 +164,16 @@ async fn f9_sigterm_finishes_or_hands_back_every_item_and_leaves_nothing_to_swee
     let mut finished = 0;
     for name in finishing {
         let key = stack.key(name);
-        if item(&pool, &key).await.is_none()
+        // Its item completed: none is left but the reconcile w1 enqueued
+        // when it left (to place it elsewhere), which nobody took yet.
+        let placing_again = ItemRow {
+            state: "pending".into(),
+            attempts: 0,
+            owner: None,
+            due: true,
+        };
+        let item = item(&pool, &key).await;
+        if item.is_none_or(|i| i == placing_again)
             && event_count(&pool, &key, "FunctionDeployed").await == 1
         {
             finished += 1;
@@ -196,19 +205,19 @@ async fn f9_sigterm_finishes_or_hands_back_every_item_and_leaves_nothing_to_swee
     let settled = within(Duration::from_secs(60), || all_settled(&stack, &acked)).await;
     let drained = within(Duration::from_secs(30), || queue_empty(&pool)).await;
     let t = tally(&stack, &acked).await;
-    // What answers now. The functions w1 deployed stopped with it, and
-    // nothing asks another worker to run them again: a figure, not (yet) an
-    // assertion of this scenario.
-    let mut answering = 0;
-    for name in acked.last().keys() {
-        let endpoint = fold(&pool, &stack.key(name))
-            .await
-            .endpoint
-            .unwrap_or_default();
-        if stack.answer(&endpoint).await == *name {
-            answering += 1;
-        }
-    }
+    // Every function answers again: those w1 ran stopped with it, and it
+    // left, so w2 placed them at once, well before w1's lease (after which
+    // w2's sweep would have placed them anyway).
+    let answered = within(
+        Duration::from_secs(LEASE_SECS.parse::<u64>().unwrap() - 5),
+        || async {
+            let (answering, total) = answering(&stack, &acked).await;
+            answering == total
+        },
+    )
+    .await;
+    let (answering, _) = answering(&stack, &acked).await;
+
     report(
         "F9",
         &[
@@ -279,5 +288,11 @@ async fn f9_sigterm_finishes_or_hands_back_every_item_and_leaves_nothing_to_swee
         t.findings
     );
     assert!(drained.is_some(), "work was left in the queue");
+    assert!(
+        answered.is_some(),
+        "only {answering} of {} functions answer within w1's lease after it stopped",
+        acked.last().len()
+    );
+
     stack.stop();
 }

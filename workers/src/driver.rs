@@ -51,6 +51,30 @@ pub struct Deployment {
     /// Base URL the invoke proxy forwards to, e.g. `http://127.0.0.1:41234`.
     pub endpoint: String,
     pub artifact: Artifact,
+    /// The worker it runs on, for a driver whose functions live on one
+    /// worker each ([`Driver::node`]).
+    pub node: Option<String>,
+}
+
+/// The worker a driver's functions run on (the local driver's), and how
+/// long another worker's silence means it is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// The worker's id (`SLESS_WORKER_ID`), as `FunctionDeployed` records it.
+    pub id: String,
+    /// A worker whose heartbeat is older than this is gone: what it ran is
+    /// placed again (a lease: it beats every third of one).
+    pub dead_after: Duration,
+}
+
+/// A function a driver runs here, for the placement sweep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningHere {
+    pub key: FunctionKey,
+    pub version: u32,
+    pub endpoint: String,
+    /// How long ago it was deployed.
+    pub age: Duration,
 }
 
 /// One run of a function to completion.
@@ -190,6 +214,18 @@ pub trait Driver: Send + Sync + 'static {
 
     /// What runs for the function and is healthy, if anything.
     fn status(&self, key: &FunctionKey) -> impl Future<Output = Option<Deployment>> + Send;
+
+    /// The worker this driver's functions run on, when they run on one
+    /// worker each (the local driver); `None` when they run on a cluster.
+    fn node(&self) -> Option<Node> {
+        None
+    }
+
+    /// The functions this driver runs on this worker (for a driver with a
+    /// [`Driver::node`]).
+    fn running_here(&self) -> Vec<RunningHere> {
+        Vec::new()
+    }
 
     /// Runs the function once, to completion: hands it `req.event`, waits
     /// until it exits or `req.timeout` passes (then stops it), and returns

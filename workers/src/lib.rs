@@ -11,6 +11,7 @@ pub mod driver;
 pub mod jobs;
 pub mod kube;
 pub mod local;
+pub mod placement;
 pub mod reconcile;
 pub mod scheduler;
 pub mod worker;

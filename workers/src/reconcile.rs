@@ -190,14 +190,34 @@ impl<D: Driver> Reconciler<D> {
             return Ok(None); // waits for a new upload
         }
         let running = self.driver.status(key).await;
+        // A driver whose functions run on one worker each: the log says
+        // which. The current version with the current spec on another
+        // worker that is alive is where it should be (no second copy here);
+        // an older one, or one on a worker that is gone, is deployed here.
+        let elsewhere = match (self.driver.node(), state.deployed_node.as_deref()) {
+            (Some(here), Some(there)) if here.id != there => Some((here, there)),
+            _ => None,
+        };
+        if let Some((here, there)) = &elsewhere {
+            let current_there = state.deployed_version == Some(current.version)
+                && state.deployed_with_current_spec();
+            if current_there
+                && sless_store::workers::alive(&self.pool, there, here.dead_after)
+                    .await
+                    .map_err(HandlerError::retry)?
+            {
+                return Ok(None);
+            }
+        }
         // Converged: the current version runs, where the log says, started
         // with the spec the log has now (a spec change redeploys).
-        let converged = running.as_ref().is_some_and(|d| {
-            d.version == current.version
-                && state.deployed_version == Some(current.version)
-                && state.endpoint.as_deref() == Some(d.endpoint.as_str())
-                && state.deployed_with_current_spec()
-        });
+        let converged = elsewhere.is_none()
+            && running.as_ref().is_some_and(|d| {
+                d.version == current.version
+                    && state.deployed_version == Some(current.version)
+                    && state.endpoint.as_deref() == Some(d.endpoint.as_str())
+                    && state.deployed_with_current_spec()
+            });
         if converged {
             return Ok(None);
         }
@@ -271,6 +291,7 @@ impl<D: Driver> Reconciler<D> {
             Ok(d) => vec![FunctionEvent::FunctionDeployed {
                 version: d.version,
                 endpoint: d.endpoint,
+                node: d.node,
             }],
             Err(DriverError::Deploy { message, log_tail }) => {
                 let failed = FunctionEvent::DeployFailed {

@@ -382,10 +382,14 @@ impl<D: Driver> Worker<D> {
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweeps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         beat.tick().await;
+        // Alive from the start: before its first beat, another worker's
+        // placement sweep would take this one's functions for orphans.
+        crate::placement::beat(&self.pool, &*self.reconciler.driver).await;
         loop {
             tokio::select! {
                 _ = wait_true(&mut stop) => return,
                 _ = beat.tick() => {
+                    crate::placement::beat(&self.pool, &*self.reconciler.driver).await;
                     let asked = tokio::time::Instant::now();
                     match queue::heartbeat_owner(&self.pool, &self.config.id, self.config.lease).await {
                         Ok(held) => {
@@ -402,6 +406,9 @@ impl<D: Driver> Worker<D> {
                         Ok(0) => {}
                         Ok(n) => tracing::warn!(released = n, "released work items whose lease expired"),
                         Err(e) => tracing::warn!(error = %e, "lease sweep failed"),
+                    }
+                    if let Err(e) = crate::placement::sweep(&self.pool, &*self.reconciler.driver).await {
+                        tracing::warn!(error = %e, "placement sweep failed");
                     }
                 }
             }

@@ -128,6 +128,7 @@ fn phase_follows_build_and_deploy() {
     s = s.evolve(&FunctionEvent::FunctionDeployed {
         version: 1,
         endpoint: "http://e".into(),
+        node: None,
     });
     assert_eq!(s.phase, Phase::Ready);
     assert_eq!(s.deployed_version, Some(1));
@@ -159,6 +160,7 @@ fn a_stale_version_deploying_does_not_make_a_newer_upload_ready() {
         FunctionEvent::FunctionDeployed {
             version: 1,
             endpoint: "http://e".into(),
+            node: None,
         },
     ]);
     assert_eq!(s.phase, Phase::Pending);
@@ -194,6 +196,7 @@ fn ready_at_v1() -> Vec<FunctionEvent> {
         FunctionEvent::FunctionDeployed {
             version: 1,
             endpoint: "http://e".into(),
+            node: None,
         },
     ]
 }
@@ -230,6 +233,7 @@ fn changing_the_spec_records_the_whole_new_spec_and_redeploys() {
     let redeployed = after.evolve(&FunctionEvent::FunctionDeployed {
         version: 1,
         endpoint: "http://e2".into(),
+        node: None,
     });
     assert_eq!(redeployed.phase, Phase::Ready);
     assert!(redeployed.deployed_with_current_spec());
@@ -428,6 +432,7 @@ fn a_workers_event_that_raced_a_delete_changes_nothing() {
         FunctionEvent::FunctionDeployed {
             version: 1,
             endpoint: "http://late".into(),
+            node: None,
         },
         FunctionEvent::ReconcileAbandoned {
             attempts: 3,
@@ -723,6 +728,7 @@ fn a_crash_of_what_serves_is_its_last_error_and_leaves_it_ready() {
         FunctionEvent::FunctionDeployed {
             version: 2,
             endpoint: "http://f".into(),
+            node: None,
         },
     ]);
     assert_eq!(given(&events).last_error, None);

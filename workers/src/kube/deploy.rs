@@ -64,6 +64,7 @@ pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployme
             version: req.version,
             endpoint: names::endpoint(settings, &req.key),
             artifact: Artifact { reference: image },
+            node: None,
         }),
         // What served before serves again, when something did.
         Err(DriverError::Deploy { message, log_tail }) => {
@@ -259,6 +260,7 @@ pub(super) async fn status(inner: &Inner, key: &FunctionKey) -> Option<Deploymen
         version,
         endpoint: names::endpoint(&inner.settings, key),
         artifact: Artifact { reference: image },
+        node: None,
     })
 }
 

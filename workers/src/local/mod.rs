@@ -34,7 +34,7 @@ pub mod sandbox;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -46,6 +46,7 @@ use tokio::time::Instant;
 use crate::crashes::Crash;
 use crate::driver::{
     Artifact, BuildRequest, DeployRequest, Deployment, Driver, DriverError, JobOutput, JobRequest,
+    Node, RunningHere,
 };
 use process::{Instance, InstanceParts, LogSink, Running, Spawner};
 use sandbox::{Isolation, JailParts, JailSizes, Launch, TenantIds, Tenants, Toolchain};
@@ -91,6 +92,12 @@ pub struct LocalDriverConfig {
     pub tenants: TenantIds,
     /// Sizes of the sandbox's jails.
     pub jail: JailSizes,
+    /// The worker the driver runs in, which the log names as where its
+    /// functions run (`None`: not said, as in tests of the driver alone).
+    pub placement: Option<Node>,
+    /// The address functions listen on and the invoke proxy reaches them
+    /// at: loopback (the default) when the API runs on this machine.
+    pub advertise: IpAddr,
 }
 
 impl LocalDriverConfig {
@@ -113,6 +120,8 @@ impl LocalDriverConfig {
             isolation: Isolation::Sandboxed(Default::default()),
             tenants: TenantIds::Shared(Identity::NOBODY),
             jail: JailSizes::default(),
+            placement: None,
+            advertise: IpAddr::V4(Ipv4Addr::LOCALHOST),
             data_dir,
         }
     }
@@ -341,7 +350,10 @@ impl LocalDriver {
         struct Health {
             instance: Option<String>,
         }
-        let url = format!("http://127.0.0.1:{port}/__sless/health");
+        let url = format!(
+            "http://{}/__sless/health",
+            SocketAddr::new(self.cfg.advertise, port)
+        );
         let Ok(resp) = self
             .client
             .get(url)
@@ -443,7 +455,7 @@ impl LocalDriver {
         if let Some(port) = port {
             env.extend([
                 ("SLESS_PORT".to_owned(), port.to_string()),
-                ("SLESS_HOST".to_owned(), "127.0.0.1".to_owned()),
+                ("SLESS_HOST".to_owned(), self.cfg.advertise.to_string()),
                 (
                     INSTANCE_ENV.to_owned(),
                     uuid::Uuid::new_v4().simple().to_string(),
@@ -622,8 +634,9 @@ impl LocalDriver {
 
         let deployment = Deployment {
             version: req.version,
-            endpoint: format!("http://127.0.0.1:{port}"),
+            endpoint: format!("http://{}", SocketAddr::new(self.cfg.advertise, port)),
             artifact: req.artifact,
+            node: self.cfg.placement.as_ref().map(|n| n.id.clone()),
         };
         let inst = Instance::supervise(
             InstanceParts {
@@ -692,6 +705,23 @@ impl Driver for LocalDriver {
 
     async fn run_job(&self, req: JobRequest) -> Result<JobOutput, DriverError> {
         self.run_job_locally(req).await
+    }
+
+    fn node(&self) -> Option<Node> {
+        self.cfg.placement.clone()
+    }
+
+    fn running_here(&self) -> Vec<RunningHere> {
+        let registry = self.registry.lock().unwrap();
+        registry
+            .values()
+            .map(|inst| RunningHere {
+                key: inst.key.clone(),
+                version: inst.deployment.version,
+                endpoint: inst.deployment.endpoint.clone(),
+                age: inst.deployed_at.elapsed(),
+            })
+            .collect()
     }
 }
 

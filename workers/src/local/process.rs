@@ -359,6 +359,8 @@ struct InstanceState {
 pub(crate) struct Instance {
     pub key: FunctionKey,
     pub deployment: Deployment,
+    /// When it was deployed (became healthy).
+    pub deployed_at: Instant,
     pub port: u16,
     pub entrypoint: String,
     pub env_vars: BTreeMap<String, String>,
@@ -396,6 +398,7 @@ impl Instance {
         let inst = Arc::new(Instance {
             key: parts.key,
             deployment: parts.deployment,
+            deployed_at: Instant::now(),
             port: parts.port,
             entrypoint: parts.entrypoint,
             env_vars: parts.env_vars,
