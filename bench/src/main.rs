@@ -7,6 +7,7 @@
 
 mod api;
 mod append;
+mod jail;
 mod lag;
 mod nginx;
 mod pgbench;
@@ -54,6 +55,9 @@ enum Command {
     Api(api::ApiArgs),
     /// Upload→Ready of a python function without dependencies; p50/p99.
     UploadReady(upload::UploadArgs),
+    /// What the sandbox adds to a process's start: the same program started
+    /// directly and in a jail.
+    Jail(jail::JailArgs),
 }
 
 /// The server benchmarks run on, and the fresh databases made on it. The
@@ -219,6 +223,7 @@ fn main() -> anyhow::Result<()> {
             Command::Proxy(args) => proxy::run(&server, args).await,
             Command::Api(args) => api::run(&server, args).await,
             Command::UploadReady(args) => upload::run(&server, args).await,
+            Command::Jail(args) => jail::run(args),
         };
         if let Err(e) = server.drop_databases().await {
             eprintln!("could not drop the benchmark databases: {e:#}");

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::nginx::Nginx;
-use crate::sless_dev::{DevArgs, SlessDev, python_zip};
+use crate::sless_dev::{DevArgs, Sandbox, SlessDev, python_zip};
 use crate::{Server, wrk};
 
 #[derive(clap::Args)]
@@ -17,12 +17,60 @@ pub struct ProxyArgs {
     dev: DevArgs,
     #[command(flatten)]
     load: wrk::Load,
+    /// With the function in the sandbox, without it (`--unsafe-no-sandbox`),
+    /// or both one after the other (what the sandbox costs a call).
+    #[arg(long, value_enum, default_value = "on")]
+    sandbox: Sandbox,
 }
 
 const FUNCTION: &str = "hello";
 
 pub async fn run(server: &Server, args: ProxyArgs) -> anyhow::Result<serde_json::Value> {
-    SlessDev::measured(server, &args.dev, async |dev| measure(dev, &args).await).await
+    let runs = args.sandbox.runs();
+    if let [(_, unsafe_no_sandbox)] = runs[..] {
+        let dev_args = DevArgs {
+            unsafe_no_sandbox,
+            ..args.dev.clone()
+        };
+        return SlessDev::measured(server, &dev_args, async |dev| measure(dev, &args).await).await;
+    }
+    let mut figures = serde_json::Map::new();
+    for (name, unsafe_no_sandbox) in runs {
+        let dev_args = DevArgs {
+            unsafe_no_sandbox,
+            ..args.dev.clone()
+        };
+        eprintln!("proxy, {name}:");
+        let got =
+            SlessDev::measured(server, &dev_args, async |dev| measure(dev, &args).await).await?;
+        figures.insert(name.to_owned(), got);
+    }
+    let direct = |k: &str| {
+        figures[k]["direct"]["req_per_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+    };
+    let via = |k: &str| {
+        figures[k]["via_sless"]["req_per_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+    };
+    let p99 = |k: &str| figures[k]["direct"]["p99_ms"].as_f64().unwrap_or(f64::NAN);
+    eprintln!(
+        "a function in the sandbox against one without: direct {:.2}x req/s (p99 {:+.2} ms), \
+         through /fn {:.2}x req/s",
+        direct("sandbox") / direct("no_sandbox"),
+        p99("sandbox") - p99("no_sandbox"),
+        via("sandbox") / via("no_sandbox"),
+    );
+    let (vs_direct, vs_via) = (
+        direct("sandbox") / direct("no_sandbox"),
+        via("sandbox") / via("no_sandbox"),
+    );
+    figures.insert("sandbox_vs_none_direct".into(), json!(vs_direct));
+    figures.insert("sandbox_vs_none_via_sless".into(), json!(vs_via));
+    figures.insert("bench".into(), json!("proxy"));
+    Ok(serde_json::Value::Object(figures))
 }
 
 /// GETs `url` once and insists on a 200.

@@ -19,6 +19,32 @@ pub struct DevArgs {
     /// The sless binary to start as `sless dev`.
     #[arg(long, default_value = "target/release/sless")]
     pub sless: PathBuf,
+    /// Start it with `--unsafe-no-sandbox` (functions outside the sandbox),
+    /// for the figures beside the sandbox's.
+    #[arg(skip)]
+    pub unsafe_no_sandbox: bool,
+}
+
+/// Which of `sless dev` with the sandbox and without a benchmark measures.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sandbox {
+    /// Both, one after the other, and the difference.
+    Both,
+    /// Functions in the sandbox (as `sless dev` runs them).
+    On,
+    /// `--unsafe-no-sandbox`.
+    Off,
+}
+
+impl Sandbox {
+    /// The runs: (name, whether unsafe).
+    pub fn runs(self) -> Vec<(&'static str, bool)> {
+        match self {
+            Sandbox::Both => vec![("sandbox", false), ("no_sandbox", true)],
+            Sandbox::On => vec![("sandbox", false)],
+            Sandbox::Off => vec![("no_sandbox", true)],
+        }
+    }
 }
 
 /// A running `sless dev`.
@@ -86,6 +112,7 @@ impl SlessDev {
             .arg("--data-dir")
             .arg(dir.path().join("data"))
             .args(["--listen", "127.0.0.1:0"])
+            .args(args.unsafe_no_sandbox.then_some("--unsafe-no-sandbox"))
             .env("DATABASE_URL", &db_url)
             // A benchmark fills one namespace past the default quotas (the
             // API's fills it with 1,000 functions); quotas this high are

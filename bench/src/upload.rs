@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::sless_dev::{DevArgs, SlessDev, python_zip};
+use crate::sless_dev::{DevArgs, Sandbox, SlessDev, python_zip};
 use crate::{Server, percentile};
 
 #[derive(clap::Args)]
@@ -24,10 +24,42 @@ pub struct UploadArgs {
     /// How often the API is asked whether the upload is Ready.
     #[arg(long, default_value_t = 5)]
     poll_ms: u64,
+    /// With the sandbox, without it (`--unsafe-no-sandbox`), or both one
+    /// after the other with the time the sandbox adds.
+    #[arg(long, value_enum, default_value = "both")]
+    sandbox: Sandbox,
 }
 
 pub async fn run(server: &Server, args: UploadArgs) -> anyhow::Result<serde_json::Value> {
-    SlessDev::measured(server, &args.dev, async |dev| measure(dev, &args).await).await
+    let runs = args.sandbox.runs();
+    if let [(_, unsafe_no_sandbox)] = runs[..] {
+        let dev_args = DevArgs {
+            unsafe_no_sandbox,
+            ..args.dev.clone()
+        };
+        return SlessDev::measured(server, &dev_args, async |dev| measure(dev, &args).await).await;
+    }
+    let mut figures = serde_json::Map::new();
+    for (name, unsafe_no_sandbox) in runs {
+        let dev_args = DevArgs {
+            unsafe_no_sandbox,
+            ..args.dev.clone()
+        };
+        eprintln!("upload→Ready, {name}:");
+        let got =
+            SlessDev::measured(server, &dev_args, async |dev| measure(dev, &args).await).await?;
+        figures.insert(name.to_owned(), got);
+    }
+    let p50 = |k: &str| figures.get(k).and_then(|f| f["p50_ms"].as_f64());
+    if let (Some(on), Some(off)) = (p50("sandbox"), p50("no_sandbox")) {
+        eprintln!(
+            "upload→Ready p50: {on:.0} ms in the sandbox, {off:.0} ms without: the sandbox adds {:.0} ms",
+            on - off
+        );
+        figures.insert("sandbox_adds_p50_ms".into(), json!(on - off));
+    }
+    figures.insert("bench".into(), json!("upload-ready"));
+    Ok(serde_json::Value::Object(figures))
 }
 
 fn summary(mut ms: Vec<f64>) -> serde_json::Value {

@@ -406,17 +406,8 @@ fn running_as_tenant(sandboxed: &mut Sandboxed) -> u32 {
 
 /// Processes whose command line mentions `needle`.
 fn processes_mentioning(needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if String::from_utf8_lossy(&raw).contains(needle) {
-            found.push(pid);
-        }
-    }
-    found
+    sless_testkit::processes::mentioning(needle)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
 }

@@ -2,7 +2,7 @@
 # Every benchmark of issue 3 in one sitting, on one private PostgreSQL
 # cluster with default settings (see lib.sh): builds release, runs the
 # peers' comparison (peers.sh, RUNS times), then append, projector, proxy,
-# api and upload-ready once, appends every figure as a JSON line to
+# api, upload-ready and jail once, appends every figure as a JSON line to
 # bench/results/<UTC date>.jsonl and prints a summary of the sitting.
 # About 12 minutes on 2 cores with RUNS=3; run it on a quiet machine.
 #
@@ -44,8 +44,12 @@ out=$(sless_bench api --sless "$SLESS_BIN" --items 1000 --duration "${LOAD_SECON
 record_json sless api 1 .get.req_per_s req/s "$out"
 
 log "upload-ready: 20 uploads"
-out=$(sless_bench upload-ready --sless "$SLESS_BIN" --items 20)
+out=$(sless_bench upload-ready --sless "$SLESS_BIN" --items 20 --sandbox on)
 record_json sless upload-ready 1 .p50_ms ms "$out"
+
+log "jail: a process started directly and in the sandbox"
+out=$(sless_bench jail --runs 50)
+record_json sless jail 1 '."python3 -c pass".added_p50_ms' ms "$out"
 
 log "done in $(( ($(date +%s) - started) / 60 )) min; results in $RESULTS"
 "$ROOT/scripts/bench/summary.sh" "$RESULTS"

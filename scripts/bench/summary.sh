@@ -158,4 +158,13 @@ if extras("upload-ready"):
     print(f"### Upload → Ready ({xs[0]['uploads']} uploads of a python function without dependencies)\n")
     print(f"- p50 {mmm([x['p50_ms'] for x in xs])} ms (target ≤ 1,500), p99 {mmm([x['p99_ms'] for x in xs])} ms, "
           f"max {mmm([x['max_ms'] for x in xs])} ms\n")
+
+if extras("jail"):
+    xs = extras("jail")
+    print(f"### A process's start, directly and in the sandbox ({xs[0]['runs']} starts each, limits: {xs[0]['limits']})\n")
+    print("| program | direct p50 ms | in a jail p50 ms | added p50 ms |\n|---|---:|---:|---:|")
+    for k in ("python3 -c pass", "/bin/true"):
+        print(f"| `{k}` | {mmm([x[k]['direct']['p50_ms'] for x in xs])} | {mmm([x[k]['jailed']['p50_ms'] for x in xs])} "
+              f"| {mmm([x[k]['added_p50_ms'] for x in xs])} |")
+    print()
 PY

@@ -176,3 +176,4 @@ where
     }
 }
 pub mod kube_api;
+pub mod processes;

@@ -57,63 +57,9 @@ impl Drop for Proc {
 }
 
 /// Processes whose command line mentions `needle` (e.g. a data directory),
-/// or, for a sandbox, whose owner (`sless_sandbox::OWNER_ENV` on its bwrap,
-/// the local driver's data directory) does: a jailed function's own
-/// command line names no host path. A sandbox counts once, as its outer
-/// bwrap (its init and what it runs go with it).
+/// a sandbox once (see `sless_testkit::processes::mentioning`).
 pub fn processes_mentioning(needle: &str) -> Vec<(u32, String)> {
-    let mut found = matching(needle);
-    let jailed: Vec<u32> = found.iter().filter(|(_, j)| *j).map(|(p, _)| *p).collect();
-    found.retain(|(pid, jail)| !*jail || !parent_of(*pid).is_some_and(|p| jailed.contains(&p)));
-    found
-        .into_iter()
-        .map(|(pid, _)| {
-            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            (pid, String::from_utf8_lossy(&raw).replace('\0', " "))
-        })
-        .collect()
-}
-
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// (pid, whether it matched as a sandbox's bwrap).
-fn matching(needle: &str) -> Vec<(u32, bool)> {
-    let owner = format!("{}=", sless_sandbox::OWNER_ENV);
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == std::process::id() {
-            continue;
-        }
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
-        // A zombie has an empty command line and has already exited.
-        if cmdline.contains(needle) {
-            found.push((pid, false));
-            continue;
-        }
-        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-        let jailed = environ
-            .split(|b| *b == 0)
-            .filter_map(|var| std::str::from_utf8(var).ok())
-            .any(|var| var.strip_prefix(&owner).is_some_and(|o| o.contains(needle)));
-        if jailed && !cmdline.is_empty() {
-            found.push((pid, true));
-        }
-    }
-    found
+    sless_testkit::processes::mentioning(needle)
 }
 
 /// An HTTP server on loopback that functions in their sandboxes can reach

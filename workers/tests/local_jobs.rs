@@ -30,6 +30,13 @@ class LedgerMismatch(Exception):
     pass
 
 
+def intact(event):
+    """Whether the input's blob is its pattern repeated, and how long the
+    event's body was."""
+    job = event["json"]
+    return {"intact": job["blob"] == "0123456789" * job["repeat"], "body": len(event["body"])}
+
+
 def echo(event):
     print("working on", event["method"])
     return {"ok": True, "input": event["json"]}
@@ -195,19 +202,11 @@ fn alive(pid: u32) -> bool {
 
 /// The pids of processes whose command line mentions `needle`.
 fn processes_mentioning(needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if String::from_utf8_lossy(&raw).contains(needle) && alive(pid) {
-            found.push(pid);
-        }
-    }
-    found
+    sless_testkit::processes::mentioning(needle)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .filter(|pid| alive(*pid))
+        .collect()
 }
 
 /// The (child, daemon) the `sleeper` handler started with `marker`.
@@ -585,4 +584,33 @@ async fn a_run_without_its_build_is_our_error() {
         matches!(err, DriverError::Infra(ref m) if m.contains("not a finished local build")),
         "{err:?}"
     );
+}
+
+/// Just under the 64 KiB limit on a job's input (`sless_domain::job::MAX_INPUT_BYTES`),
+/// the input reaches the handler whole: through a file in its sandbox, not
+/// one environment string.
+#[tokio::test]
+async fn an_input_just_under_the_apis_limit_arrives_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver(dir.path());
+    let k = key("big-input");
+    let artifact = python_function(&driver, &k).await;
+    let repeat = 6_500;
+    let input = json!({"blob": "0123456789".repeat(repeat), "repeat": repeat});
+    let body = input.to_string().len();
+    let limit = sless_domain::job::MAX_INPUT_BYTES;
+    assert!(body <= limit && body > limit - 2_000, "{body} bytes");
+    let out = driver
+        .run_job(job(
+            &k,
+            "job/sless-test/big-input",
+            Runtime::Python311,
+            "handler.intact",
+            &artifact,
+            input,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(last_line(&out), json!({"intact": true, "body": body}));
 }

@@ -3,7 +3,7 @@
 //! uses, so a driver's tests point `kube::Config::new(url)` at it and play
 //! the cluster's controllers themselves.
 //!
-//! ```ignore
+//! ```text
 //! let kube = FakeKube::start().await;
 //! let client = kube::Client::try_from(kube::Config::new(kube.url().parse()?))?;
 //! kube.complete_jobs("sless.dev/job", Outcome::succeeded("hello\n"));
