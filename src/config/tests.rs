@@ -1,0 +1,310 @@
+use std::collections::HashMap;
+
+use super::*;
+
+fn kube_with(vars: &[(&str, &str)]) -> anyhow::Result<KubeSettings> {
+    let vars: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    kube_from(&|name| vars.get(name).cloned())
+}
+
+#[test]
+fn kubernetes_settings_have_defaults_and_refuse_bad_values() {
+    let err = kube_with(&[]).unwrap_err().to_string();
+    assert!(err.contains("SLESS_KUBE_REGISTRY"), "{err}");
+    let s = kube_with(&[("SLESS_KUBE_REGISTRY", "registry.example.com/sless/")]).unwrap();
+    assert_eq!(s, KubeSettings::new("registry.example.com/sless"));
+    let s = kube_with(&[
+        ("SLESS_KUBE_REGISTRY", "r.example/s"),
+        ("SLESS_KUBE_BUILD_TIMEOUT_SECS", "1200"),
+        ("SLESS_KUBE_REGISTRY_PULL_SECRET", "pull"),
+        ("SLESS_KUBE_FUNCTION_EGRESS", "false"),
+        (
+            "SLESS_KUBE_EGRESS_DENIED_CIDRS",
+            "10.0.0.0/8, 169.254.0.0/16",
+        ),
+    ])
+    .unwrap();
+    assert_eq!(s.build_timeout_secs, 1200);
+    assert_eq!(s.registry_pull_secret.as_deref(), Some("pull"));
+    assert!(!s.function_egress);
+    assert_eq!(s.egress_denied_cidrs, ["10.0.0.0/8", "169.254.0.0/16"]);
+    for (name, value) in [
+        ("SLESS_KUBE_BUILD_TIMEOUT_SECS", "5"),
+        ("SLESS_KUBE_FUNCTION_PORT", "80"),
+        ("SLESS_KUBE_REPLICAS", "zero"),
+        ("SLESS_KUBE_FUNCTION_EGRESS", "maybe"),
+    ] {
+        let err = kube_with(&[("SLESS_KUBE_REGISTRY", "r.example/s"), (name, value)])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(name), "{name}: {err}");
+    }
+}
+
+fn worker_with(vars: &[(&str, &str)]) -> anyhow::Result<WorkerConfig> {
+    let vars: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    worker_from(&|name| vars.get(name).cloned())
+}
+
+#[test]
+fn worker_settings_have_defaults_and_refuse_bad_values() {
+    let d = worker_with(&[]).unwrap();
+    assert_eq!((d.concurrency, d.job_concurrency), (4, 4));
+    assert_eq!(d.orphan_sweep, Duration::from_secs(300));
+    assert_eq!(d.orphan_grace, Duration::from_secs(3600));
+    let s = worker_with(&[
+        ("SLESS_WORKER_CONCURRENCY", "2"),
+        ("SLESS_WORKER_JOB_CONCURRENCY", "16"),
+        ("SLESS_ORPHAN_SWEEP_SECS", "60"),
+        ("SLESS_ORPHAN_GRACE_SECS", "7200"),
+    ])
+    .unwrap();
+    assert_eq!((s.concurrency, s.job_concurrency), (2, 16));
+    assert_eq!(s.orphan_sweep, Duration::from_secs(60));
+    assert_eq!(s.orphan_grace, Duration::from_secs(7200));
+    for (name, value) in [
+        ("SLESS_WORKER_JOB_CONCURRENCY", "many"),
+        ("SLESS_ORPHAN_SWEEP_SECS", "0"),
+        ("SLESS_ORPHAN_GRACE_SECS", "10"),
+        ("SLESS_ORPHAN_GRACE_SECS", "NaN"),
+        ("SLESS_LEASE_SECS", "0.5"),
+    ] {
+        let err = worker_with(&[(name, value)]).unwrap_err().to_string();
+        assert!(err.contains(name), "{name}={value}: {err}");
+    }
+}
+
+fn quotas_with(vars: &[(&str, &str)]) -> anyhow::Result<Quotas> {
+    let vars: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    quotas_from(&|name| vars.get(name).cloned())
+}
+
+#[test]
+fn quotas_have_defaults_zero_lifts_one_and_a_bad_value_names_its_variable() {
+    assert_eq!(quotas_with(&[]).unwrap(), Quotas::DEFAULT);
+    let q = quotas_with(&[
+        ("SLESS_QUOTA_FUNCTIONS", "5"),
+        ("SLESS_QUOTA_STORED_BYTES", "0"),
+        ("SLESS_QUOTA_UPLOADS_PER_MINUTE", "120"),
+    ])
+    .unwrap();
+    assert_eq!(q.functions, Some(5));
+    assert_eq!(q.stored_bytes, None, "0 is no limit");
+    assert_eq!(q.uploads_per_minute, Some(120));
+    assert_eq!(q.versions, Quotas::DEFAULT.versions);
+    for quota in Quota::ALL {
+        for bad in ["-1", "ten", "1.5", "1e3"] {
+            let e = quotas_with(&[(quota.setting(), bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(quota.setting()), "{bad}: {e}");
+        }
+    }
+}
+
+const KEYS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/api/tests/api/keys");
+
+fn tokens_with(vars: &[(&str, &str)]) -> anyhow::Result<TokenSettings> {
+    let vars: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    tokens_from(&|name| vars.get(name).cloned())
+}
+
+/// The whole message, causes included, as the binary prints it.
+fn refusal(vars: &[(&str, &str)], dev_secret: Option<&str>) -> String {
+    let e = match tokens_with(vars) {
+        Err(e) => e,
+        Ok(t) => t.auth(dev_secret).expect_err("a refusal"),
+    };
+    format!("{e:#}")
+}
+
+/// What `sless dev` generates: 32 random bytes, hex.
+const DEV_SECRET: &str = "5f1d0c8e2b7a49e6a3c4d2f18b9e7a60c1d2e3f405a6b7c8d9e0f1a2b3c4d5e6";
+
+fn key(name: &str) -> String {
+    format!("{KEYS}/{name}")
+}
+
+#[test]
+fn hs256_is_the_default_and_needs_a_secret_outside_dev() {
+    let t = tokens_with(&[]).unwrap();
+    assert_eq!(t.algorithm, TokenAlgorithm::Hs256);
+    assert!(t.auth(Some(DEV_SECRET)).is_ok());
+    let e = format!("{:#}", t.auth(None).unwrap_err());
+    assert!(e.contains("SLESS_JWT_SECRET is not set"), "{e}");
+    let t = tokens_with(&[("SLESS_JWT_SECRET", "a-secret-of-the-deployment-32-bytes")]).unwrap();
+    assert!(t.auth(None).is_ok());
+    let t = tokens_with(&[("SLESS_JWT_SECRET", "a-secret-of-31-bytes-0123456789")]).unwrap();
+    let e = format!("{:#}", t.auth(Some(DEV_SECRET)).unwrap_err());
+    assert!(e.contains("SLESS_JWT_SECRET has 31 bytes"), "{e}");
+}
+
+#[test]
+fn rs256_and_es256_load_pem_files_and_key_sets() {
+    let two_pems = format!("{}, {}", key("rsa-a.pub.pem"), key("rsa-b.pub.pem"));
+    let jwks = key("jwks.json");
+    let ec = key("ec-a.pub.pem");
+    let cases: [&[(&str, &str)]; 5] = [
+        &[
+            ("SLESS_JWT_ALGORITHM", "RS256"),
+            ("SLESS_JWT_PUBLIC_KEY_FILE", &two_pems),
+        ],
+        &[("SLESS_JWT_ALGORITHM", "RS256"), ("SLESS_JWKS_FILE", &jwks)],
+        &[
+            ("SLESS_JWT_ALGORITHM", "rs256"),
+            ("SLESS_JWT_PUBLIC_KEY_FILE", &two_pems),
+            ("SLESS_JWKS_FILE", &jwks),
+            ("SLESS_JWT_ISSUER", "https://id.example.com/"),
+            ("SLESS_JWT_AUDIENCE", "sless, sless-staging"),
+            ("SLESS_JWT_ADMIN_CLAIM", "https://sless.dev/admin"),
+            ("SLESS_JWT_LEEWAY_SECS", "0"),
+        ],
+        &[
+            ("SLESS_JWT_ALGORITHM", "ES256"),
+            ("SLESS_JWT_PUBLIC_KEY_FILE", &ec),
+        ],
+        &[("SLESS_JWT_ALGORITHM", "ES256"), ("SLESS_JWKS_FILE", &jwks)],
+    ];
+    for vars in cases {
+        let auth = tokens_with(vars).unwrap().auth(None);
+        assert!(auth.is_ok(), "{vars:?}: {:#}", auth.err().unwrap());
+    }
+    let t = tokens_with(cases[2]).unwrap();
+    let auth = t.auth(None).unwrap();
+    assert_eq!(auth.settings().audiences, ["sless", "sless-staging"]);
+    assert_eq!(auth.settings().leeway, Duration::ZERO);
+}
+
+#[test]
+fn configuration_errors_name_their_variable() {
+    let rsa = key("rsa-a.pub.pem");
+    let ec = key("ec-a.pub.pem");
+    let private = key("rsa-a.key.pem");
+    let jwks = key("jwks.json");
+    let p384 = key("ec-p384.pub.pem");
+    let readme = key("README.md");
+    // (what, variables, what the message says)
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "an algorithm not supported",
+            vec![("SLESS_JWT_ALGORITHM", "none")],
+            "SLESS_JWT_ALGORITHM: \"none\" is not a supported algorithm",
+        ),
+        (
+            "RS256 without keys",
+            vec![("SLESS_JWT_ALGORITHM", "RS256")],
+            "SLESS_JWT_ALGORITHM=RS256 needs SLESS_JWT_PUBLIC_KEY_FILE",
+        ),
+        (
+            "a missing key file",
+            vec![
+                ("SLESS_JWT_ALGORITHM", "RS256"),
+                ("SLESS_JWT_PUBLIC_KEY_FILE", "/nonexistent/sless/key.pem"),
+            ],
+            "SLESS_JWT_PUBLIC_KEY_FILE: cannot read /nonexistent/sless/key.pem",
+        ),
+        (
+            "a missing key set",
+            vec![
+                ("SLESS_JWT_ALGORITHM", "ES256"),
+                ("SLESS_JWKS_FILE", "/nonexistent/jwks.json"),
+            ],
+            "SLESS_JWKS_FILE: cannot read /nonexistent/jwks.json",
+        ),
+        (
+            "a file that is not PEM",
+            vec![
+                ("SLESS_JWT_ALGORITHM", "RS256"),
+                ("SLESS_JWT_PUBLIC_KEY_FILE", &readme),
+            ],
+            "SLESS_JWT_PUBLIC_KEY_FILE: ",
+        ),
+        (
+            "a private key",
+            vec![
+                ("SLESS_JWT_ALGORITHM", "RS256"),
+                ("SLESS_JWT_PUBLIC_KEY_FILE", &private),
+            ],
+            "is a private key",
+        ),
+        (
+            "an EC key for RS256",
+            vec![
+                ("SLESS_JWT_ALGORITHM", "RS256"),
+                ("SLESS_JWT_PUBLIC_KEY_FILE", &ec),
+            ],
+            "holds an EC public key, but RS256 needs an RSA public key",
+        ),
+        (
+            "an RSA key for ES256",
+            vec![
+                ("SLESS_JWT_ALGORITHM", "ES256"),
+                ("SLESS_JWT_PUBLIC_KEY_FILE", &rsa),
+            ],
+            "holds an RSA public key",
+        ),
+        (
+            "a P-384 key for ES256",
+            vec![
+                ("SLESS_JWT_ALGORITHM", "ES256"),
+                ("SLESS_JWT_PUBLIC_KEY_FILE", &p384),
+            ],
+            "another curve than P-256",
+        ),
+        (
+            "a key set for HS256",
+            vec![("SLESS_JWKS_FILE", &jwks), ("SLESS_JWT_SECRET", "s")],
+            "SLESS_JWKS_FILE is set, but SLESS_JWT_ALGORITHM is HS256",
+        ),
+        (
+            "a secret for RS256",
+            vec![
+                ("SLESS_JWT_ALGORITHM", "RS256"),
+                ("SLESS_JWT_PUBLIC_KEY_FILE", &rsa),
+                ("SLESS_JWT_SECRET", "s"),
+            ],
+            "SLESS_JWT_SECRET is set, but SLESS_JWT_ALGORITHM=RS256",
+        ),
+        (
+            "a leeway over 60 s",
+            vec![("SLESS_JWT_LEEWAY_SECS", "61")],
+            "SLESS_JWT_LEEWAY_SECS=61 is more than the 60 s allowed",
+        ),
+        (
+            "a leeway that is not a number",
+            vec![("SLESS_JWT_LEEWAY_SECS", "1m")],
+            "SLESS_JWT_LEEWAY_SECS=\"1m\" is not a number",
+        ),
+        (
+            "an admin claim that is a registered claim",
+            vec![("SLESS_JWT_ADMIN_CLAIM", "sub")],
+            "SLESS_JWT_ADMIN_CLAIM: the admin claim \"sub\"",
+        ),
+    ];
+    for (what, vars, want) in cases {
+        let e = refusal(&vars, Some(DEV_SECRET));
+        assert!(e.contains(want), "{what}: {e}");
+    }
+    let e = refusal(
+        &[
+            ("SLESS_JWT_ALGORITHM", "ES256"),
+            ("SLESS_JWKS_FILE", &readme),
+        ],
+        None,
+    );
+    assert!(e.starts_with("SLESS_JWKS_FILE: "), "{e}");
+    assert!(e.contains("not a JSON Web Key Set"), "{e}");
+}
