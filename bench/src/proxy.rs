@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::nginx::Nginx;
-use crate::sless_dev::{DevArgs, Sandbox, SlessDev, python_zip};
+use crate::sless_dev::{DevArgs, Runs, Sandbox, SlessDev, python_zip};
 use crate::{Server, wrk};
 
 #[derive(clap::Args)]
@@ -26,25 +26,15 @@ pub struct ProxyArgs {
 const FUNCTION: &str = "hello";
 
 pub async fn run(server: &Server, args: ProxyArgs) -> anyhow::Result<serde_json::Value> {
-    let runs = args.sandbox.runs();
-    if let [(_, unsafe_no_sandbox)] = runs[..] {
-        let dev_args = DevArgs {
-            unsafe_no_sandbox,
-            ..args.dev.clone()
+    let mut figures =
+        match SlessDev::measured_each(server, &args.dev, args.sandbox, "proxy", async |dev| {
+            measure(dev, &args).await
+        })
+        .await?
+        {
+            Runs::One(figures) => return Ok(figures),
+            Runs::Both(figures) => figures,
         };
-        return SlessDev::measured(server, &dev_args, async |dev| measure(dev, &args).await).await;
-    }
-    let mut figures = serde_json::Map::new();
-    for (name, unsafe_no_sandbox) in runs {
-        let dev_args = DevArgs {
-            unsafe_no_sandbox,
-            ..args.dev.clone()
-        };
-        eprintln!("proxy, {name}:");
-        let got =
-            SlessDev::measured(server, &dev_args, async |dev| measure(dev, &args).await).await?;
-        figures.insert(name.to_owned(), got);
-    }
     let direct = |k: &str| {
         figures[k]["direct"]["req_per_s"]
             .as_f64()

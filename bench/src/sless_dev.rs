@@ -47,6 +47,14 @@ impl Sandbox {
     }
 }
 
+/// The figures of [`SlessDev::measured_each`].
+pub enum Runs {
+    /// With the sandbox or without it.
+    One(serde_json::Value),
+    /// Both, by run name.
+    Both(serde_json::Map<String, serde_json::Value>),
+}
+
 /// A running `sless dev`.
 pub struct SlessDev {
     child: tokio::process::Child,
@@ -83,6 +91,34 @@ impl SlessDev {
         }
         dev.stop().await?;
         figures
+    }
+
+    /// `measure` on a `sless dev` with the sandbox, one without, or one of
+    /// each after the other (their figures under `sandbox` and `no_sandbox`).
+    pub async fn measured_each(
+        server: &Server,
+        args: &DevArgs,
+        sandbox: Sandbox,
+        what: &str,
+        measure: impl AsyncFn(&SlessDev) -> anyhow::Result<serde_json::Value>,
+    ) -> anyhow::Result<Runs> {
+        let runs = sandbox.runs();
+        let mut figures = serde_json::Map::new();
+        for &(name, unsafe_no_sandbox) in &runs {
+            let args = DevArgs {
+                unsafe_no_sandbox,
+                ..args.clone()
+            };
+            if runs.len() == 1 {
+                return Ok(Runs::One(
+                    SlessDev::measured(server, &args, &measure).await?,
+                ));
+            }
+            eprintln!("{what}, {name}:");
+            let got = SlessDev::measured(server, &args, &measure).await?;
+            figures.insert(name.to_owned(), got);
+        }
+        Ok(Runs::Both(figures))
     }
 
     /// Quotas no benchmark reaches.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::sless_dev::{DevArgs, Sandbox, SlessDev, python_zip};
+use crate::sless_dev::{DevArgs, Runs, Sandbox, SlessDev, python_zip};
 use crate::{Server, percentile};
 
 #[derive(clap::Args)]
@@ -31,25 +31,18 @@ pub struct UploadArgs {
 }
 
 pub async fn run(server: &Server, args: UploadArgs) -> anyhow::Result<serde_json::Value> {
-    let runs = args.sandbox.runs();
-    if let [(_, unsafe_no_sandbox)] = runs[..] {
-        let dev_args = DevArgs {
-            unsafe_no_sandbox,
-            ..args.dev.clone()
-        };
-        return SlessDev::measured(server, &dev_args, async |dev| measure(dev, &args).await).await;
-    }
-    let mut figures = serde_json::Map::new();
-    for (name, unsafe_no_sandbox) in runs {
-        let dev_args = DevArgs {
-            unsafe_no_sandbox,
-            ..args.dev.clone()
-        };
-        eprintln!("upload→Ready, {name}:");
-        let got =
-            SlessDev::measured(server, &dev_args, async |dev| measure(dev, &args).await).await?;
-        figures.insert(name.to_owned(), got);
-    }
+    let mut figures = match SlessDev::measured_each(
+        server,
+        &args.dev,
+        args.sandbox,
+        "upload→Ready",
+        async |dev| measure(dev, &args).await,
+    )
+    .await?
+    {
+        Runs::One(figures) => return Ok(figures),
+        Runs::Both(figures) => figures,
+    };
     let p50 = |k: &str| figures.get(k).and_then(|f| f["p50_ms"].as_f64());
     if let (Some(on), Some(off)) = (p50("sandbox"), p50("no_sandbox")) {
         eprintln!(
