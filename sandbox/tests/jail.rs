@@ -253,9 +253,11 @@ fn everything_a_program_starts_ends_with_it() {
             "import os, time\n\
              if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        \
              os.execv('/bin/sh', ['sh', '-c', 'sleep 300; true', '{marker}'])\n    os._exit(0)\n\
-             time.sleep(0.5)\n\
-             alive = [p for p in os.listdir('/proc') if p.isdigit() and '{marker}' in open('/proc/%s/cmdline' % p).read()]\n\
-             print('parent done', len(alive) > 0)"
+             def alive():\n    \
+                 return [p for p in os.listdir('/proc') if p.isdigit() and '{marker}' in open('/proc/%s/cmdline' % p).read()]\n\
+             deadline = time.monotonic() + 5\n\
+             while not alive() and time.monotonic() < deadline:\n    time.sleep(0.01)\n\
+             print('parent done', len(alive()) > 0)"
         )
         .into(),
     ];
