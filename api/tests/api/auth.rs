@@ -637,3 +637,89 @@ async fn the_admin_claim_acts_in_another_namespace_and_only_when_true() {
         .collect();
     assert_eq!(names, ["by-operator-4", "by-operator-5"], "{}", list.body);
 }
+
+/// What the invoke proxy removes from a call (`Auth::signed_here`): a token
+/// signed by any configured key, whatever its claims; nothing else.
+#[test]
+fn every_token_a_configured_key_signed_is_this_platform_s_whatever_its_claims() {
+    let jwks = rs256_with_key_set(settings());
+    let pem = with_pem(TokenAlgorithm::Rs256, &[RSA_A_PUB, RSA_B_PUB]);
+    let expired = claims(json!({"exp": now() - 86_400}));
+    let elsewhere = claims(json!({"aud": "another-service", "iss": "https://other.example/"}));
+    let no_claims = json!({});
+    for (what, auth, token, ours) in [
+        (
+            "key set, rsa-a",
+            &jwks,
+            rs256("rsa-a", &claims(json!({}))),
+            true,
+        ),
+        (
+            "key set, rsa-b, expired",
+            &jwks,
+            signed(Algorithm::RS256, Some("rsa-b"), &expired, &rsa_b()),
+            true,
+        ),
+        (
+            "key set, another audience and issuer",
+            &jwks,
+            rs256("rsa-a", &elsewhere),
+            true,
+        ),
+        (
+            "key set, no claims at all",
+            &jwks,
+            rs256("rsa-a", &no_claims),
+            true,
+        ),
+        (
+            "PEM keys, the second one",
+            &pem,
+            signed(Algorithm::RS256, None, &expired, &rsa_b()),
+            true,
+        ),
+        // Not this platform's: another key, another algorithm, a kid it has not.
+        (
+            "key set, rsa-b's kid but rsa-a's signature",
+            &jwks,
+            signed(
+                Algorithm::RS256,
+                Some("rsa-b"),
+                &claims(json!({})),
+                &rsa_a(),
+            ),
+            false,
+        ),
+        (
+            "key set, an unknown kid",
+            &jwks,
+            signed(
+                Algorithm::RS256,
+                Some("rsa-z"),
+                &claims(json!({})),
+                &rsa_a(),
+            ),
+            false,
+        ),
+        (
+            "PEM keys, an ES256 token",
+            &pem,
+            signed(Algorithm::ES256, None, &claims(json!({})), &ec_a()),
+            false,
+        ),
+        (
+            "key set, HS256 with the public key as secret",
+            &jwks,
+            signed(
+                Algorithm::HS256,
+                Some("rsa-a"),
+                &claims(json!({})),
+                &EncodingKey::from_secret(RSA_A_PUB),
+            ),
+            false,
+        ),
+        ("not a token", &jwks, "their.own.token".to_owned(), false),
+    ] {
+        assert_eq!(auth.signed_here(&token), ours, "{what}");
+    }
+}
