@@ -336,11 +336,42 @@ pub fn proxy_limits() -> anyhow::Result<ProxyLimits> {
         max_body_bytes: number("SLESS_PROXY_MAX_BODY_BYTES", d.max_body_bytes)?,
         max_headers: number("SLESS_PROXY_MAX_HEADERS", d.max_headers)?,
         max_header_bytes: number("SLESS_PROXY_MAX_HEADER_BYTES", d.max_header_bytes)?,
+        idle_timeout: Duration::from_secs_f64(number(
+            "SLESS_PROXY_IDLE_SECS",
+            d.idle_timeout.as_secs_f64(),
+        )?),
     };
     if !(1..=100).contains(&limits.max_headers) {
         bail!("SLESS_PROXY_MAX_HEADERS must be between 1 and 100");
     }
+    if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&limits.idle_timeout) {
+        bail!("SLESS_PROXY_IDLE_SECS must be between 0.1 and 3600");
+    }
     Ok(limits)
+}
+
+/// The functions' origin as callers reach it (`--fn-url`, `SLESS_FN_URL`):
+/// `http://` or `https://`, a host, perhaps a port, and no path, query or
+/// credentials. Returned without a trailing `/`.
+pub fn fn_url(url: &str) -> anyhow::Result<String> {
+    let bad = |why: &str| anyhow::anyhow!("SLESS_FN_URL {url:?} {why}");
+    let uri: axum::http::Uri = url.parse().map_err(|_| bad("is not a URL"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(bad("must start with http:// or https://"));
+    }
+    let authority = uri.authority().ok_or_else(|| bad("names no host"))?;
+    if authority.host().is_empty() || authority.as_str().contains('@') {
+        return Err(bad("must name a host, without credentials"));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(bad(
+            "must have no path or query: functions are under its /fn/",
+        ));
+    }
+    Ok(format!(
+        "{}://{authority}",
+        uri.scheme_str().unwrap_or("http")
+    ))
 }
 
 /// How many uploads are checked at once, from `SLESS_UPLOAD_CONCURRENCY`

@@ -35,10 +35,13 @@ enum Command {
     /// SLESS_JWT_ALGORITHM with public keys) and none is printed; reads
     /// DATABASE_URL and S3_* when set.
     Serve(ServeArgs),
-    /// Only the HTTP API (needs DATABASE_URL, S3_*, SLESS_JWT_SECRET).
+    /// Only the HTTP API and, on an origin of its own, the invoke proxy
+    /// (needs DATABASE_URL, S3_*, SLESS_JWT_SECRET).
     Api {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
+        #[command(flatten)]
+        functions: FnOrigin,
     },
     /// Only a worker with the local driver (needs DATABASE_URL, S3_*).
     Worker {
@@ -111,14 +114,33 @@ pub struct ServeArgs {
     /// Where the embedded database, blobs, builds and logs live.
     #[arg(long, default_value = "./.sless")]
     data_dir: PathBuf,
-    /// Address of the HTTP API and invoke proxy.
+    /// Address of the HTTP API.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    #[command(flatten)]
+    functions: FnOrigin,
     /// Run functions, jobs and builds without the sandbox, as the user that
     /// runs sless (where bubblewrap cannot be installed): only your own
     /// code; the instance then accepts the `dev` user's tokens only.
     #[arg(long)]
     unsafe_no_sandbox: bool,
+}
+
+/// Where functions are served: an origin of their own, never the API's
+/// (docs/security.md).
+#[derive(clap::Args)]
+pub struct FnOrigin {
+    /// Address of the functions' origin, the invoke proxy `/fn/...`
+    /// (default: the API's address with the next port; with port 0, any
+    /// free port).
+    #[arg(long, env = "SLESS_FN_LISTEN")]
+    fn_listen: Option<SocketAddr>,
+    /// The functions' origin as callers reach it, e.g.
+    /// `https://fn.example.com` (default: `http://` and the address it
+    /// listens on). What functions' `url` starts with, and where `/fn/...`
+    /// on the API's origin redirects.
+    #[arg(long, env = "SLESS_FN_URL")]
+    fn_url: Option<String>,
 }
 
 fn main() -> anyhow::Result<ExitCode> {
@@ -144,13 +166,9 @@ fn main() -> anyhow::Result<ExitCode> {
         .build()?;
     rt.block_on(async {
         match cli.command {
-            Command::Dev(args) => {
-                serve::all_in_one(args.data_dir, args.listen, true, args.unsafe_no_sandbox).await?
-            }
-            Command::Serve(args) => {
-                serve::all_in_one(args.data_dir, args.listen, false, args.unsafe_no_sandbox).await?
-            }
-            Command::Api { listen } => serve::api(listen).await?,
+            Command::Dev(args) => serve::all_in_one(args, true).await?,
+            Command::Serve(args) => serve::all_in_one(args, false).await?,
+            Command::Api { listen, functions } => serve::api(listen, functions).await?,
             Command::Worker {
                 data_dir,
                 unsafe_no_sandbox,

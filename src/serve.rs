@@ -15,7 +15,7 @@ use sless_workers::{Driver, Reconciler, Worker};
 use tokio::sync::watch;
 
 use crate::drivers::AnyDriver;
-use crate::{config, embedded};
+use crate::{FnOrigin, ServeArgs, config, embedded};
 
 /// Resolves on Ctrl-C or SIGTERM.
 async fn stop_signal() {
@@ -27,14 +27,82 @@ async fn stop_signal() {
     }
 }
 
+/// The two origins, bound: the API's and the functions'.
+pub struct Listeners {
+    api: tokio::net::TcpListener,
+    functions: tokio::net::TcpListener,
+    /// The functions' origin as callers reach it; None when it cannot be
+    /// told (listening on every address, and `SLESS_FN_URL` unset).
+    fn_url: Option<String>,
+}
+
+impl Listeners {
+    /// Binds the API's address and the functions' (by default the next
+    /// port; port 0 stays any free port).
+    pub async fn bind(listen: SocketAddr, origin: FnOrigin) -> anyhow::Result<Listeners> {
+        let fn_listen = origin.fn_listen.unwrap_or_else(|| {
+            let port = match listen.port() {
+                0 => 0,
+                p => p.checked_add(1).unwrap_or(0),
+            };
+            SocketAddr::new(listen.ip(), port)
+        });
+        if fn_listen == listen && listen.port() != 0 {
+            anyhow::bail!(
+                "the functions' origin (--fn-listen, SLESS_FN_LISTEN) must be another address than the API's ({listen}): a function's answer must never come from the API's origin"
+            );
+        }
+        let fn_url = origin.fn_url.map(|u| config::fn_url(&u)).transpose()?;
+        let api = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("listening on {listen}"))?;
+        let functions = tokio::net::TcpListener::bind(fn_listen)
+            .await
+            .with_context(|| format!("listening on {fn_listen} for functions (--fn-listen)"))?;
+        let bound = functions.local_addr()?;
+        let fn_url =
+            fn_url.or_else(|| (!bound.ip().is_unspecified()).then(|| format!("http://{bound}")));
+        Ok(Listeners {
+            api,
+            functions,
+            fn_url,
+        })
+    }
+
+    /// Serves both origins until `stop`.
+    fn serve(
+        self,
+        mut state: AppState,
+        stop: &watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+        state.fn_url = self.fn_url.map(Into::into);
+        let tails = state.tails.clone();
+        let api = serve_http(
+            self.api,
+            sless_api::router(state.clone()),
+            tails.clone(),
+            stop.clone(),
+        );
+        let functions = serve_http(
+            self.functions,
+            sless_api::fn_router(state),
+            tails,
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            let (a, f) = tokio::join!(api, functions);
+            a.and(f)
+        })
+    }
+}
+
 async fn serve_http(
     listener: tokio::net::TcpListener,
-    state: AppState,
+    app: axum::Router,
+    // The audit log's live tails would hold the graceful shutdown open.
+    tails: sless_api::events::Tails,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    // The audit log's live tails would hold the graceful shutdown open.
-    let tails = state.tails.clone();
-    let app = sless_api::router(state);
     sless_api::serve::serve(listener, app, async move {
         let _ = stop.wait_for(|s| *s).await;
         tails.close();
@@ -47,12 +115,13 @@ async fn serve_http(
 /// with the data directory's secret unless `SLESS_JWT_SECRET` or public keys
 /// are configured, and prints a token for the user `dev`; `serve` needs
 /// token settings of its own and prints none.
-pub async fn all_in_one(
-    data_dir: PathBuf,
-    listen: SocketAddr,
-    dev: bool,
-    unsafe_no_sandbox: bool,
-) -> anyhow::Result<()> {
+pub async fn all_in_one(args: ServeArgs, dev: bool) -> anyhow::Result<()> {
+    let ServeArgs {
+        data_dir,
+        listen,
+        functions,
+        unsafe_no_sandbox,
+    } = args;
     if unsafe_no_sandbox && !dev {
         anyhow::bail!(
             "--unsafe-no-sandbox is for `sless dev` only: `sless serve` serves several users, \
@@ -137,17 +206,19 @@ pub async fn all_in_one(
     // Processes did not survive the last stop: converge everything again.
     sless_store::queue::enqueue_reconcile_all(&pool).await?;
 
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("listening on {listen}"))?;
-    let addr = listener.local_addr()?;
+    let listeners = Listeners::bind(listen, functions).await?;
+    let addr = listeners.api.local_addr()?;
+    let fn_url = match &listeners.fn_url {
+        Some(u) => u.clone(),
+        None => format!("http://{}", listeners.functions.local_addr()?),
+    };
     let mut state = app_state(pool.clone(), blobs, auth.clone())?;
     if unsafe_no_sandbox {
         state.only_namespace = Some(Namespace::for_subject(DEV_USER));
     }
     let recorder = state.invocations.clone();
-    let http = tokio::spawn(serve_http(listener, state, stop.clone()));
-    announce(&data_dir, addr, &auth, dev)?;
+    let http = listeners.serve(state, &stop);
+    announce(&data_dir, addr, &fn_url, &auth, dev)?;
 
     stop_signal().await;
     eprintln!("stopping sless");
@@ -177,14 +248,20 @@ pub async fn all_in_one(
 /// Prints how to reach this instance and writes `dev.json`. For `dev` with
 /// HS256 it signs a token for the user `dev`; otherwise tokens come from
 /// whoever holds the signing keys (`token` is null).
-fn announce(data_dir: &Path, addr: SocketAddr, auth: &Auth, dev: bool) -> anyhow::Result<()> {
+fn announce(
+    data_dir: &Path,
+    addr: SocketAddr,
+    fn_url: &str,
+    auth: &Auth,
+    dev: bool,
+) -> anyhow::Result<()> {
     let sub = DEV_USER;
     let token = dev
         .then(|| auth.issue(sub, Duration::from_secs(365 * 86_400), false))
         .flatten();
     let ns = Namespace::for_subject(sub);
     let url = format!("http://{addr}");
-    let info = json!({ "url": url, "token": token, "namespace": ns });
+    let info = json!({ "url": url, "fn_url": fn_url, "token": token, "namespace": ns });
     let path = data_dir.join("dev.json");
     let tmp = data_dir.join("dev.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;
@@ -192,6 +269,7 @@ fn announce(data_dir: &Path, addr: SocketAddr, auth: &Auth, dev: bool) -> anyhow
     let Some(token) = token else {
         println!(
             "sless is running at {url}\n\
+             functions: {fn_url}/fn/{{namespace}}/{{name}}\n\
              tokens:    {} tokens signed by your identity provider or `sless token`\n\
              (also in {})\n",
             auth.algorithm(),
@@ -201,6 +279,7 @@ fn announce(data_dir: &Path, addr: SocketAddr, auth: &Auth, dev: bool) -> anyhow
     };
     println!(
         "sless is running at {url}\n\
+         functions: {fn_url}/fn/{ns}/{{name}}\n\
          namespace: {ns}\n\
          token:     {token}\n\
          (also in {})\n\n\
@@ -230,16 +309,26 @@ async fn pool_from_env(max: u32) -> anyhow::Result<PgPool> {
     Ok(pool)
 }
 
-pub async fn api(listen: SocketAddr) -> anyhow::Result<()> {
+pub async fn api(listen: SocketAddr, functions: FnOrigin) -> anyhow::Result<()> {
     let auth = config::tokens()?.auth(None)?;
     let pool = pool_from_env(30).await?;
     let blobs = BlobStore::new(&config::require_s3()?);
     let state = app_state(pool.clone(), blobs, auth)?;
     let recorder = state.invocations.clone();
-    let listener = tokio::net::TcpListener::bind(listen).await?;
-    eprintln!("sless api listening on http://{}", listener.local_addr()?);
+    let listeners = Listeners::bind(listen, functions).await?;
+    eprintln!(
+        "sless api listening on http://{}",
+        listeners.api.local_addr()?
+    );
+    eprintln!(
+        "functions served on http://{} (callers reach them at {})",
+        listeners.functions.local_addr()?,
+        listeners.fn_url.as_deref().unwrap_or(
+            "an address not known: set SLESS_FN_URL, or functions' url is a path and /fn/ on the API's origin answers 404"
+        )
+    );
     let (tx, rx) = watch::channel(false);
-    let http = tokio::spawn(serve_http(listener, state, rx));
+    let http = listeners.serve(state, &rx);
     stop_signal().await;
     let _ = tx.send(true);
     http.await??;

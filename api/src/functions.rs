@@ -99,7 +99,13 @@ pub(crate) fn function_path(key: &FunctionKey) -> String {
     format!("/v1/namespaces/{}/functions/{}", key.namespace, key.name)
 }
 
-fn view_of_row(r: &FunctionRow) -> serde_json::Value {
+/// Where a function is invoked: on the functions' origin when the API
+/// knows it (`AppState::fn_url`), else the path there.
+pub(crate) fn function_url(fn_url: Option<&str>, ns: &str, name: &str) -> String {
+    format!("{}/fn/{ns}/{name}", fn_url.unwrap_or_default())
+}
+
+fn view_of_row(fn_url: Option<&str>, r: &FunctionRow) -> serde_json::Value {
     json!({
         "namespace": r.namespace,
         "name": r.name,
@@ -112,13 +118,17 @@ fn view_of_row(r: &FunctionRow) -> serde_json::Value {
         "version": r.current_version,
         "deployed_version": r.deployed_version,
         "last_error": r.last_error,
-        "url": format!("/fn/{}/{}", r.namespace, r.name),
+        "url": function_url(fn_url, r.namespace.as_str(), r.name.as_str()),
         "created_at": r.created_at,
         "updated_at": r.updated_at,
     })
 }
 
-pub(crate) fn view_of_state(key: &FunctionKey, f: &Function) -> serde_json::Value {
+pub(crate) fn view_of_state(
+    fn_url: Option<&str>,
+    key: &FunctionKey,
+    f: &Function,
+) -> serde_json::Value {
     let spec = f.spec.as_ref();
     json!({
         "namespace": key.namespace,
@@ -132,7 +142,7 @@ pub(crate) fn view_of_state(key: &FunctionKey, f: &Function) -> serde_json::Valu
         "version": f.current_version,
         "deployed_version": f.deployed_version,
         "last_error": f.last_error,
-        "url": format!("/fn/{}/{}", key.namespace, key.name),
+        "url": function_url(fn_url, key.namespace.as_str(), key.name.as_str()),
     })
 }
 
@@ -205,7 +215,7 @@ pub async fn create(
     )
     .quota(Demand::function(key.namespace.clone()));
     let (status, body) = command::commit(&state, &ctx, cmd, |appended| {
-        let mut view = view_of_state(&key, &after);
+        let mut view = view_of_state(state.fn_url.as_deref(), &key, &after);
         view["position"] = json!(appended.position);
         (StatusCode::CREATED, view)
     })
@@ -224,7 +234,10 @@ pub async fn list(
 ) -> ApiResult<Json<serde_json::Value>> {
     let namespace = caller.namespace(&ns)?;
     let rows = readmodel::function_rows(&state.pool, namespace.as_str()).await?;
-    let items: Vec<_> = rows.iter().map(view_of_row).collect();
+    let items: Vec<_> = rows
+        .iter()
+        .map(|r| view_of_row(state.fn_url.as_deref(), r))
+        .collect();
     Ok(Json(json!({ "items": items })))
 }
 
@@ -241,14 +254,14 @@ pub async fn get(
     if let Some(row) =
         readmodel::function_row(&state.pool, key.namespace.as_str(), key.name.as_str()).await?
     {
-        return Ok(Json(view_of_row(&row)));
+        return Ok(Json(view_of_row(state.fn_url.as_deref(), &row)));
     }
     // Not projected yet (just created, or created again): answer from the log.
     let f = load(&state, &key).await?;
     if !f.exists() {
         return Err(function_not_found(&key));
     }
-    Ok(Json(view_of_state(&key, &f)))
+    Ok(Json(view_of_state(state.fn_url.as_deref(), &key, &f)))
 }
 
 /// The body of `PUT /v1/namespaces/{ns}/functions/{name}`: the fields to
@@ -419,7 +432,7 @@ pub async fn update(
             if let Some((status, body)) = ctx.replay(&state).await? {
                 return Ok((status, Json(body)));
             }
-            let mut view = view_of_state(&key, &current);
+            let mut view = view_of_state(state.fn_url.as_deref(), &key, &current);
             view["unchanged"] = json!(true);
             return Ok((StatusCode::OK, Json(view)));
         }
@@ -456,7 +469,7 @@ pub async fn update(
             .reconcile(key.queue_key())
         };
         let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let mut view = view_of_state(&key, &after);
+            let mut view = view_of_state(state.fn_url.as_deref(), &key, &after);
             view["position"] = json!(appended.position);
             view["status_url"] = json!(function_path(&key));
             (StatusCode::ACCEPTED, view)

@@ -1,5 +1,6 @@
-//! The HTTP surface of sless: the REST API under `/v1`, bearer-token auth,
-//! the public invoke proxy under `/fn`, and health endpoints.
+//! The HTTP surface of sless: the REST API under `/v1`, bearer-token auth
+//! and health endpoints on the API's origin (`router`), and the public
+//! invoke proxy under `/fn` on an origin of its own (`fn_router`).
 //!
 //! Handlers validate a request against the current state of one aggregate
 //! (read from its stream), decide, and append the resulting events together
@@ -88,6 +89,11 @@ pub struct AppState {
     /// Replays for the admin routes, filled by the binary (`admin`); `None`
     /// answers them 501.
     pub maintenance: Option<Arc<dyn admin::Maintenance>>,
+    /// The functions' origin as callers reach it (`http://127.0.0.1:8081`,
+    /// `https://fn.example.com`): what a function's `url` starts with, and
+    /// where `/fn/...` on the API's origin redirects. `None`: the API
+    /// does not know it; `url` is a path and `/fn/...` answers 404 here.
+    pub fn_url: Option<Arc<str>>,
     /// The one namespace whose tokens are accepted, when the instance runs
     /// functions without a sandbox (`--unsafe-no-sandbox`): another user's
     /// code would run with the platform's privileges. `None`: every user's.
@@ -147,6 +153,7 @@ impl AppState {
             quotas: quota::Quotas::UNLIMITED,
             tails: events::Tails::default(),
             maintenance: None,
+            fn_url: None,
             only_namespace: None,
         }
     }
@@ -198,14 +205,11 @@ pub fn router(state: AppState) -> Router {
                 .layer(DefaultBodyLimit::max(upload_limit))
                 .layer(answer_within(d.upload_per_mib, false)),
         );
-    // The proxy passes on the methods of `proxy::METHODS`; others get 405.
-    let (router, doc) = OpenApiRouter::new()
+    // The functions' routes are documented with the API's (their paths
+    // are on the functions' origin: `openapi::finish` says so).
+    let functions_doc = function_routes(&state).into_openapi();
+    let (router, mut doc) = OpenApiRouter::new()
         .nest("/v1", v1)
-        .routes(routes!(proxy::invoke_root).map(|_| on(proxy::METHODS, proxy::invoke_root)))
-        .routes(
-            routes!(proxy::invoke_root_slash).map(|_| on(proxy::METHODS, proxy::invoke_root_slash)),
-        )
-        .routes(routes!(proxy::invoke_path).map(|_| on(proxy::METHODS, proxy::invoke_path)))
         .routes(routes!(health::readyz).layer(answer_within(Duration::ZERO, true)))
         // Everything above needs the database.
         .route_layer(middleware::from_fn_with_state(
@@ -215,14 +219,56 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(health::healthz))
         .routes(routes!(openapi::document))
         .split_for_parts();
+    utoipa::openapi::OpenApi::merge(&mut doc, functions_doc);
     let doc: Arc<str> = serde_json::to_string(&openapi::finish(doc))
         .expect("the OpenAPI document serializes")
         .into();
+    // On this origin `/fn/...` only points at the functions' origin.
+    let router = router.layer(Extension(doc)).fallback(api_fallback);
+    finish(router, state)
+}
+
+/// A path no route of the API has; `/fn/...` is on the functions' origin.
+async fn api_fallback(state: State<AppState>, uri: Uri) -> Response {
+    if uri.path().starts_with("/fn/") {
+        return proxy::elsewhere(state, uri).await;
+    }
+    no_such_route(uri).await.into_response()
+}
+
+/// The functions' origin: the invoke proxy under `/fn`, and `/healthz`.
+/// It shares nothing with the API's origin but its state, so that no
+/// function's answer (its scripts, cookies, CORS headers) ever comes from
+/// the origin of the API and the console (docs/security.md).
+pub fn fn_router(state: AppState) -> Router {
+    let (router, _) = function_routes(&state)
+        .routes(routes!(health::healthz))
+        .split_for_parts();
+    finish(router.fallback(no_such_route), state)
+}
+
+/// The proxy's routes; it passes on the methods of `proxy::METHODS`, others
+/// get 405.
+fn function_routes(state: &AppState) -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(proxy::invoke_root).map(|_| on(proxy::METHODS, proxy::invoke_root)))
+        .routes(
+            routes!(proxy::invoke_root_slash).map(|_| on(proxy::METHODS, proxy::invoke_root_slash)),
+        )
+        .routes(routes!(proxy::invoke_path).map(|_| on(proxy::METHODS, proxy::invoke_path)))
+        .route_layer(middleware::from_fn_with_state(
+            state.breaker.clone(),
+            shed_while_unavailable,
+        ))
+}
+
+/// What both origins do around their routes: a problem document for a
+/// method a route does not take, the body limit, the header limit and the
+/// request id.
+fn finish(router: Router<AppState>, state: AppState) -> Router {
     router
-        .fallback(no_such_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(1024 * 1024))
-        .layer(Extension(doc))
         .with_state(state)
         .layer(middleware::from_fn(serve::limit_headers))
         // Outermost, so every answer carries it, refusals included.

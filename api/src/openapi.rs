@@ -451,8 +451,9 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
         p.entry(status).or_default().extend_from_slice(kinds);
     };
     add(500, &["internal"]);
-    // `serve::limit_headers` answers before any route.
+    // `serve::limit_headers` and `serve::one_host` answer before any route.
     add(431, &["headers-too-large"]);
+    add(400, &["malformed-request"]);
     if path == "/healthz" || path == "/openapi.json" {
         return p;
     }
@@ -465,7 +466,7 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
         add(400, &["invalid-path"]);
         add(404, &["not-found"]);
         add(413, &["payload-too-large"]);
-        add(502, &["function-unreachable"]);
+        add(502, &["function-unreachable", "bad-upstream-response"]);
         add(503, &["function-not-ready", "trigger-disabled"]);
         add(504, &["function-timeout"]);
         return p;
@@ -608,7 +609,8 @@ pub fn finish(mut doc: OpenApi) -> OpenApi {
         .version(env!("CARGO_PKG_VERSION"))
         .description(Some(
             "The sless control plane: functions, their source, invocations and the audit log \
-             under `/v1` (bearer token), the public invoke proxy under `/fn`, and health.",
+             under `/v1` (bearer token), the public invoke proxy under `/fn` (on the functions' \
+             own origin, `fn_url`; on the API's origin `/fn/...` answers 308 to it), and health.",
         ))
         .build();
     let components = doc.components.get_or_insert_with(Default::default);
@@ -628,6 +630,9 @@ pub fn finish(mut doc: OpenApi) -> OpenApi {
     let paths = std::mem::take(&mut doc.paths.paths);
     for (path, mut item) in paths {
         let path = path.replace("{*rest}", "{rest}");
+        if path.starts_with("/fn/") {
+            item.servers = Some(vec![functions_origin()]);
+        }
         for (method, op) in operations(&mut item) {
             let Some(op) = op else { continue };
             if path.starts_with("/v1/") {
@@ -651,6 +656,23 @@ pub fn finish(mut doc: OpenApi) -> OpenApi {
         doc.paths.paths.insert(path, item);
     }
     doc
+}
+
+/// Where `/fn` is served: the functions' own origin, never the API's.
+fn functions_origin() -> utoipa::openapi::server::Server {
+    use utoipa::openapi::server::{ServerBuilder, ServerVariableBuilder};
+    ServerBuilder::new()
+        .url("{fn_url}")
+        .description(Some(
+            "The functions' origin (`fn_url` in `sless dev`'s dev.json; SLESS_FN_URL)",
+        ))
+        .parameter(
+            "fn_url",
+            ServerVariableBuilder::new()
+                .default_value("http://127.0.0.1:8081")
+                .description(Some("The functions' origin, without a trailing slash")),
+        )
+        .build()
 }
 
 /// A zip archive, as the body of an upload.

@@ -1,5 +1,7 @@
 //! `/fn/{ns}/{name}[/...]`: the public invoke proxy. Forwards the request
-//! to the function's running endpoint and streams both bodies.
+//! to the function's running endpoint and streams both bodies. It is served
+//! on the functions' origin (`crate::fn_router`), never on the API's: there
+//! `/fn/...` only redirects (`elsewhere`).
 //!
 //! Where a function runs comes from the read model, remembered for
 //! `Endpoints::ttl` so a busy function costs no query per request. A
@@ -23,8 +25,19 @@
 //!   one with nothing deployed: 503;
 //! - a body that streams past `max_body_bytes`: 413, the moment it does,
 //!   without holding the body;
+//! - a request body that cannot be read (a bad chunk size, say): 400
+//!   `malformed-request`, without the parser's words;
 //! - an upstream that cannot be reached: 502; one that has not answered
-//!   within the function's `timeout_sec`: 504.
+//!   within the function's `timeout_sec`: 504; one whose answer is not
+//!   HTTP (it cannot be parsed, its status is past 599, or it is a 1xx
+//!   such as an unasked 101): 502 `bad-upstream-response`;
+//! - an answer whose body passes the function's `timeout_sec`, counted from
+//!   the call's start, or pauses longer than `ProxyLimits::idle_timeout`:
+//!   cut short (`call`: the caller's connection is closed, the record says
+//!   so).
+//!
+//! (Duplicate or conflicting `Host` fields get a 400 problem document in
+//! `serve`, before any route.)
 //!
 //! (A request with more than `serve::MAX_REQUEST_HEADERS` header fields
 //! gets the API's own 431 problem document before it reaches the proxy; one
@@ -32,9 +45,11 @@
 //! head larger than its read buffer, is refused by the parser: 431 without
 //! a body.)
 //!
-//! Hop-by-hop headers (RFC 9110 §7.6.1: those of `HOP_BY_HOP` and any named
-//! in `Connection`) are stripped both ways. The request's `X-Request-Id`
-//! (see `invocations::request_id`) goes to the function and back.
+//! What crosses, each way, is `edge`'s: hop-by-hop headers are stripped
+//! both ways, the platform's credentials (its tokens, its cookies) never
+//! reach a function, and a function's cookies stay under its own path. The
+//! request's `X-Request-Id` (see `invocations::request_id`) goes to the
+//! function and back.
 //!
 //! Every call that reaches the lookup of an existing function is recorded
 //! (`invocations::Recorder`) when its answer has been sent, or abandoned:
@@ -48,37 +63,21 @@
 //! first call as cold.
 
 use std::collections::HashMap;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes, HttpBody};
+use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use hyper::body::{Frame, SizeHint};
 use sless_domain::FunctionName;
-use sless_store::invocations::{Invocation, id_for};
 use sless_store::readmodel::{self, FunctionRow};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::invocations::{self, Recorder, X_REQUEST_ID};
-
-/// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
+use crate::invocations::{self, X_REQUEST_ID};
 
 /// The limits a request must stay within to be forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +91,10 @@ pub struct ProxyLimits {
     /// Request header bytes, names and values, but not `X-Request-Id`
     /// (default 16 KiB).
     pub max_header_bytes: usize,
+    /// The longest gap between two pieces of a function's answer body
+    /// (default 10 s); the whole call is bounded by the function's
+    /// `timeout_sec` besides.
+    pub idle_timeout: Duration,
 }
 
 impl Default for ProxyLimits {
@@ -100,6 +103,7 @@ impl Default for ProxyLimits {
             max_body_bytes: 6 * 1024 * 1024,
             max_headers: 64,
             max_header_bytes: 16 * 1024,
+            idle_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -166,6 +170,29 @@ pub async fn invoke_root_slash(State(state): State<AppState>, req: Request) -> R
     responses((status = "default", description = "The function's answer, as it gave it")))]
 pub async fn invoke_path(State(state): State<AppState>, req: Request) -> Response {
     invoke(state, req).await
+}
+
+/// `/fn/...` on the API's origin: functions are not served there. A 308
+/// to the same path and query on the functions' origin when the API knows
+/// it (`AppState::fn_url`), else a 404 that says where they are.
+pub async fn elsewhere(State(state): State<AppState>, uri: Uri) -> Response {
+    let path_and_query = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    let Some(base) = state.fn_url.as_deref() else {
+        return ApiError::not_found(format!(
+            "functions are served on an origin of their own, not the API's: ask {path_and_query} there (SLESS_FN_LISTEN)"
+        ))
+        .into_response();
+    };
+    let location = format!("{base}{path_and_query}");
+    match HeaderValue::from_str(&location) {
+        Ok(v) => (
+            StatusCode::PERMANENT_REDIRECT,
+            [(header::LOCATION, v)],
+            format!("functions are served on an origin of their own: {location}\n"),
+        )
+            .into_response(),
+        Err(_) => ApiError::not_found(format!("no function at {:?}", uri.path())).into_response(),
+    }
 }
 
 /// Where each function runs, as the read model said a moment ago.
@@ -385,25 +412,6 @@ fn body_too_large(limit: u64) -> ApiError {
     )
 }
 
-/// Removes hop-by-hop headers, those named in `Connection` first.
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if headers.contains_key(header::CONNECTION) {
-        let named: Vec<HeaderName> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-            .collect();
-        for h in named {
-            headers.remove(h);
-        }
-    }
-    for h in &HOP_BY_HOP {
-        headers.remove(h);
-    }
-}
-
 async fn invoke(state: AppState, mut req: Request) -> Response {
     let started = Instant::now();
     let started_at = Utc::now();
@@ -454,8 +462,7 @@ async fn forward(
             ApiError::not_found(format!("function {name:?} not found in namespace {ns:?}"))
         })?;
 
-    strip_hop_by_hop(&mut parts.headers);
-    parts.headers.remove(header::HOST);
+    edge::request_headers(&mut parts.headers, &state.auth);
     parts.headers.insert(X_REQUEST_ID, request_id.clone());
     let meter = Arc::new(Meter::default());
     let mut call = Call {
@@ -486,12 +493,67 @@ async fn forward(
         replayable,
     )
     .await;
-    Ok(match sent {
-        Ok(res) => call.answer(res),
-        Err(e) => call.refuse(e),
-    })
+    Ok(
+        match sent.and_then(|(res, timeout)| Ok((well_formed(&call.function, res)?, timeout))) {
+            Ok((mut res, timeout)) => {
+                edge::response_headers(res.headers_mut(), &call.namespace, &call.function);
+                let bounds = Bounds {
+                    deadline: tokio::time::Instant::from_std(started + timeout),
+                    timeout,
+                    idle: limits.idle_timeout,
+                };
+                call.answer(res, bounds)
+            }
+            Err(e) => call.refuse(e),
+        },
+    )
 }
 
+/// A function's answer the proxy passes on: a final status of HTTP's
+/// range (100–599). A 1xx that hyper hands on as final (a 101 Switching
+/// Protocols, which the proxy never asks for: it forwards no `Upgrade`) or
+/// a status past 599 is the function's fault: 502.
+fn well_formed(
+    name: &str,
+    res: hyper::Response<hyper::body::Incoming>,
+) -> ApiResult<hyper::Response<hyper::body::Incoming>> {
+    let status = res.status().as_u16();
+    if (200..=599).contains(&status) {
+        return Ok(res);
+    }
+    let why = if status < 200 {
+        format!("an interim status {status} as its answer, which was not asked for")
+    } else {
+        format!("the status {status}, which is outside HTTP's 100-599")
+    };
+    Err(bad_upstream(name, &why))
+}
+
+/// 502 `bad-upstream-response`: the function answered, but not with HTTP.
+fn bad_upstream(name: &str, why: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        BAD_UPSTREAM_RESPONSE,
+        "Bad response from the function",
+        format!("function {name:?} sent {why}"),
+    )
+}
+
+/// The problem kind of an answer that is not valid HTTP.
+pub const BAD_UPSTREAM_RESPONSE: &str = "bad-upstream-response";
+
+/// 400 for a request body the proxy could not read.
+fn unreadable_body() -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "malformed-request",
+        "Malformed request",
+        "the request body could not be read: its framing is not valid HTTP/1.1 (a bad chunk size, say), or it ended early",
+    )
+}
+
+/// Sends the request to the function's endpoint; the answer's head, and
+/// the function's timeout, which bounds its body too.
 async fn send(
     state: &AppState,
     call: &mut Call,
@@ -500,7 +562,7 @@ async fn send(
     body: Body,
     path_and_query: &str,
     replayable: bool,
-) -> ApiResult<hyper::Response<hyper::body::Incoming>> {
+) -> ApiResult<(hyper::Response<hyper::body::Incoming>, Duration)> {
     let (ns, name) = (call.namespace.as_str(), call.function.as_str());
     let limit = state.http.limits.max_body_bytes;
     let mut body = Some(body);
@@ -549,9 +611,13 @@ async fn send(
             .parse::<Uri>()
             .map_err(|e| ApiError::internal(format!("bad function endpoint {endpoint}: {e}")))?;
         let upstream = hyper::Request::from_parts(req_parts, body.take().unwrap_or_default());
-        let res = tokio::time::timeout(target.timeout, state.http.pool.request(upstream)).await;
+        let left = target.timeout.saturating_sub(call.started.elapsed());
+        let res = tokio::time::timeout(left, state.http.pool.request(upstream)).await;
         if call.meter.too_large.load(Ordering::Relaxed) {
             return Err(body_too_large(limit));
+        }
+        if call.meter.unreadable.load(Ordering::Relaxed) {
+            return Err(unreadable_body());
         }
         return match res {
             Err(_) => Err(ApiError::new(
@@ -566,6 +632,9 @@ async fn send(
             Ok(Err(e)) if e.is_connect() && replayable && !fresh => continue,
             Ok(Err(e)) => {
                 state.endpoints.forget(ns, name);
+                if let Some(why) = not_http(&e) {
+                    return Err(bad_upstream(name, &why));
+                }
                 // The connection broke under the call: its process may have
                 // ended (killed for memory, say), which the log then says.
                 if !e.is_connect()
@@ -586,20 +655,25 @@ async fn send(
                     format!("function {name:?} {what}: {}", error_chain(&e)),
                 ))
             }
-            Ok(Ok(res)) => Ok(res),
+            Ok(Ok(res)) => Ok((res, target.timeout)),
         };
     }
     unreachable!("the second pass always returns")
 }
 
-/// Why a call failed, as its invocation record says it: the problem's
-/// kind, shortened (`oom` for a function killed for memory).
-fn error_kind(kind: &'static str) -> &'static str {
-    match kind {
-        crate::crashes::OUT_OF_MEMORY => "oom",
-        crate::crashes::CRASHED => "crashed",
-        other => other.strip_prefix("function-").unwrap_or(other),
+/// What was wrong with an answer that hyper could not parse as HTTP/1.1
+/// (a bad status line, header or framing); None for other failures.
+fn not_http(e: &hyper_util::client::legacy::Error) -> Option<String> {
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        if let Some(h) = inner.downcast_ref::<hyper::Error>()
+            && h.is_parse()
+        {
+            return Some(format!("an answer that is not valid HTTP/1.1 ({h})"));
+        }
+        source = inner.source();
     }
+    None
 }
 
 /// An error and its sources, for humans.
@@ -614,202 +688,9 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// What a call's bodies counted while they streamed.
-#[derive(Default)]
-struct Meter {
-    bytes_in: AtomicU64,
-    /// The request body went past the limit.
-    too_large: AtomicBool,
-}
+mod call;
+pub mod edge;
 
-/// The request body, counted, and cut off with an error once it passes the
-/// limit (the bytes past it are never forwarded).
-struct Inbound {
-    inner: Body,
-    limit: u64,
-    meter: Arc<Meter>,
-}
-
-impl HttpBody for Inbound {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            let n = data.len() as u64;
-            let total = self.meter.bytes_in.fetch_add(n, Ordering::Relaxed) + n;
-            if total > self.limit {
-                self.meter.too_large.store(true, Ordering::Relaxed);
-                return Poll::Ready(Some(Err(axum::Error::new(
-                    body_too_large(self.limit).detail,
-                ))));
-            }
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// One call to an existing function, to be recorded once it is answered.
-struct Call {
-    recorder: Recorder,
-    meter: Arc<Meter>,
-    started: Instant,
-    started_at: DateTime<Utc>,
-    namespace: String,
-    function: String,
-    version: Option<u32>,
-    cold: bool,
-    request_id: String,
-}
-
-impl Call {
-    /// The function's answer, streamed back and recorded when it is sent.
-    fn answer(self, res: hyper::Response<hyper::body::Incoming>) -> Response {
-        let (mut parts, body) = res.into_parts();
-        strip_hop_by_hop(&mut parts.headers);
-        let status = parts.status.as_u16();
-        Response::from_parts(parts, Body::new(Outbound::new(body, self, status, None)))
-    }
-
-    /// A problem instead of the function's answer, recorded likewise.
-    fn refuse(self, e: ApiError) -> Response {
-        let (parts, body) = e.clone().into_response().into_parts();
-        let status = parts.status.as_u16();
-        let error = Some((e.detail, error_kind(e.kind)));
-        Response::from_parts(parts, Body::new(Outbound::new(body, self, status, error)))
-    }
-
-    fn record(self, status: u16, bytes_out: u64, error: Option<(String, &'static str)>) {
-        let (error, error_kind) = match error {
-            Some((error, kind)) => (Some(error), Some(kind.to_owned())),
-            None => (None, None),
-        };
-        let record = Invocation {
-            id: id_for(self.started_at),
-            namespace: self.namespace,
-            function: self.function,
-            version: self.version,
-            started_at: self.started_at,
-            duration: self.started.elapsed(),
-            status,
-            bytes_in: self.meter.bytes_in.load(Ordering::Relaxed),
-            bytes_out,
-            cold: self.cold,
-            error,
-            error_kind,
-            request_id: self.request_id,
-            origin: "http".into(),
-            run: None,
-        };
-        self.recorder.record(record);
-    }
-}
-
-/// The answer's body, counted; records the call when it ends, fails, or is
-/// dropped unfinished (the client went away).
-struct Outbound<B: HttpBody> {
-    inner: B,
-    sent: u64,
-    status: u16,
-    error: Option<(String, &'static str)>,
-    call: Option<Call>,
-}
-
-impl<B: HttpBody> Outbound<B> {
-    fn new(
-        inner: B,
-        call: Call,
-        status: u16,
-        error: Option<(String, &'static str)>,
-    ) -> Outbound<B> {
-        Outbound {
-            inner,
-            sent: 0,
-            status,
-            error,
-            call: Some(call),
-        }
-    }
-
-    fn finish(&mut self, error: Option<(String, &'static str)>) {
-        if let Some(call) = self.call.take() {
-            let error = self.error.take().or(error);
-            call.record(self.status, self.sent, error);
-        }
-    }
-}
-
-impl<B> HttpBody for Outbound<B>
-where
-    B: HttpBody<Data = Bytes> + Unpin,
-    B::Error: std::fmt::Display,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    self.sent += data.len() as u64;
-                }
-                if self.inner.is_end_stream() {
-                    self.finish(None);
-                }
-            }
-            Poll::Ready(Some(Err(e))) => {
-                let error = format!("the function's answer broke off: {e}");
-                self.finish(Some((error, "broken")));
-            }
-            Poll::Ready(None) => self.finish(None),
-            Poll::Pending => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl<B: HttpBody> Drop for Outbound<B> {
-    fn drop(&mut self) {
-        if self.call.is_some() {
-            // Dropped before its end was read: fine when there was nothing
-            // left to read (a HEAD, a 204), else the client went away.
-            let error = (!self.inner.is_end_stream()).then(|| {
-                let error = format!(
-                    "the client went away after {} bytes of the answer",
-                    self.sent
-                );
-                (error, "client-gone")
-            });
-            self.finish(error);
-        }
-    }
-}
-
+use call::{Bounds, Call, Inbound, Meter};
 #[cfg(test)]
 mod tests;

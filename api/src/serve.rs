@@ -6,13 +6,21 @@
 //! HTTP parser must therefore accept more fields than that limit: it is
 //! configured for `HEADER_PARSE_LIMIT`. Past that many fields the parser
 //! itself answers 431, without a body, before any of our code runs.
+//!
+//! A request's `Host` must say one thing (RFC 9112 §3.2): an HTTP/1.1
+//! request without one, with two, with one that is not a host and port, or
+//! whose absolute-form target names another authority, gets a 400 problem
+//! document (`one_host`) before any route. Errors in a request's head that
+//! the parser refuses itself (a malformed request line or header, two
+//! different `Content-Length`s) get its bare 400, without a body and
+//! without our words or its own.
 
 use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Request;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Version, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -58,6 +66,55 @@ pub async fn limit_headers(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// The problem kind of a request that is not well-formed HTTP/1.1.
+pub const MALFORMED_REQUEST: &str = "malformed-request";
+
+/// Middleware: 400 for a request whose `Host` is missing, repeated,
+/// invalid, or in conflict with its target.
+pub async fn one_host(req: Request, next: Next) -> Response {
+    match host_problem(&req) {
+        None => next.run(req).await,
+        Some(detail) => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            MALFORMED_REQUEST,
+            "Malformed request",
+            detail,
+        )
+        .with_field("host")
+        .into_response(),
+    }
+}
+
+fn host_problem(req: &Request) -> Option<String> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let host = hosts.next();
+    let more = hosts.count();
+    if more > 0 {
+        return Some(format!(
+            "the request has {} Host header fields; it must have one",
+            more + 1
+        ));
+    }
+    let Some(host) = host else {
+        return (req.version() == Version::HTTP_11)
+            .then(|| "an HTTP/1.1 request must have a Host header field".to_owned());
+    };
+    let authority = host
+        .to_str()
+        .ok()
+        .and_then(|h| h.parse::<axum::http::uri::Authority>().ok())
+        .filter(|a| !a.host().is_empty() && !a.as_str().contains('@'));
+    let Some(authority) = authority else {
+        return Some("the Host header field is not a host and port".to_owned());
+    };
+    match req.uri().authority() {
+        Some(target) if !target.as_str().eq_ignore_ascii_case(authority.as_str()) => Some(format!(
+            "the request's target names {target} and its Host header field {authority}"
+        )),
+        _ => None,
+    }
+}
+
 /// Serves `app` on `listener` until `stop` resolves, then stops accepting
 /// and waits for the open connections to finish the request they are on.
 pub async fn serve(
@@ -70,6 +127,7 @@ pub async fn serve(
         .max_headers(HEADER_PARSE_LIMIT)
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
+    let app = app.layer(axum::middleware::from_fn(one_host));
     let graceful = GracefulShutdown::new();
     let mut stop = std::pin::pin!(stop);
     loop {

@@ -298,7 +298,7 @@ pub async fn rollback(
             if let Some((status, body)) = ctx.replay(&state).await? {
                 return Ok((status, Json(body)));
             }
-            let mut view = view_of_state(&key, &current);
+            let mut view = view_of_state(state.fn_url.as_deref(), &key, &current);
             view["unchanged"] = json!(true);
             return Ok((StatusCode::OK, Json(view)));
         }
@@ -313,7 +313,7 @@ pub async fn rollback(
             quota: None,
         };
         let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let mut view = view_of_state(&key, &after);
+            let mut view = view_of_state(state.fn_url.as_deref(), &key, &after);
             view["position"] = json!(appended.position);
             view["status_url"] = json!(function_path(&key));
             (StatusCode::ACCEPTED, view)

@@ -21,6 +21,7 @@ mod api {
     mod jobs;
     mod namespaces;
     mod openapi;
+    mod origins;
     mod proxy;
     mod quotas;
     mod routes;

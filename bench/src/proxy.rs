@@ -97,7 +97,7 @@ async fn measure(dev: &SlessDev, args: &ProxyArgs) -> anyhow::Result<serde_json:
         .to_owned();
     let nginx = Nginx::start(&upstream).await?;
     let direct_url = format!("http://{upstream}/");
-    let sless_url = format!("{}/fn/{}/{FUNCTION}/", dev.url, dev.namespace);
+    let sless_url = format!("{}/fn/{}/{FUNCTION}/", dev.fn_url, dev.namespace);
     let nginx_url = format!("{}/", nginx.url);
     let result = async {
         for url in [&direct_url, &sless_url, &nginx_url] {

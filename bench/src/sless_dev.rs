@@ -59,7 +59,10 @@ pub enum Runs {
 pub struct SlessDev {
     child: tokio::process::Child,
     dir: tempfile::TempDir,
+    /// The API's origin.
     pub url: String,
+    /// The functions' origin (`/fn/...`).
+    pub fn_url: String,
     pub token: String,
     pub namespace: String,
     pub http: reqwest::Client,
@@ -166,6 +169,7 @@ impl SlessDev {
             child,
             dir,
             url: String::new(),
+            fn_url: String::new(),
             token: String::new(),
             namespace: String::new(),
             http: reqwest::Client::new(),
@@ -200,6 +204,7 @@ impl SlessDev {
                 .ok_or_else(|| anyhow::anyhow!("dev.json has no {k}: {info}"))
         };
         dev.url = field("url")?;
+        dev.fn_url = field("fn_url")?;
         dev.token = field("token")?;
         dev.namespace = field("namespace")?;
         eprintln!("sless dev (pid {}) at {}", dev.pid(), dev.url);

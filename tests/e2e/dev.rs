@@ -15,6 +15,16 @@ pub async fn start_dev(dir: &Path, log: &str) -> (Proc, Client) {
 
 /// [`start_dev`] with more arguments.
 pub async fn start_dev_with(dir: &Path, log: &str, args: &[&str]) -> (Proc, Client) {
+    start_dev_configured(dir, log, args, &[]).await
+}
+
+/// [`start_dev`] with more arguments and settings in its environment.
+pub async fn start_dev_configured(
+    dir: &Path,
+    log: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Proc, Client) {
     let _ = std::fs::remove_file(dir.join("dev.json"));
     let mut cmd = sless();
     cmd.args([
@@ -27,7 +37,8 @@ pub async fn start_dev_with(dir: &Path, log: &str, args: &[&str]) -> (Proc, Clie
     .args(args);
     cmd.env_remove("DATABASE_URL")
         .env_remove("S3_ENDPOINT")
-        .env_remove("S3_BUCKET");
+        .env_remove("S3_BUCKET")
+        .envs(env.iter().copied());
     let proc = Proc::spawn(cmd, &dir.with_extension(log));
     let info: serde_json::Value =
         sless_testkit::eventually("dev.json", Duration::from_secs(90), || async {
@@ -37,6 +48,7 @@ pub async fn start_dev_with(dir: &Path, log: &str, args: &[&str]) -> (Proc, Clie
         .await;
     let client = Client {
         url: info["url"].as_str().unwrap().to_owned(),
+        fn_url: info["fn_url"].as_str().unwrap().to_owned(),
         token: info["token"].as_str().unwrap().to_owned(),
         namespace: info["namespace"].as_str().unwrap().to_owned(),
         http: reqwest::Client::new(),
@@ -75,7 +87,7 @@ async fn sless_dev_runs_an_uploaded_python_function_and_keeps_it_across_a_restar
     println!("upload to Ready: {:?}", started.elapsed());
     assert_eq!(f["version"], 1);
 
-    let url = format!("{}/fn/{}/hello/greet?name=e2e", c.url, c.namespace);
+    let url = format!("{}/fn/{}/hello/greet?name=e2e", c.fn_url, c.namespace);
     let answer: serde_json::Value = c.http.get(&url).send().await.unwrap().json().await.unwrap();
     assert_eq!(answer["message"], "hello, e2e");
     assert_eq!(answer["path"], "/greet");
@@ -115,7 +127,7 @@ async fn sless_dev_runs_an_uploaded_python_function_and_keeps_it_across_a_restar
     let (proc, c) = start_dev(&dir, "log2").await;
     let list: serde_json::Value = c.list_as(&c.token).await.json().await.unwrap();
     assert_eq!(list["items"][0]["name"], "hello");
-    let url = format!("{}/fn/{}/hello?name=again", c.url, c.namespace);
+    let url = format!("{}/fn/{}/hello?name=again", c.fn_url, c.namespace);
     let answer: serde_json::Value = sless_testkit::eventually(
         "the function to answer after a restart",
         Duration::from_secs(60),

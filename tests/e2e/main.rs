@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `sless` binary, started as a process.
 
 mod dev;
+mod edge;
 mod history;
 mod job_slots;
 mod jobs;

@@ -41,17 +41,8 @@ impl Platform {
         let s3 = TestS3::new().await;
         let mut state = AppState::new(db.pool.clone(), s3.blobs(), Auth::hs256(SECRET, None, None));
         state.keep_versions = keep;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (url, fn_url) = crate::serve_origins(state).await;
         let (stop_tx, stop) = watch::channel(false);
-        let mut http_stop = stop.clone();
-        tokio::spawn(sless_api::serve::serve(
-            listener,
-            sless_api::router(state),
-            async move {
-                let _ = http_stop.wait_for(|s| *s).await;
-            },
-        ));
         tokio::spawn(sless_projector::run(
             db.pool.clone(),
             Duration::from_millis(100),
@@ -75,6 +66,7 @@ impl Platform {
         tokio::spawn(worker.run(stop));
         let client = Client {
             url,
+            fn_url,
             token: sless_api::issue_hs256(SECRET, SUBJECT, Duration::from_secs(3600)),
             namespace: sless_domain::Namespace::for_subject(SUBJECT).to_string(),
             http: reqwest::Client::new(),
@@ -119,7 +111,7 @@ impl Platform {
 
     pub async fn invoke(&self, name: &str) -> String {
         let c = &self.client;
-        let url = format!("{}/fn/{}/{name}", c.url, c.namespace);
+        let url = format!("{}/fn/{}/{name}", c.fn_url, c.namespace);
         let res = c.http.get(url).send().await.unwrap();
         assert_eq!(res.status(), 200);
         res.text().await.unwrap()

@@ -391,6 +391,7 @@ async fn start_dev(dir: &Path, log: &str) -> (Proc, Client) {
     .await;
     let client = Client {
         url: info["url"].as_str().unwrap().to_owned(),
+        fn_url: info["fn_url"].as_str().unwrap().to_owned(),
         token: info["token"].as_str().unwrap().to_owned(),
         namespace: info["namespace"].as_str().unwrap().to_owned(),
         http: reqwest::Client::new(),

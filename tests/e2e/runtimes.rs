@@ -39,6 +39,7 @@ async fn start_dev(dir: &Path) -> (Proc, Client) {
         .await;
     let client = Client {
         url: info["url"].as_str().unwrap().to_owned(),
+        fn_url: info["fn_url"].as_str().unwrap().to_owned(),
         token: info["token"].as_str().unwrap().to_owned(),
         namespace: info["namespace"].as_str().unwrap().to_owned(),
         http: reqwest::Client::new(),
@@ -83,7 +84,7 @@ async fn create_and_upload(c: &Client, name: &str, runtime: &str, entrypoint: &s
 }
 
 async fn greet(c: &Client, name: &str) -> serde_json::Value {
-    let url = format!("{}/fn/{}/{name}/greet?name=e2e", c.url, c.namespace);
+    let url = format!("{}/fn/{}/{name}/greet?name=e2e", c.fn_url, c.namespace);
     let res = c.http.get(&url).send().await.unwrap();
     assert_eq!(res.status(), 200);
     res.json().await.unwrap()

@@ -119,7 +119,7 @@ async fn deploy(c: &Client, name: &str, source: &str, memory_mb: u32) {
 }
 
 async fn invoke(c: &Client, name: &str, body: Option<&Value>) -> (u16, Value) {
-    let url = format!("{}/fn/{}/{name}", c.url, c.namespace);
+    let url = format!("{}/fn/{}/{name}", c.fn_url, c.namespace);
     let req = match body {
         Some(b) => c.http.post(&url).json(b),
         None => c.http.get(&url),
@@ -130,7 +130,7 @@ async fn invoke(c: &Client, name: &str, body: Option<&Value>) -> (u16, Value) {
 }
 
 /// Another user of the instance, with a token of their own.
-fn tenant(c: &Client, dir: &Path, sub: &str) -> Client {
+pub(crate) fn tenant(c: &Client, dir: &Path, sub: &str) -> Client {
     let out = sless()
         .args(["token", "--data-dir", dir.to_str().unwrap(), "--sub", sub])
         .output()
@@ -309,7 +309,7 @@ async fn a_function_past_its_memory_is_killed_says_so_and_serves_again() {
     let (proc, c) = start_dev(&dir, "log").await;
     deploy(&c, "hog", HOG, 128).await;
 
-    let url = format!("{}/fn/{}/hog", c.url, c.namespace);
+    let url = format!("{}/fn/{}/hog", c.fn_url, c.namespace);
     let res = c.http.get(format!("{url}?hog=1")).send().await.unwrap();
     assert_eq!(res.status(), 502);
     let problem: Value = res.json().await.unwrap();
@@ -330,21 +330,10 @@ async fn a_function_past_its_memory_is_killed_says_so_and_serves_again() {
     // The invocation record and the function's last error say so.
     let record =
         sless_testkit::eventually("the call's record", Duration::from_secs(30), || async {
-            let list: Value = c
-                .http
-                .get(c.v1("/functions/hog/invocations"))
-                .bearer_auth(&c.token)
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            list["items"]
-                .as_array()?
-                .iter()
+            c.invocations("hog")
+                .await?
+                .into_iter()
                 .find(|r| r["status"] == 502)
-                .cloned()
         })
         .await;
     assert_eq!(record["error_kind"], "oom", "{record}");

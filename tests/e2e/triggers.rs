@@ -329,7 +329,7 @@ async fn disabling_the_http_trigger_stops_the_function_and_enabling_serves_it_ag
         let c = &p.client;
         let res = c
             .http
-            .get(format!("{}/fn/{}/web", c.url, c.namespace))
+            .get(format!("{}/fn/{}/web", c.fn_url, c.namespace))
             .send()
             .await
             .unwrap();

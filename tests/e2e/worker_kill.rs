@@ -39,9 +39,7 @@ async fn a_worker_killed_mid_item_loses_its_lease_and_another_worker_finishes_th
     let db = TestDb::new().await;
     let s3 = TestS3::new().await;
     let state = AppState::new(db.pool.clone(), s3.blobs(), Auth::hs256(SECRET, None, None));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, sless_api::router(state)).await });
+    let (url, fn_url) = crate::serve_origins(state).await;
     let projector_pool = db.pool.clone();
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     tokio::spawn(sless_projector::run(
@@ -52,6 +50,7 @@ async fn a_worker_killed_mid_item_loses_its_lease_and_another_worker_finishes_th
 
     let c = Client {
         url,
+        fn_url,
         token: sless_api::issue_hs256(SECRET, "killer", Duration::from_secs(3600)),
         namespace: sless_domain::Namespace::for_subject("killer").to_string(),
         http: reqwest::Client::new(),
@@ -124,7 +123,7 @@ async fn a_worker_killed_mid_item_loses_its_lease_and_another_worker_finishes_th
     .await;
     let answer = c
         .http
-        .get(format!("{}/fn/{}/slow", c.url, c.namespace))
+        .get(format!("{}/fn/{}/slow", c.fn_url, c.namespace))
         .send()
         .await
         .unwrap();

@@ -79,7 +79,8 @@ async fn f5_worker_cut_off_past_its_lease_loses_the_item_and_its_late_writes_are
     let db = TestDb::new().await;
     let s3 = TestS3::new().await;
     let _projector = harness::projector(db.pool.clone());
-    let api = harness::serve_api(AppState::new(db.pool.clone(), s3.blobs(), harness::auth())).await;
+    let (api, functions) =
+        crate::serve_origins(AppState::new(db.pool.clone(), s3.blobs(), harness::auth())).await;
     let c = harness::checker(&api, "f5-user");
     assert!(c.send(c.create("slow")).await.first.is_acked());
     // Importing the module takes 5 s: the deploy is in flight when the link goes.
@@ -234,7 +235,7 @@ async fn f5_worker_cut_off_past_its_lease_loses_the_item_and_its_late_writes_are
         b_runs.endpoint
     );
     crate::checker::wait_projected(&db.pool).await;
-    let answer = reqwest::get(format!("{api}/fn/{}/slow", c.namespace))
+    let answer = reqwest::get(format!("{functions}/fn/{}/slow", c.namespace))
         .await
         .unwrap();
     assert_eq!(answer.text().await.unwrap(), "finished");

@@ -32,10 +32,7 @@ pub fn auth() -> sless_api::Auth {
 
 /// Serves the API in this process on a loopback port; returns its URL.
 pub async fn serve_api(state: AppState) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, sless_api::router(state)).await });
-    url
+    crate::serve_origins(state).await.0
 }
 
 /// Opens `n` connections of `pool` before any load: a load that meets a

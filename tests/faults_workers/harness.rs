@@ -42,9 +42,7 @@ impl Stack {
         let db = TestDb::new().await;
         let s3 = TestS3::new().await;
         let state = AppState::new(db.pool.clone(), s3.blobs(), Auth::hs256(SECRET, None, None));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, sless_api::router(state)).await });
+        let (url, fn_url) = crate::serve_origins(state).await;
         let (stop, stopped) = watch::channel(false);
         if projector {
             tokio::spawn(sless_projector::run(
@@ -55,6 +53,7 @@ impl Stack {
         }
         let client = Client {
             url,
+            fn_url,
             token: sless_api::issue_hs256(SECRET, subject, Duration::from_secs(3600)),
             namespace: Namespace::for_subject(subject).to_string(),
             http: reqwest::Client::builder().no_proxy().build().unwrap(),

@@ -165,10 +165,27 @@ pub fn zip_files(files: &[(&str, &str)]) -> Vec<u8> {
     w.finish().unwrap().into_inner()
 }
 
+/// Serves both origins over `state` on loopback ports, until the test
+/// ends: the API's and the functions' URLs.
+pub async fn serve_origins(mut state: sless_api::AppState) -> (String, String) {
+    let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let functions = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", api.local_addr().unwrap());
+    let fn_url = format!("http://{}", functions.local_addr().unwrap());
+    state.fn_url = Some(fn_url.as_str().into());
+    let fn_app = sless_api::fn_router(state.clone());
+    tokio::spawn(async move { axum::serve(api, sless_api::router(state)).await });
+    tokio::spawn(async move { axum::serve(functions, fn_app).await });
+    (url, fn_url)
+}
+
 /// A client of one sless instance.
 #[derive(Clone)]
 pub struct Client {
+    /// The API's origin.
     pub url: String,
+    /// The functions' origin (`/fn/...`).
+    pub fn_url: String,
     pub token: String,
     pub namespace: String,
     pub http: reqwest::Client,
@@ -219,6 +236,22 @@ impl Client {
             .await
             .unwrap();
         res.json().await.unwrap()
+    }
+
+    /// The function's invocation records, newest first (None while the API
+    /// does not answer with a page of them).
+    pub async fn invocations(&self, name: &str) -> Option<Vec<serde_json::Value>> {
+        let page: serde_json::Value = self
+            .http
+            .get(self.v1(&format!("/functions/{name}/invocations")))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        page["items"].as_array().cloned()
     }
 
     /// Waits until the function is Ready (panics if it fails or the deadline passes).

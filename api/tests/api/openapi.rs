@@ -248,19 +248,21 @@ async fn every_documented_operation_is_routed_and_no_other_method_is() {
     }
 }
 
-/// Routes are added to the router only with `routes!`, which documents
-/// them: the router's source adds none any other way.
+/// Routes are added to the routers only with `routes!`, which documents
+/// them: the routers' source adds none any other way.
 #[test]
 fn the_router_adds_routes_only_documented() {
     let src = include_str!("../../src/lib.rs");
-    let start = src.find("pub fn router(").expect("the router function");
-    let end = start + src[start..].find("\n}\n").expect("its end");
-    let body = &src[start..end];
-    for undocumented in [".route(", ".route_service(", ".nest_service(", ".merge("] {
-        assert!(
-            !body.contains(undocumented),
-            "the router adds a route with `{undocumented}`, which the OpenAPI document does not see: \
-             use `.routes(routes!(handler))` with a `#[utoipa::path]` on the handler"
-        );
+    for router in ["pub fn router(", "pub fn fn_router(", "fn function_routes("] {
+        let start = src.find(router).expect("the router function");
+        let end = start + src[start..].find("\n}\n").expect("its end");
+        let body = &src[start..end];
+        for undocumented in [".route(", ".route_service(", ".nest_service(", ".merge("] {
+            assert!(
+                !body.contains(undocumented),
+                "{router}: adds a route with `{undocumented}`, which the OpenAPI document does not see: \
+                 use `.routes(routes!(handler))` with a `#[utoipa::path]` on the handler"
+            );
+        }
     }
 }

@@ -34,7 +34,7 @@ pub fn app_with(env: &Env, change: impl FnOnce(&mut AppState)) -> Router {
         Auth::hs256(SECRET, None, None),
     );
     change(&mut state);
-    sless_api::router(state)
+    both_origins(state)
 }
 
 /// A server on loopback that serves `app` and counts the connections it
@@ -233,7 +233,7 @@ async fn names_that_cannot_be_a_users_function_are_404_without_a_lookup() {
         .acquire_timeout(Duration::from_secs(2))
         .connect_lazy("postgres://sless@127.0.0.1:1/none")
         .unwrap();
-    let app = sless_api::router(AppState::new(
+    let app = sless_api::fn_router(AppState::new(
         nowhere,
         env.s3.blobs(),
         Auth::hs256(SECRET, None, None),

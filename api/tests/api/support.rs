@@ -164,7 +164,24 @@ impl Env {
 }
 
 pub fn app_on(db: &TestDb, s3: &TestS3, auth: Auth) -> Router {
-    sless_api::router(AppState::new(db.pool.clone(), s3.blobs(), auth))
+    both_origins(AppState::new(db.pool.clone(), s3.blobs(), auth))
+}
+
+/// Both origins over one state, for requests driven with `oneshot`:
+/// `/fn/...` goes to the functions' router, everything else to the API's.
+/// (The binary serves them on two listeners; `origins.rs` checks that the
+/// API's router serves no function, and tests/e2e/edge.rs the listeners.)
+pub fn both_origins(state: AppState) -> Router {
+    let functions = sless_api::fn_router(state.clone());
+    let api = sless_api::router(state);
+    Router::new().fallback_service(tower::service_fn(move |req: Request<Body>| {
+        let origin = if req.uri().path().starts_with("/fn/") {
+            functions.clone()
+        } else {
+            api.clone()
+        };
+        origin.oneshot(req)
+    }))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
