@@ -369,12 +369,25 @@ fn containers_run_subcommands_that_exist() {
         .find(|o| o["metadata"]["name"] == "sless-api")
         .unwrap()["spec"]["template"]["spec"]["containers"][0];
     let listen = str_list(&api["args"]);
-    let port = listen[listen.iter().position(|a| *a == "--listen").unwrap() + 1]
-        .rsplit_once(':')
-        .unwrap()
-        .1;
-    assert_eq!(api["ports"][0]["containerPort"].to_string(), port);
+    let port_of = |flag: &str| {
+        listen[listen.iter().position(|a| *a == flag).unwrap() + 1]
+            .rsplit_once(':')
+            .unwrap()
+            .1
+            .to_owned()
+    };
+    assert_eq!(
+        api["ports"][0]["containerPort"].to_string(),
+        port_of("--listen")
+    );
     assert_eq!(api["ports"][0]["name"], "http");
+    // And the functions on a port of their own.
+    assert_eq!(
+        api["ports"][1]["containerPort"].to_string(),
+        port_of("--fn-listen")
+    );
+    assert_eq!(api["ports"][1]["name"], "functions");
+    assert_ne!(port_of("--listen"), port_of("--fn-listen"));
 }
 
 #[test]
@@ -508,19 +521,41 @@ fn the_api_pods_are_the_ones_tenant_network_policies_admit() {
             o["kind"], o["metadata"]["name"]
         );
     }
-    // The Ingress sends the API and /fn to the API's Service.
+    // The Ingress has two hosts: the API's (whose /fn redirects) and the
+    // functions', each to its own port of the API's Service.
     let ingress = &of_kind(&d, "Ingress")[0];
-    let paths: Vec<&str> = ingress["spec"]["rules"][0]["http"]["paths"]
+    let service = of_kind(&d, "Service")
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == "sless-api")
+        .unwrap();
+    let service_ports: Vec<&str> = service["spec"]["ports"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| {
-            assert_eq!(p["backend"]["service"]["name"], "sless-api");
-            p["path"].as_str().unwrap()
-        })
+        .map(|p| p["name"].as_str().unwrap())
         .collect();
-    for want in ["/v1", "/fn", "/healthz", "/openapi.json"] {
-        assert!(paths.contains(&want), "{want} in {paths:?}");
+    let rules = ingress["spec"]["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    for (rule, port, want) in [
+        (
+            &rules[0],
+            "http",
+            &["/v1", "/fn", "/openapi.json", "/healthz"][..],
+        ),
+        (&rules[1], "functions", &["/fn", "/healthz"][..]),
+    ] {
+        let paths: Vec<&str> = rule["http"]["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                assert_eq!(p["backend"]["service"]["name"], "sless-api");
+                assert_eq!(p["backend"]["service"]["port"]["name"], port, "{p}");
+                p["path"].as_str().unwrap()
+            })
+            .collect();
+        assert_eq!(paths, want, "the {port} host");
+        assert!(service_ports.contains(&port), "{port} in {service_ports:?}");
     }
 }
 

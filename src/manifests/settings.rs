@@ -67,6 +67,12 @@ pub const SETTINGS: &[Setting] = &[
         "URL of an S3-compatible server; leave unset for AWS S3"
     ),
     setting!(
+        "SLESS_FN_URL",
+        "`http://` and the address the functions' listener has",
+        Overlay,
+        "the functions' origin as callers reach it: the Ingress's second host (`https://fn.example.com`); what functions' `url` starts with, and where `/fn/...` on the API's host redirects"
+    ),
+    setting!(
         "S3_BUCKET",
         "sless",
         Config("sless"),

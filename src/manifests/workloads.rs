@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{API_PORT, IMAGE, SERVICE_ACCOUNT, SYSTEM_NAMESPACE};
+use super::{API_PORT, FN_PORT, IMAGE, SERVICE_ACCOUNT, SYSTEM_NAMESPACE};
 
 /// A role of the binary and how its pods run.
 struct Role {
@@ -22,12 +22,14 @@ struct Role {
 }
 
 const API_LISTEN: &str = "0.0.0.0:8080";
+/// The functions' origin: another port of the same pods (`FN_PORT`).
+const FN_LISTEN: &str = "0.0.0.0:8081";
 
 const ROLES: [Role; 3] = [
     Role {
         name: "api",
         replicas: 2,
-        args: &["api", "--listen", API_LISTEN],
+        args: &["api", "--listen", API_LISTEN, "--fn-listen", FN_LISTEN],
         kube_token: false,
         jwt: true,
         s3: true,
@@ -134,7 +136,10 @@ fn deployment(role: &Role, labels: &Value) -> Value {
     });
     let mut main = container(role.name, role.args, env, resources, mounts);
     if role.name == "api" {
-        main["ports"] = json!([{"name": "http", "containerPort": API_PORT, "protocol": "TCP"}]);
+        main["ports"] = json!([
+            {"name": "http", "containerPort": API_PORT, "protocol": "TCP"},
+            {"name": "functions", "containerPort": FN_PORT, "protocol": "TCP"},
+        ]);
         main["readinessProbe"] = json!({
             "httpGet": {"path": "/readyz", "port": "http"},
             "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3,
@@ -207,7 +212,8 @@ fn pdb(component: &str, labels: &Value) -> Value {
     })
 }
 
-/// `api.yaml`: the API and invoke proxy, its Service and its disruption budget.
+/// `api.yaml`: the API and the invoke proxy (on a port of its own), their
+/// Service and the disruption budget.
 pub fn api(labels: &Value) -> Vec<Value> {
     vec![
         deployment(&ROLES[0], labels),
@@ -218,7 +224,10 @@ pub fn api(labels: &Value) -> Vec<Value> {
             "spec": {
                 "type": "ClusterIP",
                 "selector": selector("api"),
-                "ports": [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+                "ports": [
+                    {"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"},
+                    {"name": "functions", "port": 81, "targetPort": "functions", "protocol": "TCP"},
+                ],
             },
         }),
         pdb("api", labels),
@@ -236,25 +245,32 @@ pub fn projector(labels: &Value) -> Vec<Value> {
     vec![deployment(&ROLES[2], labels)]
 }
 
-/// `ingress.yaml`: the API and `/fn` on one host (the overlay sets the host
-/// and the ingress class).
+/// `ingress.yaml`: two hosts, the API's (rule 0) and the functions' (rule
+/// 1), so that no function answers on the API's origin (the overlay sets
+/// the hosts, their TLS and the ingress class).
 pub fn ingress(labels: &Value) -> Vec<Value> {
-    let path = |path: &str, kind: &str| {
+    let path = |path: &str, kind: &str, port: &str| {
         json!({
             "path": path,
             "pathType": kind,
-            "backend": {"service": {"name": "sless-api", "port": {"name": "http"}}},
+            "backend": {"service": {"name": "sless-api", "port": {"name": port}}},
         })
     };
     vec![json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",
         "metadata": {"name": "sless", "namespace": SYSTEM_NAMESPACE, "labels": labels},
-        "spec": {"rules": [{"http": {"paths": [
-            path("/v1", "Prefix"),
-            path("/fn", "Prefix"),
-            path("/openapi.json", "Exact"),
-            path("/healthz", "Exact"),
-        ]}}]},
+        "spec": {"rules": [
+            {"http": {"paths": [
+                path("/v1", "Prefix", "http"),
+                path("/fn", "Prefix", "http"),
+                path("/openapi.json", "Exact", "http"),
+                path("/healthz", "Exact", "http"),
+            ]}},
+            {"http": {"paths": [
+                path("/fn", "Prefix", "functions"),
+                path("/healthz", "Exact", "functions"),
+            ]}},
+        ]},
     })]
 }
