@@ -153,6 +153,31 @@ impl<D: Driver> Reconciler<D> {
         self.driver.sync_cron(key, wanted).await.map_err(infra)
     }
 
+    /// The current version serves, as deployed: converged. Made current
+    /// again while it served (a rollback to the live version before a newer
+    /// upload was deployed), it is `Pending` in the log, which records that
+    /// it serves as it is (the same endpoint and node).
+    async fn serving_as_it_is(
+        &self,
+        item: &WorkItem,
+        key: &FunctionKey,
+        state: &Function,
+    ) -> HandlerResult<Option<Recorded>> {
+        let (Some(version), Some(endpoint)) = (state.deployed_version, state.endpoint.clone())
+        else {
+            return Ok(None);
+        };
+        if state.phase != sless_domain::Phase::Pending {
+            return Ok(None);
+        }
+        let again = FunctionEvent::FunctionDeployed {
+            version,
+            endpoint,
+            node: state.deployed_node.clone(),
+        };
+        self.record(item, key, state, again).await.map(Some)
+    }
+
     /// Does the next thing the function needs; `None` when it has converged.
     async fn step(
         &self,
@@ -206,7 +231,7 @@ impl<D: Driver> Reconciler<D> {
                     .await
                     .map_err(HandlerError::retry)?
             {
-                return Ok(None);
+                return self.serving_as_it_is(item, key, state).await;
             }
         }
         // Converged: the current version runs, where the log says, started
@@ -219,7 +244,7 @@ impl<D: Driver> Reconciler<D> {
                     && state.deployed_with_current_spec()
             });
         if converged {
-            return Ok(None);
+            return self.serving_as_it_is(item, key, state).await;
         }
         let built = state.built.as_ref().filter(|(v, _)| *v == current.version);
         if built.is_none() && state.phase != sless_domain::Phase::Building {

@@ -250,3 +250,46 @@ async fn a_failed_upgrade_leaves_the_old_process_serving_and_the_log_says_so() {
     assert_eq!(types(&h.events(&other).await).last(), Some(&"DeployFailed"));
     h.driver.shutdown().await;
 }
+
+/// A rollback to the version that still serves, made before a newer
+/// upload was deployed (as a user who uploads and rolls back at once
+/// does): nothing needs to run anew, and the log says it is Ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rollback_to_the_version_that_serves_is_ready_without_a_new_process() {
+    let h = Harness::new().await;
+    let key = Harness::key("back");
+    h.create(&key).await;
+    h.upload(&key, 1, &[("handler.py", &handler("one"))], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+    let served = h.state(&key).await;
+    assert_eq!(served.phase, Phase::Ready, "{:?}", served.last_error);
+
+    h.upload(&key, 2, &[("handler.py", &handler("two"))], false)
+        .await;
+    h.append(
+        &key,
+        &[FunctionEvent::FunctionRolledBack { version: 1 }],
+        true,
+    )
+    .await;
+    assert_eq!(h.state(&key).await.phase, Phase::Pending);
+    h.worker.run_once(10).await.unwrap();
+
+    let after = h.state(&key).await;
+    assert_eq!(after.phase, Phase::Ready, "{:?}", after.last_error);
+    assert_eq!(after.deployed_version, Some(1));
+    assert_eq!(after.endpoint, served.endpoint, "the same process serves");
+    let events = h.events(&key).await;
+    assert_eq!(
+        types(&events[served.stream_version as usize..]),
+        ["FunctionUploaded", "FunctionRolledBack", "FunctionDeployed"]
+    );
+    // Converged: running it again changes nothing.
+    sless_store::queue::enqueue_reconcile(&h.db.pool, &key.queue_key())
+        .await
+        .unwrap();
+    h.worker.run_once(10).await.unwrap();
+    assert_eq!(h.events(&key).await.len(), events.len());
+    h.driver.shutdown().await;
+}
