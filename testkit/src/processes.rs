@@ -34,12 +34,7 @@ pub fn mentioning(needle: &str) -> Vec<(u32, String)> {
             found.push((pid, cmdline, false));
             continue;
         }
-        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-        let jailed = environ
-            .split(|b| *b == 0)
-            .filter_map(|var| std::str::from_utf8(var).ok())
-            .any(|var| var.strip_prefix(&owner).is_some_and(|o| o.contains(needle)));
-        if jailed {
+        if owned_by(&entry.path(), &owner, needle) {
             found.push((pid, cmdline, true));
         }
     }
@@ -47,6 +42,53 @@ pub fn mentioning(needle: &str) -> Vec<(u32, String)> {
     found
         .into_iter()
         .filter(|(pid, _, jail)| !*jail || !parent_of(*pid).is_some_and(|p| jails.contains(&p)))
+        .map(|(pid, cmdline, _)| (pid, cmdline))
+        .collect()
+}
+
+/// Whether the process at `/proc/{pid}` is in a sandbox whose owner
+/// mentions `needle`.
+fn owned_by(proc_dir: &std::path::Path, owner: &str, needle: &str) -> bool {
+    let environ = std::fs::read(proc_dir.join("environ")).unwrap_or_default();
+    environ
+        .split(|b| *b == 0)
+        .filter_map(|var| std::str::from_utf8(var).ok())
+        .any(|var| var.strip_prefix(owner).is_some_and(|o| o.contains(needle)))
+}
+
+/// The programs running in sandboxes whose owner mentions `needle`: a
+/// jail's processes below its bwrap other than bwrap and setpriv, that is
+/// the function, job or build step itself, once its jail is set up.
+pub fn jailed_programs(needle: &str) -> Vec<(u32, String)> {
+    let owner = format!("{OWNER_ENV}=");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let all: Vec<(u32, String, bool)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let raw = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
+            let jail = owned_by(&entry.path(), &owner, needle);
+            Some((pid, cmdline, jail))
+        })
+        .collect();
+    let jails: Vec<u32> = all.iter().filter(|p| p.2).map(|p| p.0).collect();
+    let in_a_jail = |mut pid: u32| {
+        while let Some(parent) = parent_of(pid).filter(|p| *p > 1) {
+            if jails.contains(&parent) {
+                return true;
+            }
+            pid = parent;
+        }
+        false
+    };
+    all.into_iter()
+        .filter(|(pid, cmdline, jail)| {
+            let program = cmdline.split(' ').next().unwrap_or("").rsplit('/').next();
+            !jail && !matches!(program, None | Some("" | "bwrap" | "setpriv")) && in_a_jail(*pid)
+        })
         .map(|(pid, cmdline, _)| (pid, cmdline))
         .collect()
 }
