@@ -35,7 +35,7 @@ use utoipa::ToSchema;
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::functions::parse_json;
+use crate::json::parse_json;
 
 /// A boxed future, for the object-safe `Maintenance`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -16,18 +16,19 @@ use sless_domain::{
     SourceVersion, UploadedSource, decide,
 };
 use sless_store::blobs;
-use sless_store::eventlog;
-use sless_store::readmodel::{self, FunctionRow};
+use sless_store::readmodel;
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::command::{self, Command, RequestContext};
 use crate::error::{ApiError, ApiResult, QUOTA_EXCEEDED, VERSION_CONFLICT};
+use crate::function::{
+    function_not_found, function_path, load, path_key, view_of_row, view_of_state,
+};
+use crate::json::{Answer, parse_json};
 use crate::path::PathParams;
 use crate::quota::Demand;
 use crate::versions::version_demand;
-
-pub(crate) type Answer = (StatusCode, Json<serde_json::Value>);
 
 /// The body of `POST /v1/namespaces/{ns}/functions`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -59,112 +60,8 @@ fn default_timeout() -> u32 {
     30
 }
 
-/// Parses a JSON body: 400 when it is not JSON, 422 when it is the wrong shape.
-pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let e = e.into_inner();
-        match e.classify() {
-            serde_json::error::Category::Data => {
-                let msg = e.to_string();
-                // Unknown and missing fields name themselves; other errors sit at a path.
-                let named = msg.split('`').nth(1).filter(|_| {
-                    msg.starts_with("unknown field") || msg.starts_with("missing field")
-                });
-                let field = match named {
-                    Some(name) if path == "." => name.to_owned(),
-                    Some(name) if path == name || path.ends_with(&format!(".{name}")) => path,
-                    Some(name) => format!("{path}.{name}"),
-                    // A top-level array or scalar has no field to name.
-                    None if path.starts_with(|c: char| c.is_ascii_alphabetic()) => path,
-                    None => "body".to_owned(),
-                };
-                ApiError::invalid(
-                    &field,
-                    format!("the request body does not match the schema: {msg}"),
-                )
-            }
-            _ => ApiError::malformed(format!("the request body is not valid JSON: {e}")),
-        }
-    })
-}
-
-/// Reads a function's state from its stream (the source of truth for commands).
-pub async fn load(state: &AppState, key: &FunctionKey) -> ApiResult<Function> {
-    Ok(eventlog::load_function(&state.pool, key).await?)
-}
-
-pub(crate) fn function_path(key: &FunctionKey) -> String {
-    format!("/v1/namespaces/{}/functions/{}", key.namespace, key.name)
-}
-
-/// Where a function is invoked: on the functions' origin when the API
-/// knows it (`AppState::fn_url`), else the path there.
-pub(crate) fn function_url(fn_url: Option<&str>, ns: &str, name: &str) -> String {
-    format!("{}/fn/{ns}/{name}", fn_url.unwrap_or_default())
-}
-
-fn view_of_row(fn_url: Option<&str>, r: &FunctionRow) -> serde_json::Value {
-    json!({
-        "namespace": r.namespace,
-        "name": r.name,
-        "runtime": r.spec.runtime,
-        "entrypoint": r.spec.entrypoint,
-        "memory_mb": r.spec.memory_mb,
-        "timeout_sec": r.spec.timeout_sec,
-        "env_vars": r.spec.env_vars,
-        "phase": r.phase,
-        "version": r.current_version,
-        "deployed_version": r.deployed_version,
-        "last_error": r.last_error,
-        "url": function_url(fn_url, r.namespace.as_str(), r.name.as_str()),
-        "created_at": r.created_at,
-        "updated_at": r.updated_at,
-    })
-}
-
-pub(crate) fn view_of_state(
-    fn_url: Option<&str>,
-    key: &FunctionKey,
-    f: &Function,
-) -> serde_json::Value {
-    let spec = f.spec.as_ref();
-    json!({
-        "namespace": key.namespace,
-        "name": key.name,
-        "runtime": spec.map(|s| s.runtime),
-        "entrypoint": spec.map(|s| &s.entrypoint),
-        "memory_mb": spec.map(|s| s.memory_mb),
-        "timeout_sec": spec.map(|s| s.timeout_sec),
-        "env_vars": spec.map(|s| &s.env_vars),
-        "phase": f.phase,
-        "version": f.current_version,
-        "deployed_version": f.deployed_version,
-        "last_error": f.last_error,
-        "url": function_url(fn_url, key.namespace.as_str(), key.name.as_str()),
-    })
-}
-
 fn parse_name(name: &str) -> ApiResult<FunctionName> {
     FunctionName::parse(name).map_err(ApiError::from)
-}
-
-/// The function a path names: a name that cannot be a function's is not
-/// found (a 404 never echoes the naming rules), like one that does not exist.
-pub(crate) fn path_key(caller: &Caller, ns: &str, name: &str) -> ApiResult<FunctionKey> {
-    let namespace = caller.namespace(ns)?;
-    let name = FunctionName::parse(name)
-        .map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
-    Ok(FunctionKey::new(namespace, name))
-}
-
-pub(crate) fn function_not_found(key: &FunctionKey) -> ApiError {
-    ApiError::not_found(format!(
-        "function {:?} not found in {}",
-        key.name.as_str(),
-        key.namespace
-    ))
 }
 
 #[utoipa::path(post, path = "/namespaces/{ns}/functions", tag = "functions",

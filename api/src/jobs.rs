@@ -26,7 +26,8 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::command::{self, Command, RequestContext};
 use crate::error::{ApiError, ApiResult, PROBLEM_JSON};
-use crate::functions::{self, parse_json};
+use crate::function;
+use crate::json::parse_json;
 use crate::path::PathParams;
 use crate::quota::Demand;
 
@@ -307,7 +308,7 @@ pub async fn create(
     let req: CreateJob = parse_json(&body)?;
     let spec = JobSpec::parse(&req.name, &req.function, req.input, req.timeout_sec)?;
     let key = FunctionKey::new(namespace.clone(), spec.function.clone());
-    let function = functions::load(&state, &key).await?;
+    let function = function::load(&state, &key).await?;
     let Some(fspec) = function.spec.as_ref().filter(|_| function.exists()) else {
         return Err(ApiError::invalid(
             "function",
@@ -321,7 +322,7 @@ pub async fn create(
         return Err(DomainError::Conflict(format!(
             "function {:?} has no code yet: upload it first (POST {}/upload)",
             key.name.as_str(),
-            functions::function_path(&key)
+            function::function_path(&key)
         ))
         .into());
     };

@@ -16,7 +16,7 @@ use sless_domain::{FunctionKey, SourceVersion};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::functions::{function_not_found, load, path_key};
+use crate::function::{function_not_found, load, path_key};
 use crate::path::PathParams;
 
 /// Bytes of file content one answer inlines at most.

@@ -32,7 +32,8 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::command::{self, Command, RequestContext};
 use crate::error::{ApiError, ApiResult};
-use crate::functions::{self, parse_json};
+use crate::function;
+use crate::json::parse_json;
 use crate::path::PathParams;
 use crate::quota::Demand;
 
@@ -317,7 +318,7 @@ pub async fn create(
         enabled: req.enabled,
     })?;
     let function = FunctionKey::new(namespace.clone(), spec.function.clone());
-    if !functions::load(&state, &function).await?.exists() {
+    if !function::load(&state, &function).await?.exists() {
         return Err(ApiError::invalid(
             "function",
             format!(

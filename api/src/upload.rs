@@ -28,7 +28,8 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::command::{self, Command, RequestContext};
 use crate::error::{ApiError, ApiResult, QUOTA_EXCEEDED, VERSION_CONFLICT};
-use crate::functions::{Answer, function_not_found, function_path, load, path_key};
+use crate::function::{function_not_found, function_path, load, path_key};
+use crate::json::Answer;
 use crate::path::PathParams;
 
 /// How many uploads are read and checked at once, and how long one waits

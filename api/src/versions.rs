@@ -25,9 +25,8 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::command::{self, Command, RequestContext};
 use crate::error::{ApiError, ApiResult};
-use crate::functions::{
-    Answer, function_not_found, function_path, load, parse_json, path_key, view_of_state,
-};
+use crate::function::{function_not_found, function_path, load, path_key, view_of_state};
+use crate::json::{Answer, parse_json};
 use crate::path::PathParams;
 use crate::quota::Demand;
 

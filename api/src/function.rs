@@ -1,0 +1,87 @@
+//! One function as the routes see it: named by a request's path (another
+//! user's, or a name that cannot be one, is not found), read from its
+//! stream, and shown as JSON. The routes of `functions`, `upload`,
+//! `versions`, `source`, `jobs` and `triggers` share it; it imports none
+//! of them.
+
+use serde_json::json;
+use sless_domain::{Function, FunctionKey, FunctionName};
+use sless_store::eventlog;
+use sless_store::readmodel::FunctionRow;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+
+/// Reads a function's state from its stream (the source of truth for commands).
+pub async fn load(state: &AppState, key: &FunctionKey) -> ApiResult<Function> {
+    Ok(eventlog::load_function(&state.pool, key).await?)
+}
+
+pub(crate) fn function_path(key: &FunctionKey) -> String {
+    format!("/v1/namespaces/{}/functions/{}", key.namespace, key.name)
+}
+
+/// Where a function is invoked: on the functions' origin when the API
+/// knows it (`AppState::fn_url`), else the path there.
+pub(crate) fn function_url(fn_url: Option<&str>, ns: &str, name: &str) -> String {
+    format!("{}/fn/{ns}/{name}", fn_url.unwrap_or_default())
+}
+
+pub(crate) fn view_of_row(fn_url: Option<&str>, r: &FunctionRow) -> serde_json::Value {
+    json!({
+        "namespace": r.namespace,
+        "name": r.name,
+        "runtime": r.spec.runtime,
+        "entrypoint": r.spec.entrypoint,
+        "memory_mb": r.spec.memory_mb,
+        "timeout_sec": r.spec.timeout_sec,
+        "env_vars": r.spec.env_vars,
+        "phase": r.phase,
+        "version": r.current_version,
+        "deployed_version": r.deployed_version,
+        "last_error": r.last_error,
+        "url": function_url(fn_url, r.namespace.as_str(), r.name.as_str()),
+        "created_at": r.created_at,
+        "updated_at": r.updated_at,
+    })
+}
+
+pub(crate) fn view_of_state(
+    fn_url: Option<&str>,
+    key: &FunctionKey,
+    f: &Function,
+) -> serde_json::Value {
+    let spec = f.spec.as_ref();
+    json!({
+        "namespace": key.namespace,
+        "name": key.name,
+        "runtime": spec.map(|s| s.runtime),
+        "entrypoint": spec.map(|s| &s.entrypoint),
+        "memory_mb": spec.map(|s| s.memory_mb),
+        "timeout_sec": spec.map(|s| s.timeout_sec),
+        "env_vars": spec.map(|s| &s.env_vars),
+        "phase": f.phase,
+        "version": f.current_version,
+        "deployed_version": f.deployed_version,
+        "last_error": f.last_error,
+        "url": function_url(fn_url, key.namespace.as_str(), key.name.as_str()),
+    })
+}
+
+/// The function a path names: a name that cannot be a function's is not
+/// found (a 404 never echoes the naming rules), like one that does not exist.
+pub(crate) fn path_key(caller: &Caller, ns: &str, name: &str) -> ApiResult<FunctionKey> {
+    let namespace = caller.namespace(ns)?;
+    let name = FunctionName::parse(name)
+        .map_err(|_| ApiError::not_found(format!("function {name:?} not found")))?;
+    Ok(FunctionKey::new(namespace, name))
+}
+
+pub(crate) fn function_not_found(key: &FunctionKey) -> ApiError {
+    ApiError::not_found(format!(
+        "function {:?} not found in {}",
+        key.name.as_str(),
+        key.namespace
+    ))
+}
