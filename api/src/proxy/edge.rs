@@ -62,8 +62,8 @@ pub fn request_headers(headers: &mut HeaderMap, auth: &Auth) {
 /// function `name` of namespace `ns` (served under `/fn/{ns}/{name}`).
 pub fn response_headers(headers: &mut HeaderMap, ns: &str, name: &str) {
     strip_hop_by_hop(headers);
-    for name in DROPPED_RESPONSE_HEADERS {
-        headers.remove(name);
+    for dropped in DROPPED_RESPONSE_HEADERS {
+        headers.remove(dropped);
     }
     if !headers.contains_key(header::SET_COOKIE) {
         return;
