@@ -473,6 +473,7 @@ async fn forward(
         namespace: ns,
         function: name,
         version: None,
+        timeout: Duration::ZERO,
         cold: false,
         request_id: request_id.to_str().unwrap_or_default().to_owned(),
     };
@@ -494,15 +495,10 @@ async fn forward(
     )
     .await;
     Ok(
-        match sent.and_then(|(res, timeout)| Ok((well_formed(&call.function, res)?, timeout))) {
-            Ok((mut res, timeout)) => {
+        match sent.and_then(|res| well_formed(&call.function, res)) {
+            Ok(mut res) => {
                 edge::response_headers(res.headers_mut(), &call.namespace, &call.function);
-                let bounds = Bounds {
-                    deadline: tokio::time::Instant::from_std(started + timeout),
-                    timeout,
-                    idle: limits.idle_timeout,
-                };
-                call.answer(res, bounds)
+                call.answer(res, limits.idle_timeout)
             }
             Err(e) => call.refuse(e),
         },
@@ -552,8 +548,7 @@ fn unreadable_body() -> ApiError {
     )
 }
 
-/// Sends the request to the function's endpoint; the answer's head, and
-/// the function's timeout, which bounds its body too.
+/// Sends the request to the function's endpoint; the answer's head.
 async fn send(
     state: &AppState,
     call: &mut Call,
@@ -562,7 +557,7 @@ async fn send(
     body: Body,
     path_and_query: &str,
     replayable: bool,
-) -> ApiResult<(hyper::Response<hyper::body::Incoming>, Duration)> {
+) -> ApiResult<hyper::Response<hyper::body::Incoming>> {
     let (ns, name) = (call.namespace.as_str(), call.function.as_str());
     let limit = state.http.limits.max_body_bytes;
     let mut body = Some(body);
@@ -600,6 +595,7 @@ async fn send(
             )
         })?;
         call.version = target.version;
+        call.timeout = target.timeout;
         call.cold = target.first_call();
         let mut req_parts = match (replayable && !fresh, &mut parts) {
             (true, Some(p)) => p.clone(),
@@ -655,7 +651,7 @@ async fn send(
                     format!("function {name:?} {what}: {}", error_chain(&e)),
                 ))
             }
-            Ok(Ok(res)) => Ok((res, target.timeout)),
+            Ok(Ok(res)) => Ok(res),
         };
     }
     unreachable!("the second pass always returns")
@@ -691,6 +687,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod call;
 pub mod edge;
 
-use call::{Bounds, Call, Inbound, Meter};
+use call::{Call, Inbound, Meter};
 #[cfg(test)]
 mod tests;

@@ -11,39 +11,38 @@ const OWNER_ENV: &str = "SLESS_SANDBOX_OF";
 /// with it. Zombies and this process are left out.
 pub fn mentioning(needle: &str) -> Vec<(u32, String)> {
     let owner = format!("{OWNER_ENV}=");
-    let mut found: Vec<(u32, String, bool)> = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == std::process::id() {
-            continue;
-        }
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        // A zombie has an empty command line and has already exited.
-        if raw.is_empty() {
-            continue;
-        }
-        let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
-        if cmdline.contains(needle) {
-            found.push((pid, cmdline, false));
-            continue;
-        }
-        if owned_by(&entry.path(), &owner, needle) {
-            found.push((pid, cmdline, true));
-        }
-    }
+    let found: Vec<(u32, String, bool)> = live_processes()
+        .filter_map(|(pid, dir, cmdline)| {
+            if cmdline.contains(needle) {
+                Some((pid, cmdline, false))
+            } else {
+                owned_by(&dir, &owner, needle).then_some((pid, cmdline, true))
+            }
+        })
+        .collect();
     let jails: Vec<u32> = found.iter().filter(|f| f.2).map(|f| f.0).collect();
     found
         .into_iter()
         .filter(|(pid, _, jail)| !*jail || !parent_of(*pid).is_some_and(|p| jails.contains(&p)))
         .map(|(pid, cmdline, _)| (pid, cmdline))
         .collect()
+}
+
+/// Every process but zombies (whose command line is empty: they have
+/// exited) and this one: its pid, `/proc` directory and command line.
+fn live_processes() -> impl Iterator<Item = (u32, std::path::PathBuf, String)> {
+    let entries = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    entries.filter_map(|entry| {
+        let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
+        let raw = std::fs::read(entry.path().join("cmdline")).ok()?;
+        (pid != std::process::id() && !raw.is_empty()).then(|| {
+            (
+                pid,
+                entry.path(),
+                String::from_utf8_lossy(&raw).replace('\0', " "),
+            )
+        })
+    })
 }
 
 /// Whether the process at `/proc/{pid}` is in a sandbox whose owner
@@ -61,18 +60,8 @@ fn owned_by(proc_dir: &std::path::Path, owner: &str, needle: &str) -> bool {
 /// the function, job or build step itself, once its jail is set up.
 pub fn jailed_programs(needle: &str) -> Vec<(u32, String)> {
     let owner = format!("{OWNER_ENV}=");
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let all: Vec<(u32, String, bool)> = entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
-            let raw = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
-            let jail = owned_by(&entry.path(), &owner, needle);
-            Some((pid, cmdline, jail))
-        })
+    let all: Vec<(u32, String, bool)> = live_processes()
+        .map(|(pid, dir, cmdline)| (pid, cmdline, owned_by(&dir, &owner, needle)))
         .collect();
     let jails: Vec<u32> = all.iter().filter(|p| p.2).map(|p| p.0).collect();
     let in_a_jail = |mut pid: u32| {

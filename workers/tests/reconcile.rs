@@ -26,6 +26,14 @@ async fn get_json(url: String) -> serde_json::Value {
     reqwest::get(url).await.unwrap().json().await.unwrap()
 }
 
+/// Enqueues one more reconcile of `key` and runs it.
+async fn reconcile_again(h: &Harness, key: &sless_domain::FunctionKey) {
+    sless_store::queue::enqueue_reconcile(&h.db.pool, &key.queue_key())
+        .await
+        .unwrap();
+    h.worker.run_once(10).await.unwrap();
+}
+
 fn types(events: &[FunctionEvent]) -> Vec<&'static str> {
     events.iter().map(|e| e.type_name()).collect()
 }
@@ -73,10 +81,7 @@ async fn a_spec_change_redeploys_the_built_version_with_the_new_spec() {
     );
 
     // Converged: running it again changes nothing.
-    sless_store::queue::enqueue_reconcile(&h.db.pool, &key.queue_key())
-        .await
-        .unwrap();
-    h.worker.run_once(10).await.unwrap();
+    reconcile_again(&h, &key).await;
     assert_eq!(h.events(&key).await.len(), events.len());
 
     // Memory alone: the local driver keeps the process, the log records
@@ -286,10 +291,7 @@ async fn a_rollback_to_the_version_that_serves_is_ready_without_a_new_process() 
         ["FunctionUploaded", "FunctionRolledBack", "FunctionDeployed"]
     );
     // Converged: running it again changes nothing.
-    sless_store::queue::enqueue_reconcile(&h.db.pool, &key.queue_key())
-        .await
-        .unwrap();
-    h.worker.run_once(10).await.unwrap();
+    reconcile_again(&h, &key).await;
     assert_eq!(h.events(&key).await.len(), events.len());
     h.driver.shutdown().await;
 }

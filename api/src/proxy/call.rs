@@ -117,18 +117,26 @@ pub struct Call {
     pub namespace: String,
     pub function: String,
     pub version: Option<u32>,
+    /// The function's `timeout_sec`, which bounds the whole call.
+    pub timeout: Duration,
     pub cold: bool,
     pub request_id: String,
 }
 
 impl Call {
-    /// The function's answer, streamed back within `bounds` and recorded
-    /// when it is sent.
-    pub fn answer<B>(self, res: axum::http::Response<B>, bounds: Bounds) -> Response
+    /// The function's answer, streamed back within its bounds (the call's
+    /// timeout from its start, and `idle` between two pieces of the body)
+    /// and recorded when it is sent.
+    pub fn answer<B>(self, res: axum::http::Response<B>, idle: Duration) -> Response
     where
         B: HttpBody<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<BoxError>,
     {
+        let bounds = Bounds {
+            deadline: tokio::time::Instant::from_std(self.started + self.timeout),
+            timeout: self.timeout,
+            idle,
+        };
         let (parts, body) = res.into_parts();
         let status = parts.status.as_u16();
         let body = Outbound::new(body, self, status, None, Some(bounds));
@@ -173,11 +181,11 @@ impl Call {
 /// How long an answer's body may take: in all (the call's deadline), and
 /// between two of its pieces.
 #[derive(Debug, Clone, Copy)]
-pub struct Bounds {
+struct Bounds {
     /// When the call passes the function's `timeout_sec`.
-    pub deadline: tokio::time::Instant,
-    pub timeout: Duration,
-    pub idle: Duration,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+    idle: Duration,
 }
 
 /// The timer of a body that had to wait: one sleep, set to whichever of
