@@ -294,6 +294,9 @@ fn announce(
 fn app_state(pool: PgPool, blobs: BlobStore, auth: Auth) -> anyhow::Result<AppState> {
     let proxy_limits = config::proxy_limits()?;
     let invocations = config::invocations()?;
+    sless_api::faults::crash_after_commit(
+        std::env::var(sless_api::faults::CRASH_AFTER_COMMIT_ENV).is_ok_and(|v| v == "1"),
+    );
     let mut state = AppState::new(pool.clone(), blobs, auth);
     state.http = sless_api::proxy::HttpClient::new(proxy_limits);
     state.invocations = sless_api::invocations::Recorder::start(pool.clone(), invocations);

@@ -1,8 +1,6 @@
 //! Committing a command: append its events, enqueue the work they cause and
 //! keep the answer for its `Idempotency-Key`, all in one transaction.
 
-use std::sync::LazyLock;
-
 use axum::http::{HeaderMap, StatusCode};
 use sha2::{Digest, Sha256};
 use sless_store::eventlog::{self, Appended, Metadata, NewEvent};
@@ -282,34 +280,8 @@ pub async fn collect_unused(state: &AppState, keys: &[String]) -> ApiResult<()> 
     Ok(())
 }
 
-/// The fault-injection hook of the fault suite (tests/faults, F2): with
-/// `SLESS_FAULT_CRASH_AFTER_COMMIT=1` in the environment (read once), the
-/// process kills itself with SIGKILL right after a command's transaction
-/// commits and before its answer is sent: the client cannot tell whether the
-/// command happened, and must find out by retrying with its
-/// `Idempotency-Key`. For tests only; never set it in a deployment.
-pub const CRASH_AFTER_COMMIT_ENV: &str = "SLESS_FAULT_CRASH_AFTER_COMMIT";
-
-static CRASH_AFTER_COMMIT: LazyLock<bool> =
-    LazyLock::new(|| std::env::var(CRASH_AFTER_COMMIT_ENV).is_ok_and(|v| v == "1"));
-
-fn crash_if_asked() {
-    if !*CRASH_AFTER_COMMIT {
-        return;
-    }
-    tracing::warn!("{CRASH_AFTER_COMMIT_ENV} is set: killing this process after a commit");
-    #[cfg(unix)]
-    {
-        unsafe extern "C" {
-            fn kill(pid: i32, sig: i32) -> i32;
-        }
-        const SIGKILL: i32 = 9;
-        // SAFETY: kill(2) takes plain integers and has no memory-safety
-        // preconditions; it signals this very process.
-        unsafe { kill(std::process::id() as i32, SIGKILL) };
-    }
-    std::process::abort();
-}
+pub use crate::faults::CRASH_AFTER_COMMIT_ENV;
+use crate::faults::crash_if_asked;
 
 /// Builds the events of a command from domain events.
 pub fn new_events(

@@ -15,7 +15,9 @@ use crate::error::{ApiError, ApiResult};
 
 /// Reads a function's state from its stream (the source of truth for commands).
 pub async fn load(state: &AppState, key: &FunctionKey) -> ApiResult<Function> {
-    Ok(eventlog::load_function(&state.pool, key).await?)
+    Ok(eventlog::load::<Function>(&state.pool, &key.stream())
+        .await?
+        .0)
 }
 
 pub(crate) fn function_path(key: &FunctionKey) -> String {

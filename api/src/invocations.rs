@@ -461,7 +461,10 @@ pub async fn list(
         // Not projected yet, or deleted: the log says.
         _ => {
             let key = FunctionKey::new(namespace.clone(), function.clone());
-            eventlog::load_function(&state.pool, &key).await?.exists()
+            eventlog::load::<sless_domain::Function>(&state.pool, &key.stream())
+                .await?
+                .0
+                .exists()
         }
     };
     if !exists {

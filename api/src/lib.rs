@@ -23,6 +23,7 @@ pub mod command;
 pub mod crashes;
 pub mod error;
 pub mod events;
+pub mod faults;
 pub mod function;
 pub mod functions;
 pub mod health;

@@ -7,6 +7,7 @@
 //! sqlx, an HTTP stack, or any other crate of this workspace; everything here
 //! is a function of its arguments and is tested without a database.
 
+pub mod aggregate;
 pub mod archive;
 pub mod cron;
 pub mod diff;
@@ -19,6 +20,7 @@ pub mod source;
 pub mod spec;
 pub mod trigger;
 
+pub use aggregate::Aggregate;
 pub use events::{CrashCause, FunctionEvent, SourceVersion};
 pub use function::{Function, FunctionCommand, Phase, UploadedSource, decide, prune_versions};
 pub use names::{FunctionKey, FunctionName, JobName, Namespace, TriggerName};

@@ -31,6 +31,46 @@ impl NamespaceEvent {
             NamespaceEvent::NamespaceEnsured {} => serde_json::json!({}),
         }
     }
+
+    /// Rebuilds an event from the log's `type` and `data` columns.
+    pub fn from_stored(
+        type_name: &str,
+        data: &serde_json::Value,
+    ) -> Result<Self, serde_json::Error> {
+        crate::events::from_type_and_data(type_name, data)
+    }
+}
+
+/// A namespace's state: a fold over its stream.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NamespaceState {
+    /// Number of events applied (the stream version).
+    pub stream_version: u64,
+    pub ensured: bool,
+}
+
+impl NamespaceState {
+    pub fn evolve(mut self, event: &NamespaceEvent) -> NamespaceState {
+        self.stream_version += 1;
+        match event {
+            NamespaceEvent::NamespaceEnsured {} => self.ensured = true,
+        }
+        self
+    }
+}
+
+/// What can be asked of a namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamespaceCommand {
+    /// Make sure it exists: recorded the first time, and never again.
+    Ensure,
+}
+
+/// Decides a command for a namespace in `state`.
+pub fn decide(state: &NamespaceState, command: NamespaceCommand) -> Vec<NamespaceEvent> {
+    match command {
+        NamespaceCommand::Ensure => decide_ensure(state.stream_version),
+    }
 }
 
 impl Namespace {

@@ -19,9 +19,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use sless_domain::job::{Job, JobEvent};
+use sless_domain::job::JobEvent;
 use sless_domain::trigger::{Trigger, TriggerEvent};
-use sless_domain::{Function, FunctionEvent, FunctionKey, Namespace};
+use sless_domain::{Aggregate, FunctionEvent, FunctionKey, Namespace};
 use sqlx::{AssertSqlSafe, PgConnection, PgExecutor, Row};
 
 use crate::{Error, Result};
@@ -240,42 +240,56 @@ pub async fn read_stream<'e>(
     Ok(rows.into_iter().map(recorded).collect())
 }
 
-/// A function's state: a fold over its whole stream (the source of truth
-/// for deciding commands). A function that never existed folds to the default.
-pub async fn load_function<'e>(exec: impl PgExecutor<'e>, key: &FunctionKey) -> Result<Function> {
-    let events = read_stream(exec, &key.stream()).await?;
-    fold_stream(&events, FunctionEvent::from_stored, Function::evolve)
+/// An event of aggregate `A` read back from its stream, with when and
+/// where the log recorded it.
+#[derive(Debug, Clone)]
+pub struct Loaded<E> {
+    pub event: E,
+    pub version: u64,
+    pub position: i64,
+    pub recorded_at: DateTime<Utc>,
 }
 
-/// Folds a stream's events, decoded by `decode`, with `evolve`.
-fn fold_stream<S: Default, E>(
-    events: &[RecordedEvent],
-    decode: impl Fn(&str, &serde_json::Value) -> serde_json::Result<E>,
-    evolve: impl Fn(S, &E) -> S,
-) -> Result<S> {
-    let mut state = S::default();
-    for e in events {
-        let event = decode(&e.event_type, &e.data).map_err(|err| {
-            Error::Internal(format!(
-                "event {} ({}) cannot be read: {err}",
-                e.position, e.event_type
-            ))
-        })?;
-        state = evolve(state, &event);
-    }
-    Ok(state)
+/// The events of one stream of aggregate `A`, decoded, in version order.
+pub async fn events_of<'e, A: Aggregate>(
+    exec: impl PgExecutor<'e>,
+    stream: &str,
+) -> Result<Vec<Loaded<A::Event>>> {
+    read_stream(exec, stream)
+        .await?
+        .iter()
+        .map(decode::<A>)
+        .collect()
 }
 
-/// A trigger's state, folded from its stream (`trigger::stream`).
-pub async fn load_trigger<'e>(exec: impl PgExecutor<'e>, stream: &str) -> Result<Trigger> {
-    let events = read_stream(exec, stream).await?;
-    fold_stream(&events, TriggerEvent::from_stored, Trigger::evolve)
+/// An aggregate's state and stream version: a fold over its whole stream
+/// (the source of truth for deciding commands). An instance that never
+/// existed folds to the default, at version 0.
+pub async fn load<'e, A: Aggregate>(exec: impl PgExecutor<'e>, stream: &str) -> Result<(A, u64)> {
+    let state = events_of::<A>(exec, stream)
+        .await?
+        .iter()
+        .fold(A::default(), |s, e| s.evolve(&e.event));
+    let version = state.stream_version();
+    Ok((state, version))
 }
 
-/// A job's state, folded from its stream (`job::stream`, `job::cron_stream`).
-pub async fn load_job<'e>(exec: impl PgExecutor<'e>, stream: &str) -> Result<Job> {
-    let events = read_stream(exec, stream).await?;
-    fold_stream(&events, JobEvent::from_stored, Job::evolve)
+/// One stored event of `A`, decoded.
+fn decode<A: Aggregate>(e: &RecordedEvent) -> Result<Loaded<A::Event>> {
+    let event = A::decode(&e.event_type, &e.data).map_err(|err| {
+        Error::Internal(format!(
+            "event {} ({}) cannot be read as a {} event: {err}",
+            e.position,
+            e.event_type,
+            A::KIND
+        ))
+    })?;
+    Ok(Loaded {
+        event,
+        version: e.version as u64,
+        position: e.position,
+        recorded_at: e.recorded_at,
+    })
 }
 
 /// A function's http triggers, as the log has them now.
@@ -334,7 +348,10 @@ pub async fn function_triggers<'e>(
     .collect::<Vec<_>>();
     let mut found = Vec::new();
     for stream in events.chunk_by(|a, b| a.stream == b.stream) {
-        let t: Trigger = fold_stream(stream, TriggerEvent::from_stored, Trigger::evolve)?;
+        let mut t = Trigger::default();
+        for e in stream {
+            t = t.evolve(&decode::<Trigger>(e)?.event);
+        }
         found.extend(t.spec.filter(|s| s.function.as_str() == function));
     }
     Ok(found)

@@ -161,7 +161,7 @@ impl<D: Driver> Reconciler<D> {
     /// Runs the job of a `RunJob` item.
     pub async fn run_job(&self, item: &WorkItem) -> HandlerResult<()> {
         let ns = namespace_of(&item.key)?;
-        let state = eventlog::load_job(&self.pool, &item.key)
+        let (state, _) = eventlog::load::<sless_domain::job::Job>(&self.pool, &item.key)
             .await
             .map_err(HandlerError::retry)?;
         let Some(request) = state.request.clone() else {
@@ -253,7 +253,7 @@ impl<D: Driver> Reconciler<D> {
         request: &job::JobRequest,
     ) -> HandlerResult<RunResult> {
         let key = FunctionKey::new(ns.clone(), request.function.clone());
-        let function = eventlog::load_function(&self.pool, &key)
+        let (function, _) = eventlog::load::<sless_domain::Function>(&self.pool, &key.stream())
             .await
             .map_err(HandlerError::retry)?;
         let (Some(spec), true) = (function.spec.as_ref(), function.exists()) else {

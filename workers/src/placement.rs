@@ -90,7 +90,7 @@ async fn placed_here(
     }) {
         return Ok(true);
     }
-    let state = eventlog::load_function(pool, key).await?;
+    let (state, _) = eventlog::load::<sless_domain::Function>(pool, &key.stream()).await?;
     Ok(here(
         state.deployed_node.as_deref(),
         state.endpoint.as_deref(),

@@ -41,8 +41,9 @@ impl<D> Clone for Reconciler<D> {
 }
 
 async fn load(pool: &PgPool, key: &FunctionKey) -> HandlerResult<Function> {
-    eventlog::load_function(pool, key)
+    eventlog::load::<Function>(pool, &key.stream())
         .await
+        .map(|(state, _)| state)
         .map_err(HandlerError::retry)
 }
 

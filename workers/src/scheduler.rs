@@ -123,7 +123,8 @@ impl Scheduler {
             return Ok(Fired::Already);
         }
         // The read model may lag: what fires is what the log says now.
-        let trigger = eventlog::load_trigger(&self.pool, &trigger::stream(&ns, &name)).await?;
+        let (trigger, _) =
+            eventlog::load::<trigger::Trigger>(&self.pool, &trigger::stream(&ns, &name)).await?;
         let Some(spec) = trigger.spec.filter(|s| {
             s.enabled
                 && s.kind == TriggerKind::Cron
@@ -136,7 +137,7 @@ impl Scheduler {
         let missed = count_between(cron, last_at.unwrap_or(t.active_since), at);
         let function = FunctionName::parse(&t.function).map_err(invalid)?;
         let key = FunctionKey::new(ns.clone(), spec.function.clone());
-        let f = eventlog::load_function(&self.pool, &key).await?;
+        let (f, _) = eventlog::load::<sless_domain::Function>(&self.pool, &key.stream()).await?;
         let mut skip = None;
         let (version, timeout_sec) = match (f.exists(), f.current_version, f.spec.as_ref()) {
             (true, Some(v), Some(s)) => (v, s.timeout_sec),

@@ -212,7 +212,7 @@ pub async fn assert_equal_fold(pool: &PgPool) {
     for stream in &streams {
         let parts: Vec<&str> = stream.split('/').collect();
         if parts[0] == "trigger" {
-            let folded = eventlog::load_trigger(pool, stream).await.unwrap();
+            let (folded, _) = eventlog::load::<Trigger>(pool, stream).await.unwrap();
             let row: Option<TriggerRow> = sqlx::query_as(
                 "select function, kind, schedule, timezone, enabled, active_since, stream_version
                  from triggers where namespace = $1 and name = $2",
@@ -244,7 +244,7 @@ pub async fn assert_equal_fold(pool: &PgPool) {
             );
             assert_eq!(row.5.is_some(), spec.enabled, "{stream}: active_since");
         } else {
-            let folded = eventlog::load_job(pool, stream).await.unwrap();
+            let (folded, _) = eventlog::load::<Job>(pool, stream).await.unwrap();
             let row: Option<JobRow> = sqlx::query_as(
                 "select function, version, input, timeout_sec, origin, trigger, scheduled_at,
                         missed, status, stream_version, finished_at

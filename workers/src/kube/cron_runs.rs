@@ -81,12 +81,17 @@ impl CronRunRecorder {
         let at = scheduled_at(job);
         let stream = job::cron_stream(&ns, &trigger_name, at);
         let err = |e: sless_store::Error| e.to_string();
-        let mut state = eventlog::load_job(&self.pool, &stream).await.map_err(err)?;
+        let (mut state, _) = eventlog::load::<JobState>(&self.pool, &stream)
+            .await
+            .map_err(err)?;
         let mut recorded = Recorded::Nothing;
         if !state.exists() {
-            let t = eventlog::load_trigger(&self.pool, &trigger::stream(&ns, &trigger_name))
-                .await
-                .map_err(err)?;
+            let (t, _) = eventlog::load::<sless_domain::trigger::Trigger>(
+                &self.pool,
+                &trigger::stream(&ns, &trigger_name),
+            )
+            .await
+            .map_err(err)?;
             let Some(schedule) = t
                 .spec
                 .filter(|s| s.kind == TriggerKind::Cron)
@@ -119,7 +124,9 @@ impl CronRunRecorder {
             if !self.append(&ns, &stream, &state, &commands).await? {
                 return Ok(Recorded::Nothing); // another worker was first
             }
-            state = eventlog::load_job(&self.pool, &stream).await.map_err(err)?;
+            (state, _) = eventlog::load::<JobState>(&self.pool, &stream)
+                .await
+                .map_err(err)?;
             recorded = Recorded::Started(stream.clone());
         }
         let Some(end) = job_end(job) else {
