@@ -1,7 +1,25 @@
-//! Committing a command: append its events, enqueue the work they cause and
-//! keep the answer for its `Idempotency-Key`, all in one transaction.
+//! The one path every command takes.
+//!
+//! A handler opens the request (`opening::Opened`: the caller, the body
+//! within the route's limit, the `RequestContext`, and the answer an
+//! earlier request with the same `Idempotency-Key` got), parses it, builds
+//! its `execute::Handler` and calls `execute::execute`, which loads the
+//! aggregate's stream, checks the request's preconditions
+//! (`precondition`), decides, and `commit`s: append the events, enqueue
+//! the work they cause and keep the answer for its `Idempotency-Key`, all
+//! in one transaction.
 
-use axum::http::{HeaderMap, StatusCode};
+pub mod execute;
+pub mod opening;
+pub mod precondition;
+
+pub use execute::{Current, Decided, Handler, Plan, Target, execute};
+pub use opening::Opened;
+pub use precondition::Precondition;
+
+use axum::Json;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use sless_store::eventlog::{self, Appended, Metadata, NewEvent};
 use sless_store::idempotency::{self, StoredAnswer};
@@ -20,6 +38,69 @@ pub struct RequestContext {
     pub traceparent: Option<String>,
     /// The request's `Idempotency-Key`, and a fingerprint of the request.
     pub idempotency: Option<(String, String)>,
+    /// Its `If-Match` and `If-None-Match`.
+    pub precondition: Precondition,
+}
+
+/// A command's answer: status, JSON body and the headers that go with it
+/// (`ETag`, a create's `Location`), all of which a retry with the same
+/// `Idempotency-Key` gets again.
+#[derive(Debug, Clone)]
+pub struct Answered {
+    pub status: StatusCode,
+    pub body: serde_json::Value,
+    pub headers: HeaderMap,
+}
+
+impl Answered {
+    pub fn new(status: StatusCode, body: serde_json::Value) -> Answered {
+        Answered {
+            status,
+            body,
+            headers: HeaderMap::new(),
+        }
+    }
+
+    /// With the `ETag` of a stream at `version`.
+    pub fn etag(self, version: u64) -> Answered {
+        self.header(header::ETAG, precondition::etag(version))
+    }
+
+    /// With the header `name` set to `value`.
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Answered {
+        self.headers.insert(name, value);
+        self
+    }
+
+    fn stored_headers(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.headers
+            .iter()
+            .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.into())))
+            .collect()
+    }
+
+    fn of_stored(stored: StoredAnswer) -> Answered {
+        let mut headers = HeaderMap::new();
+        for (name, value) in &stored.headers {
+            if let (Ok(name), Some(Ok(value))) = (
+                HeaderName::try_from(name.as_str()),
+                value.as_str().map(HeaderValue::from_str),
+            ) {
+                headers.insert(name, value);
+            }
+        }
+        Answered {
+            status: StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK),
+            body: stored.body,
+            headers,
+        }
+    }
+}
+
+impl IntoResponse for Answered {
+    fn into_response(self) -> Response {
+        (self.status, self.headers, Json(self.body)).into_response()
+    }
 }
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -61,6 +142,7 @@ impl RequestContext {
             request_id: header("x-request-id").unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
             traceparent: header("traceparent"),
             idempotency,
+            precondition: Precondition::from_headers(headers)?,
         })
     }
 
@@ -76,10 +158,7 @@ impl RequestContext {
 
     /// The answer an earlier request with the same key got, if any. A key
     /// reused for a different request is refused.
-    pub async fn replay(
-        &self,
-        state: &AppState,
-    ) -> ApiResult<Option<(StatusCode, serde_json::Value)>> {
+    pub async fn replay(&self, state: &AppState) -> ApiResult<Option<Answered>> {
         let Some((key, hash)) = &self.idempotency else {
             return Ok(None);
         };
@@ -95,23 +174,27 @@ impl RequestContext {
             )
             .with_field("Idempotency-Key"));
         }
-        let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
-        Ok(Some((status, stored.body)))
+        Ok(Some(Answered::of_stored(stored)))
     }
 }
 
 /// A refused request may have lost a race with a concurrent retry of itself
 /// (same key, same request): once that one has committed, its answer is this
 /// request's answer too. Otherwise the refusal stands. (A refusal that says
-/// the state or a quota is in the way, 409 or 429, can be such a loss.)
+/// the state or a quota is in the way, 404, 409, 412 or 429, can be such a
+/// loss: the retry deleted the thing, created it, moved its stream or took
+/// the quota's last place.)
 pub async fn settle(
     state: &AppState,
     ctx: &RequestContext,
     refusal: ApiError,
-) -> ApiResult<(StatusCode, serde_json::Value)> {
+) -> ApiResult<Answered> {
     if matches!(
         refusal.status,
-        StatusCode::CONFLICT | StatusCode::TOO_MANY_REQUESTS
+        StatusCode::NOT_FOUND
+            | StatusCode::CONFLICT
+            | StatusCode::PRECONDITION_FAILED
+            | StatusCode::TOO_MANY_REQUESTS
     ) && let Some(answer) = ctx.replay(state).await?
     {
         return Ok(answer);
@@ -122,23 +205,19 @@ pub async fn settle(
 /// Checks `demand` against the namespace's quotas before a command stores
 /// anything of its own (an upload's blobs), without taking the lock: a
 /// command refused here has written nothing. `commit` checks again, under
-/// the lock. `Some` is the answer of a concurrent retry of this request
-/// that committed first.
-pub async fn check_quota(
-    state: &AppState,
-    ctx: &RequestContext,
-    demand: &Demand,
-) -> ApiResult<Option<(StatusCode, serde_json::Value)>> {
+/// the lock. (`execute` answers a refusal with the answer of a concurrent
+/// retry of this request that committed first, if there is one.)
+pub async fn check_quota(state: &AppState, demand: &Demand) -> ApiResult<()> {
     let mut conn = state.pool.acquire().await?;
     let exceeded = quota::check(&mut conn, &state.quotas, demand, false).await?;
     drop(conn);
     match exceeded {
-        None => Ok(None),
-        Some(exceeded) => settle(state, ctx, exceeded.into()).await.map(Some),
+        None => Ok(()),
+        Some(exceeded) => Err(exceeded.into()),
     }
 }
 
-/// One command's writes.
+/// One command's writes, as `execute` commits them.
 pub struct Command {
     pub stream: String,
     pub expected_version: u64,
@@ -157,38 +236,6 @@ pub struct Command {
     pub quota: Option<Demand>,
 }
 
-impl Command {
-    /// Appends `events` to `stream`, expected at `expected_version`.
-    pub fn new(stream: String, expected_version: u64, events: Vec<NewEvent>) -> Command {
-        Command {
-            stream,
-            expected_version,
-            events,
-            work: None,
-            blobs: Vec::new(),
-            collect: Vec::new(),
-            quota: None,
-        }
-    }
-
-    /// Also asks for a reconcile of the function `key` (a queue key).
-    pub fn reconcile(self, key: String) -> Command {
-        self.work(queue::RECONCILE_FUNCTION, key)
-    }
-
-    /// Also enqueues work of `kind` for `key`.
-    pub fn work(mut self, kind: &'static str, key: String) -> Command {
-        self.work = Some((kind, key));
-        self
-    }
-
-    /// Refused unless what it adds fits the namespace's quotas.
-    pub fn quota(mut self, demand: Demand) -> Command {
-        self.quota = Some(demand);
-        self
-    }
-}
-
 /// The problem kind of a command whose blob was collected while it was
 /// being made: store the blob again and retry.
 pub const BLOB_COLLECTED: &str = "blob-collected";
@@ -204,8 +251,8 @@ pub async fn commit(
     state: &AppState,
     ctx: &RequestContext,
     cmd: Command,
-    answer: impl FnOnce(Appended) -> (StatusCode, serde_json::Value),
-) -> ApiResult<(StatusCode, serde_json::Value)> {
+    answer: impl FnOnce(Appended) -> Answered,
+) -> ApiResult<Answered> {
     let mut tx = state.pool.begin().await?;
     if let Some(demand) = &cmd.quota
         && let Some(exceeded) = quota::check(&mut tx, &state.quotas, demand, true).await?
@@ -242,12 +289,13 @@ pub async fn commit(
     for key in &cmd.collect {
         retention::enqueue_collect(&mut tx, key).await?;
     }
-    let (status, body) = answer(appended);
+    let answer = answer(appended);
     if let Some((key, hash)) = &ctx.idempotency {
         let stored = StoredAnswer {
             request_hash: hash.clone(),
-            status: status.as_u16(),
-            body: body.clone(),
+            status: answer.status.as_u16(),
+            body: answer.body.clone(),
+            headers: answer.stored_headers(),
         };
         if let Err(e) = idempotency::save(&mut *tx, &ctx.caller.sub, key, &stored).await {
             if e.is_unique_violation() {
@@ -262,7 +310,7 @@ pub async fn commit(
     }
     tx.commit().await?;
     crash_if_asked();
-    Ok((status, body))
+    Ok(answer)
 }
 
 /// Hands blobs a refused command stored to the collector, which deletes
@@ -282,15 +330,3 @@ pub async fn collect_unused(state: &AppState, keys: &[String]) -> ApiResult<()> 
 
 pub use crate::faults::CRASH_AFTER_COMMIT_ENV;
 use crate::faults::crash_if_asked;
-
-/// Builds the events of a command from domain events.
-pub fn new_events(
-    ctx: &RequestContext,
-    key: &sless_domain::FunctionKey,
-    events: &[sless_domain::FunctionEvent],
-) -> Vec<NewEvent> {
-    events
-        .iter()
-        .map(|e| NewEvent::function(key, e, ctx.metadata()))
-        .collect()
-}

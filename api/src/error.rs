@@ -110,6 +110,21 @@ impl ApiError {
         }
     }
 
+    /// With the stream version the thing is at (a failed precondition's):
+    /// the problem's `etag` member, and its `ETag` header.
+    pub fn with_etag(mut self, version: u64) -> ApiError {
+        self.members
+            .get_or_insert_with(Default::default)
+            .insert("etag".into(), format!("\"{version}\"").into());
+        self
+    }
+
+    /// The version `with_etag` gave, if any.
+    pub fn etag(&self) -> Option<u64> {
+        let tag = self.members.as_ref()?.get("etag")?.as_str()?;
+        tag.trim_matches('"').parse().ok()
+    }
+
     pub fn with_field(mut self, field: impl Into<String>) -> ApiError {
         self.field = Some(field.into());
         self
@@ -238,6 +253,10 @@ impl IntoResponse for ApiError {
         if let Some(secs) = self.retry_after {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(version) = self.etag() {
+            res.headers_mut()
+                .insert(header::ETAG, crate::command::precondition::etag(version));
         }
         res
     }

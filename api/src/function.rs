@@ -11,6 +11,7 @@ use sless_store::readmodel::FunctionRow;
 
 use crate::AppState;
 use crate::auth::Caller;
+use crate::command::Target;
 use crate::error::{ApiError, ApiResult};
 
 /// Reads a function's state from its stream (the source of truth for commands).
@@ -18,6 +19,11 @@ pub async fn load(state: &AppState, key: &FunctionKey) -> ApiResult<Function> {
     Ok(eventlog::load::<Function>(&state.pool, &key.stream())
         .await?
         .0)
+}
+
+/// The stream a command on function `key` changes.
+pub(crate) fn target(key: &FunctionKey) -> Target {
+    Target::of::<Function>(&key.namespace, key, key.name.as_str())
 }
 
 pub(crate) fn function_path(key: &FunctionKey) -> String {

@@ -2,30 +2,30 @@
 //! delete, upload.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::json;
 use sless_domain::archive;
 use sless_domain::{
-    Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName, FunctionSpec, Runtime,
-    SourceVersion, UploadedSource, decide,
+    Aggregate, DomainError, Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName,
+    FunctionSpec, Runtime, SourceVersion, UploadedSource,
 };
-use sless_store::blobs;
+use sless_store::eventlog::Appended;
 use sless_store::readmodel;
+use sless_store::{blobs, jobs as log};
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::command::{self, Command, RequestContext};
-use crate::error::{ApiError, ApiResult, QUOTA_EXCEEDED, VERSION_CONFLICT};
+use crate::command::{self, Answered, Current, Decided, Handler, Opened, Plan, RequestContext};
+use crate::error::{ApiError, ApiResult};
 use crate::function::{
-    function_not_found, function_path, load, path_key, view_of_row, view_of_state,
+    function_not_found, function_path, load, path_key, target, view_of_row, view_of_state,
 };
-use crate::json::{Answer, parse_json};
+use crate::json::parse_json;
 use crate::path::PathParams;
 use crate::quota::Demand;
 use crate::versions::version_demand;
@@ -71,20 +71,11 @@ fn parse_name(name: &str) -> ApiResult<FunctionName> {
     responses((status = 201, description = "Created; upload its source next", body = crate::openapi::FunctionView)))]
 pub async fn create(
     State(state): State<AppState>,
-    caller: Caller,
     PathParams(ns): PathParams<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Answer> {
-    let namespace = caller.namespace(&ns)?;
-    let body = body?;
-    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
-    if let Some((status, body)) = ctx.replay(&state).await? {
-        return Ok((status, Json(body)));
-    }
-    let req: CreateFunction = parse_json(&body)?;
+    opened: Opened,
+) -> ApiResult<Answered> {
+    let namespace = opened.caller().namespace(&ns)?;
+    let req: CreateFunction = parse_json(&opened.body)?;
     let name = parse_name(&req.name)?;
     let runtime: Runtime = req.runtime.parse()?;
     let spec = FunctionSpec {
@@ -95,29 +86,39 @@ pub async fn create(
         env_vars: req.env_vars,
     };
     let key = FunctionKey::new(namespace, name);
-    let current = load(&state, &key).await?;
-    let events = match decide(&current, FunctionCommand::Create { spec }) {
-        Ok(events) => events,
-        Err(e) => {
-            return command::settle(&state, &ctx, e.into())
-                .await
-                .map(|(s, b)| (s, Json(b)));
-        }
+    let mut create = Create {
+        fn_url: state.fn_url.clone(),
+        target: key,
+        spec,
     };
-    let after = events.iter().fold(current.clone(), Function::evolve);
-    let cmd = Command::new(
-        key.stream(),
-        current.stream_version,
-        command::new_events(&ctx, &key, &events),
-    )
-    .quota(Demand::function(key.namespace.clone()));
-    let (status, body) = command::commit(&state, &ctx, cmd, |appended| {
-        let mut view = view_of_state(state.fn_url.as_deref(), &key, &after);
+    command::execute(&state, &opened.ctx, &target(&create.target), &mut create).await
+}
+
+/// `create`'s command.
+struct Create {
+    fn_url: Option<Arc<str>>,
+    target: FunctionKey,
+    spec: FunctionSpec,
+}
+
+impl Handler<Function> for Create {
+    async fn decide(
+        &mut self,
+        _: &AppState,
+        _: &RequestContext,
+        current: Current<'_, Function>,
+    ) -> ApiResult<Decided<Function>> {
+        let spec = self.spec.clone();
+        let events = current.state.decide(FunctionCommand::Create { spec })?;
+        let quota = Demand::function(self.target.namespace.clone());
+        Ok(Decided::Append(Plan::new(events).quota(quota)))
+    }
+
+    fn answer(&self, after: &Function, appended: Appended) -> Answered {
+        let mut view = view_of_state(self.fn_url.as_deref(), &self.target, after);
         view["position"] = json!(appended.position);
-        (StatusCode::CREATED, view)
-    })
-    .await?;
-    Ok((status, Json(body)))
+        Answered::new(StatusCode::CREATED, view)
+    }
 }
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions", tag = "functions",
@@ -146,19 +147,23 @@ pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Answered> {
     let key = path_key(&caller, &ns, &name)?;
     if let Some(row) =
         readmodel::function_row(&state.pool, key.namespace.as_str(), key.name.as_str()).await?
     {
-        return Ok(Json(view_of_row(state.fn_url.as_deref(), &row)));
+        // The ETag is the stream's version, which the row may lag.
+        let version = log::log_version(&state.pool, &key.stream()).await?;
+        let view = view_of_row(state.fn_url.as_deref(), &row);
+        return Ok(Answered::new(StatusCode::OK, view).etag(version));
     }
     // Not projected yet (just created, or created again): answer from the log.
     let f = load(&state, &key).await?;
     if !f.exists() {
         return Err(function_not_found(&key));
     }
-    Ok(Json(view_of_state(state.fn_url.as_deref(), &key, &f)))
+    let view = view_of_state(state.fn_url.as_deref(), &key, &f);
+    Ok(Answered::new(StatusCode::OK, view).etag(f.stream_version))
 }
 
 /// The body of `PUT /v1/namespaces/{ns}/functions/{name}`: the fields to
@@ -182,8 +187,8 @@ pub struct UpdateFunction {
 
 impl UpdateFunction {
     /// The spec `current` becomes with these changes.
-    fn apply_to(self, current: &FunctionSpec) -> ApiResult<FunctionSpec> {
-        let runtime = match self.runtime {
+    fn apply_to(&self, current: &FunctionSpec) -> ApiResult<FunctionSpec> {
+        let runtime = match &self.runtime {
             Some(r) => r.parse::<Runtime>()?,
             None => current.runtime,
         };
@@ -191,10 +196,14 @@ impl UpdateFunction {
             runtime,
             entrypoint: self
                 .entrypoint
+                .clone()
                 .unwrap_or_else(|| current.entrypoint.clone()),
             memory_mb: self.memory_mb.unwrap_or(current.memory_mb),
             timeout_sec: self.timeout_sec.unwrap_or(current.timeout_sec),
-            env_vars: self.env_vars.unwrap_or_else(|| current.env_vars.clone()),
+            env_vars: self
+                .env_vars
+                .clone()
+                .unwrap_or_else(|| current.env_vars.clone()),
         })
     }
 }
@@ -251,20 +260,11 @@ async fn rebuild_for_runtime(
         (status = 202, description = "Accepted: the change is applied next", body = crate::openapi::FunctionView)))]
 pub async fn update(
     State(state): State<AppState>,
-    caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Answer> {
-    let key = path_key(&caller, &ns, &name)?;
-    let body = body?;
-    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
-    if let Some((status, body)) = ctx.replay(&state).await? {
-        return Ok((status, Json(body)));
-    }
-    let req: UpdateFunction = parse_json(&body)?;
+    opened: Opened,
+) -> ApiResult<Answered> {
+    let key = path_key(opened.caller(), &ns, &name)?;
+    let req: UpdateFunction = parse_json(&opened.body)?;
     if let Some(n) = &req.name
         && n != key.name.as_str()
     {
@@ -276,128 +276,115 @@ pub async fn update(
             ),
         ));
     }
-    let mut current = load(&state, &key).await?;
-    let Some(spec) = current.spec.clone().filter(|_| current.exists()) else {
-        return Err(function_not_found(&key));
+    let mut change = ChangeSpec {
+        fn_url: state.fn_url.clone(),
+        target: key,
+        req,
+        rebuilt: None,
+        written: Vec::new(),
     };
-    let spec = req.apply_to(&spec)?;
-    // Refused before anything is stored for it.
-    spec.validate()?;
-    let mut rebuilt: Option<UploadedSource> = None;
-    // The build contexts this request put in the store (not there before it).
-    let mut written: Vec<String> = Vec::new();
-    let mut tries = 0;
-    loop {
-        let needed = current.rebuild_for(&spec).cloned();
-        let source = match needed {
-            Some(v) if rebuilt.as_ref().is_some_and(|r| r.sha256 == v.sha256) => rebuilt.clone(),
-            Some(v) => {
-                // The version it makes counts against the quotas: checked
-                // before its context is stored (and again at the commit).
-                let mut next = vec![FunctionEvent::FunctionUploaded(SourceVersion {
-                    version: current.next_version(),
-                    ..v.clone()
-                })];
-                let (pruned, _) = crate::versions::retain(&state, &current, &mut next);
-                let demand = version_demand(&key, &current, v.size, &pruned, false);
-                if let Some((status, body)) = command::check_quota(&state, &ctx, &demand).await? {
-                    return Ok((status, Json(body)));
-                }
-                let (source, stored) = rebuild_for_runtime(&state, &v, spec.runtime).await?;
-                if stored {
-                    written.push(source.context_key.clone());
-                }
-                rebuilt = Some(source);
-                rebuilt.clone()
-            }
-            None => None,
+    command::execute(&state, &opened.ctx, &target(&change.target), &mut change).await
+}
+
+/// `update`'s command.
+struct ChangeSpec {
+    fn_url: Option<Arc<str>>,
+    target: FunctionKey,
+    req: UpdateFunction,
+    /// The current source packed again for a new runtime, once it is.
+    rebuilt: Option<UploadedSource>,
+    /// The build contexts this request put in the store (not there before it).
+    written: Vec<String>,
+}
+
+impl ChangeSpec {
+    /// The source of the version a runtime change makes, when `spec` needs
+    /// one: packed and stored once, checked against the quotas before.
+    async fn rebuilt_for(
+        &mut self,
+        state: &AppState,
+        current: &Function,
+        spec: &FunctionSpec,
+    ) -> ApiResult<Option<UploadedSource>> {
+        let Some(v) = current.rebuild_for(spec).cloned() else {
+            return Ok(None);
         };
-        let command = FunctionCommand::ChangeSpec {
-            spec: spec.clone(),
-            rebuilt: source,
+        if let Some(r) = self.rebuilt.as_ref().filter(|r| r.sha256 == v.sha256) {
+            return Ok(Some(r.clone()));
+        }
+        // The version it makes counts against the quotas: checked before
+        // its context is stored (and again at the commit).
+        let mut next = vec![FunctionEvent::FunctionUploaded(SourceVersion {
+            version: current.next_version(),
+            ..v.clone()
+        })];
+        let (pruned, _) = crate::versions::retain(state, current, &mut next);
+        let demand = version_demand(&self.target, current, v.size, &pruned, false);
+        command::check_quota(state, &demand).await?;
+        let (source, stored) = rebuild_for_runtime(state, &v, spec.runtime).await?;
+        if stored {
+            self.written.push(source.context_key.clone());
+        }
+        self.rebuilt = Some(source.clone());
+        Ok(Some(source))
+    }
+}
+
+impl Handler<Function> for ChangeSpec {
+    async fn decide(
+        &mut self,
+        state: &AppState,
+        _: &RequestContext,
+        current: Current<'_, Function>,
+    ) -> ApiResult<Decided<Function>> {
+        let current = current.state;
+        let Some(spec) = current.spec.as_ref().filter(|_| current.exists()) else {
+            return Err(function_not_found(&self.target));
         };
-        let events = match decide(&current, command) {
-            Ok(events) => events,
-            Err(e) => {
-                return command::settle(&state, &ctx, e.into())
-                    .await
-                    .map(|(s, b)| (s, Json(b)));
-            }
-        };
+        let spec = self.req.apply_to(spec)?;
+        // Refused before anything is stored for it.
+        spec.validate()?;
+        let rebuilt = self.rebuilt_for(state, current, &spec).await?;
+        let mut events = current.decide(FunctionCommand::ChangeSpec { spec, rebuilt })?;
         if events.is_empty() {
-            // Unless a concurrent retry of this very request made it so.
-            if let Some((status, body)) = ctx.replay(&state).await? {
-                return Ok((status, Json(body)));
-            }
-            let mut view = view_of_state(state.fn_url.as_deref(), &key, &current);
+            let mut view = view_of_state(self.fn_url.as_deref(), &self.target, current);
             view["unchanged"] = json!(true);
-            return Ok((StatusCode::OK, Json(view)));
+            return Ok(Decided::Unchanged(Answered::new(StatusCode::OK, view)));
         }
         // A runtime change makes a new version: retention applies, and its
         // repacked context must still be stored when the events commit.
-        let mut events = events;
-        let (pruned, collect) = crate::versions::retain(&state, &current, &mut events);
-        let demand = events.iter().find_map(|e| match e {
-            FunctionEvent::FunctionUploaded(v) => {
-                Some(version_demand(&key, &current, v.size, &pruned, false))
-            }
-            _ => None,
-        });
-        let blobs = events
-            .iter()
-            .filter_map(|e| match e {
-                FunctionEvent::FunctionUploaded(v) => {
-                    Some([v.zip_key.clone(), v.context_key.clone()])
-                }
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        let after = events.iter().fold(current.clone(), Function::evolve);
-        let cmd = Command {
-            blobs,
-            collect,
-            quota: demand,
-            ..Command::new(
-                key.stream(),
-                current.stream_version,
-                command::new_events(&ctx, &key, &events),
-            )
-            .reconcile(key.queue_key())
-        };
-        let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let mut view = view_of_state(state.fn_url.as_deref(), &key, &after);
-            view["position"] = json!(appended.position);
-            view["status_url"] = json!(function_path(&key));
-            (StatusCode::ACCEPTED, view)
-        })
-        .await;
-        match committed {
-            // Only a worker's events landed in between (a build starting,
-            // say): decide again on the newer state. A change of the spec or
-            // the source in between is a real conflict and stays one.
-            Err(e) if e.kind == VERSION_CONFLICT && tries < 4 => {
-                let newer = load(&state, &key).await?;
-                let source_of = |f: &Function| f.current().map(|v| v.version);
-                if !newer.exists()
-                    || source_of(&newer) != source_of(&current)
-                    || newer.spec != current.spec
-                {
-                    return Err(e);
-                }
-                tries += 1;
-                current = newer;
-            }
-            // Another command took the quota's last place after our check.
-            Err(e) if e.kind == QUOTA_EXCEEDED => {
-                command::collect_unused(&state, &written).await?;
-                return Err(e);
-            }
-            answer => {
-                let (status, body) = answer?;
-                return Ok((status, Json(body)));
+        let (pruned, collect) = crate::versions::retain(state, current, &mut events);
+        let mut plan = Plan::new(Vec::new()).reconcile(self.target.queue_key());
+        for e in &events {
+            if let FunctionEvent::FunctionUploaded(v) = e {
+                let demand = version_demand(&self.target, current, v.size, &pruned, false);
+                plan = plan.quota(demand);
+                plan.blobs
+                    .extend([v.zip_key.clone(), v.context_key.clone()]);
             }
         }
+        plan.events = events;
+        plan.collect = collect;
+        Ok(Decided::Append(plan))
+    }
+
+    fn answer(&self, after: &Function, appended: Appended) -> Answered {
+        let mut view = view_of_state(self.fn_url.as_deref(), &self.target, after);
+        view["position"] = json!(appended.position);
+        view["status_url"] = json!(function_path(&self.target));
+        Answered::new(StatusCode::ACCEPTED, view)
+    }
+
+    /// Only a worker's events in between (a build starting, say) leave the
+    /// change as it was decided; a change of the spec or the source in
+    /// between is a real conflict.
+    fn depends_on(&self, before: &Function, now: &Function) -> bool {
+        let source_of = |f: &Function| f.current().map(|v| v.version);
+        !now.exists() || source_of(now) != source_of(before) || now.spec != before.spec
+    }
+
+    fn stored(&self) -> &[String] {
+        &self.written
     }
 }
 
@@ -412,57 +399,51 @@ pub async fn update(
     responses((status = 202, description = "Accepted: it stops running next", body = crate::openapi::Deleted)))]
 pub async fn delete(
     State(state): State<AppState>,
-    caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> ApiResult<Answer> {
-    let key = path_key(&caller, &ns, &name)?;
-    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), b"")?;
-    if let Some((status, body)) = ctx.replay(&state).await? {
-        return Ok((status, Json(body)));
+    opened: Opened,
+) -> ApiResult<Answered> {
+    let key = path_key(opened.caller(), &ns, &name)?;
+    let mut delete = Delete { target: key };
+    command::execute(&state, &opened.ctx, &target(&delete.target), &mut delete).await
+}
+
+/// `delete`'s command.
+struct Delete {
+    target: FunctionKey,
+}
+
+impl Handler<Function> for Delete {
+    async fn decide(
+        &mut self,
+        _: &AppState,
+        _: &RequestContext,
+        current: Current<'_, Function>,
+    ) -> ApiResult<Decided<Function>> {
+        let events = current
+            .state
+            .decide(FunctionCommand::Delete)
+            .map_err(|e| match e {
+                DomainError::NotFound(_) => function_not_found(&self.target),
+                e => e.into(),
+            })?;
+        Ok(Decided::Append(
+            Plan::new(events).reconcile(self.target.queue_key()),
+        ))
     }
-    let mut tries = 0;
-    loop {
-        let current = load(&state, &key).await?;
-        let events = match decide(&current, FunctionCommand::Delete) {
-            Ok(events) => events,
-            Err(e) => {
-                // A concurrent retry of this very request may have deleted it.
-                if let Some((status, body)) = ctx.replay(&state).await? {
-                    return Ok((status, Json(body)));
-                }
-                return Err(match e {
-                    sless_domain::DomainError::NotFound(_) => function_not_found(&key),
-                    e => e.into(),
-                });
-            }
-        };
-        let cmd = Command::new(
-            key.stream(),
-            current.stream_version,
-            command::new_events(&ctx, &key, &events),
-        )
-        .reconcile(key.queue_key());
-        let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let body = json!({
-                "namespace": key.namespace,
-                "name": key.name,
-                "phase": "Deleted",
-                "position": appended.position,
-            });
-            (StatusCode::ACCEPTED, body)
-        })
-        .await;
-        match committed {
-            // Whatever landed in between, a function that still exists is
-            // still to be deleted.
-            Err(e) if e.status == StatusCode::CONFLICT && tries < 4 => tries += 1,
-            answer => {
-                let (status, body) = answer?;
-                return Ok((status, Json(body)));
-            }
-        }
+
+    fn answer(&self, _: &Function, appended: Appended) -> Answered {
+        let body = json!({
+            "namespace": self.target.namespace,
+            "name": self.target.name,
+            "phase": "Deleted",
+            "position": appended.position,
+        });
+        Answered::new(StatusCode::ACCEPTED, body)
+    }
+
+    /// Whatever landed in between, a function that still exists is still
+    /// to be deleted.
+    fn depends_on(&self, _: &Function, _: &Function) -> bool {
+        false
     }
 }

@@ -7,25 +7,23 @@
 //! model, and the log whenever the row is missing or behind it: a client
 //! polling for `Succeeded` never sees an older status after a newer one.
 
-use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sless_domain::job::{self, Job, JobCommand, JobEvent, JobSpec, JobStatus, Output, decide};
-use sless_domain::{DomainError, FunctionKey, JobName, Namespace};
-use sless_store::eventlog::{self, NewEvent};
+use sless_domain::job::{self, Job, JobCommand, JobEvent, JobSpec, JobStatus, Output};
+use sless_domain::{Aggregate, DomainError, FunctionKey, JobName, Namespace};
+use sless_store::eventlog::{self, Appended, Loaded};
 use sless_store::jobs::{self as job_rows, JobRow};
 use sless_store::queue;
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::command::{self, Command, RequestContext};
-use crate::error::{ApiError, ApiResult, PROBLEM_JSON};
+use crate::command::{
+    self, Answered, Current, Decided, Handler, Opened, Plan, RequestContext, Target,
+};
+use crate::error::{ApiError, ApiResult};
 use crate::function;
 use crate::json::parse_json;
 use crate::path::PathParams;
@@ -221,35 +219,25 @@ impl Logged {
     }
 }
 
-/// Reads a job's stream (the source of truth for commands).
-async fn load(state: &AppState, ns: &Namespace, name: &JobName) -> ApiResult<Logged> {
-    let events = eventlog::read_stream(&state.pool, &job::stream(ns, name)).await?;
-    let mut j = Logged::default();
-    for e in &events {
-        let event = JobEvent::from_stored(&e.event_type, &e.data).map_err(|err| {
-            ApiError::internal(format!(
-                "event {} ({}) cannot be read: {err}",
-                e.position, e.event_type
-            ))
-        })?;
-        j = j.evolve(ns, name, &event, e.recorded_at);
+impl Logged {
+    /// The job as the events of its stream tell it.
+    fn of(ns: &Namespace, name: &JobName, events: &[Loaded<JobEvent>]) -> Logged {
+        events.iter().fold(Logged::default(), |j, e| {
+            j.evolve(ns, name, &e.event, e.recorded_at)
+        })
     }
-    Ok(j)
 }
 
-/// True when a commit lost a race with another command on the stream.
-fn lost_race(e: &ApiError) -> bool {
-    e.status == StatusCode::CONFLICT && e.kind == "version-conflict"
+/// The stream a command on job `name` changes.
+fn target(ns: &Namespace, name: &JobName) -> Target {
+    Target::of::<Job>(ns, &(ns.clone(), name.clone()), name.as_str())
 }
-
-/// How many times a command decides again after losing a race.
-const RETRIES: u32 = 4;
 
 /// The answer to a create of a name that is taken: 409 `already-exists`,
 /// with the job that has it (`job`) and its status (`job_status`), so a
 /// client can tell it is there and how it is doing.
-fn exists_answer(doc: &Doc) -> Response {
-    let mut body = ApiError::new(
+fn exists_answer(doc: &Doc) -> ApiError {
+    let mut e = ApiError::new(
         StatusCode::CONFLICT,
         "already-exists",
         "Already exists",
@@ -258,27 +246,12 @@ fn exists_answer(doc: &Doc) -> Response {
             doc.name,
             doc.status.as_str()
         ),
-    )
-    .body();
-    body["job_status"] = json!(doc.status.as_str());
-    body["job"] = doc.view();
-    (
-        StatusCode::CONFLICT,
-        [(header::CONTENT_TYPE, PROBLEM_JSON)],
-        Json(body),
-    )
-        .into_response()
-}
-
-/// An accepted create, with the job's URL as `Location`.
-fn accepted(ns: &Namespace, status: StatusCode, body: Value) -> Response {
-    match body["name"].as_str().filter(|_| status.is_success()) {
-        Some(name) => {
-            let location = job_path(ns, name);
-            (status, [(header::LOCATION, location)], Json(body)).into_response()
-        }
-        None => (status, Json(body)).into_response(),
-    }
+    );
+    let mut members = serde_json::Map::new();
+    members.insert("job_status".into(), json!(doc.status.as_str()));
+    members.insert("job".into(), doc.view());
+    e.members = Some(Box::new(members));
+    e
 }
 
 /// `POST /v1/namespaces/{ns}/jobs`: appends `JobRequested` for the
@@ -292,20 +265,11 @@ fn accepted(ns: &Namespace, status: StatusCode, body: Value) -> Response {
         headers(("Location" = String, description = "The job's URL, to poll")))))]
 pub async fn create(
     State(state): State<AppState>,
-    caller: Caller,
     PathParams(ns): PathParams<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
-    let namespace = caller.namespace(&ns)?;
-    let body = body?;
-    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
-    if let Some((status, body)) = ctx.replay(&state).await? {
-        return Ok(accepted(&namespace, status, body));
-    }
-    let req: CreateJob = parse_json(&body)?;
+    opened: Opened,
+) -> ApiResult<Answered> {
+    let namespace = opened.caller().namespace(&ns)?;
+    let req: CreateJob = parse_json(&opened.body)?;
     let spec = JobSpec::parse(&req.name, &req.function, req.input, req.timeout_sec)?;
     let key = FunctionKey::new(namespace.clone(), spec.function.clone());
     let function = function::load(&state, &key).await?;
@@ -326,7 +290,6 @@ pub async fn create(
         ))
         .into());
     };
-    let stream = job::stream(&namespace, &spec.name);
     let command = JobCommand::Request {
         function: spec.function.clone(),
         version,
@@ -334,51 +297,70 @@ pub async fn create(
         timeout_sec: spec.timeout_sec.unwrap_or(fspec.timeout_sec),
         cron: None,
     };
-    let mut tries = 0;
-    loop {
-        let current = load(&state, &namespace, &spec.name).await?;
-        let events = match decide(&current.state, command.clone()) {
+    let target = target(&namespace, &spec.name);
+    let mut create = Create {
+        namespace,
+        name: spec.name,
+        command,
+        shown: None,
+    };
+    command::execute(&state, &opened.ctx, &target, &mut create).await
+}
+
+/// `create`'s command.
+struct Create {
+    namespace: Namespace,
+    name: JobName,
+    command: JobCommand,
+    shown: Option<Doc>,
+}
+
+impl Handler<Job> for Create {
+    async fn decide(
+        &mut self,
+        _: &AppState,
+        _: &RequestContext,
+        current: Current<'_, Job>,
+    ) -> ApiResult<Decided<Job>> {
+        let logged = Logged::of(&self.namespace, &self.name, current.events);
+        let events = match current.state.decide(self.command.clone()) {
             Ok(events) => events,
-            Err(e) => {
-                // A concurrent retry of this very request may have made it.
-                if let Some((status, body)) = ctx.replay(&state).await? {
-                    return Ok(accepted(&namespace, status, body));
-                }
-                return match (e, &current.doc) {
-                    (DomainError::AlreadyExists(_), Some(doc)) => Ok(exists_answer(doc)),
-                    (e, _) => Err(e.into()),
-                };
+            Err(DomainError::AlreadyExists(_)) if logged.doc.is_some() => {
+                return Err(exists_answer(logged.doc.as_ref().expect("checked")));
             }
+            Err(e) => return Err(e.into()),
         };
         let now = Utc::now();
-        let after = events.iter().fold(current.clone(), |j, e| {
-            j.evolve(&namespace, &spec.name, e, now)
-        });
-        let doc = after
-            .doc
-            .ok_or_else(|| ApiError::internal("a requested job"))?;
-        let new: Vec<NewEvent> = events
+        let after = events
             .iter()
-            .map(|e| NewEvent::job(&namespace, e, ctx.metadata()))
-            .collect();
-        let cmd = Command::new(stream.clone(), current.state.stream_version, new)
-            .work(queue::RUN_JOB, stream.clone())
-            .quota(Demand::job(namespace.clone()));
-        let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let mut view = doc.view();
-            view["position"] = json!(appended.position);
-            view["status_url"] = json!(job_path(&namespace, spec.name.as_str()));
-            (StatusCode::ACCEPTED, view)
-        })
-        .await;
-        match committed {
-            // Decided again, a concurrent create of the name is a 409.
-            Err(e) if lost_race(&e) && tries < RETRIES => tries += 1,
-            committed => {
-                let (status, body) = committed?;
-                return Ok(accepted(&namespace, status, body));
-            }
-        }
+            .fold(logged, |j, e| j.evolve(&self.namespace, &self.name, e, now));
+        self.shown = Some(
+            after
+                .doc
+                .ok_or_else(|| ApiError::internal("a requested job"))?,
+        );
+        let stream = job::stream(&self.namespace, &self.name);
+        let plan = Plan::new(events)
+            .work(queue::RUN_JOB, stream)
+            .quota(Demand::job(self.namespace.clone()));
+        Ok(Decided::Append(plan))
+    }
+
+    fn answer(&self, _: &Job, appended: Appended) -> Answered {
+        let doc = self.shown.as_ref().expect("decided before answered");
+        let mut view = doc.view();
+        view["position"] = json!(appended.position);
+        let location = job_path(&self.namespace, self.name.as_str());
+        view["status_url"] = json!(location);
+        Answered::new(StatusCode::ACCEPTED, view).header(
+            header::LOCATION,
+            HeaderValue::from_str(&location).expect("a path of names is a header value"),
+        )
+    }
+
+    /// Decided again, a concurrent create of the name is a 409.
+    fn depends_on(&self, _: &Job, _: &Job) -> bool {
+        false
     }
 }
 
@@ -390,25 +372,23 @@ pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Answered> {
     let namespace = caller.namespace(&ns)?;
     let name = path_name(&name)?;
     let stream = job::stream(&namespace, &name);
     let row = job_rows::job_row(&state.pool, namespace.as_str(), name.as_str()).await?;
+    let version = job_rows::log_version(&state.pool, &stream).await?;
     let doc = match row {
-        Some(row)
-            if row.stream == stream
-                && row.stream_version >= job_rows::log_version(&state.pool, &stream).await? =>
-        {
-            Doc::of_row(&row)?
-        }
+        Some(row) if row.stream == stream && row.stream_version >= version => Doc::of_row(&row)?,
         // Not projected yet, or behind the log: the log has it all.
-        _ => load(&state, &namespace, &name)
-            .await?
-            .doc
-            .ok_or_else(|| not_found(name.as_str()))?,
+        _ => {
+            let events = eventlog::events_of::<Job>(&state.pool, &stream).await?;
+            Logged::of(&namespace, &name, &events)
+                .doc
+                .ok_or_else(|| not_found(name.as_str()))?
+        }
     };
-    Ok(Json(doc.view()))
+    Ok(Answered::new(StatusCode::OK, doc.view()).etag(version))
 }
 
 /// `DELETE /v1/namespaces/{ns}/jobs/{name}`: appends `JobDeleted`; a
@@ -419,58 +399,52 @@ pub async fn get(
     responses((status = 202, description = "Deleted: a running job stops next", body = crate::openapi::Removed)))]
 pub async fn delete(
     State(state): State<AppState>,
-    caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> ApiResult<(StatusCode, Json<Value>)> {
-    let namespace = caller.namespace(&ns)?;
+    opened: Opened,
+) -> ApiResult<Answered> {
+    let namespace = opened.caller().namespace(&ns)?;
     let name = path_name(&name)?;
-    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), b"")?;
-    if let Some((status, body)) = ctx.replay(&state).await? {
-        return Ok((status, Json(body)));
+    let target = target(&namespace, &name);
+    let mut delete = Delete { namespace, name };
+    command::execute(&state, &opened.ctx, &target, &mut delete).await
+}
+
+/// `delete`'s command.
+struct Delete {
+    namespace: Namespace,
+    name: JobName,
+}
+
+impl Handler<Job> for Delete {
+    async fn decide(
+        &mut self,
+        _: &AppState,
+        _: &RequestContext,
+        current: Current<'_, Job>,
+    ) -> ApiResult<Decided<Job>> {
+        let events = current
+            .state
+            .decide(JobCommand::Delete)
+            .map_err(|e| match e {
+                DomainError::NotFound(_) => not_found(self.name.as_str()),
+                e => e.into(),
+            })?;
+        Ok(Decided::Append(Plan::new(events)))
     }
-    let stream = job::stream(&namespace, &name);
-    let mut tries = 0;
-    loop {
-        let current = load(&state, &namespace, &name).await?;
-        let events = match decide(&current.state, JobCommand::Delete) {
-            Ok(events) => events,
-            Err(e) => {
-                // A concurrent retry of this very request may have deleted it.
-                if let Some((status, body)) = ctx.replay(&state).await? {
-                    return Ok((status, Json(body)));
-                }
-                return Err(match e {
-                    DomainError::NotFound(_) => not_found(name.as_str()),
-                    e => e.into(),
-                });
-            }
-        };
-        let new = events
-            .iter()
-            .map(|e| NewEvent::job(&namespace, e, ctx.metadata()))
-            .collect();
-        let cmd = Command::new(stream.clone(), current.state.stream_version, new);
-        let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let body = json!({
-                "namespace": namespace,
-                "name": name,
-                "deleted": true,
-                "position": appended.position,
-            });
-            (StatusCode::ACCEPTED, body)
-        })
-        .await;
-        match committed {
-            // A worker's events landed in between (the job started): a job
-            // that still exists is still to be deleted.
-            Err(e) if lost_race(&e) && tries < RETRIES => tries += 1,
-            committed => {
-                let (status, body) = committed?;
-                return Ok((status, Json(body)));
-            }
-        }
+
+    fn answer(&self, _: &Job, appended: Appended) -> Answered {
+        let body = json!({
+            "namespace": self.namespace,
+            "name": self.name,
+            "deleted": true,
+            "position": appended.position,
+        });
+        Answered::new(StatusCode::ACCEPTED, body)
+    }
+
+    /// A worker's events in between (the job started): a job that still
+    /// exists is still to be deleted.
+    fn depends_on(&self, _: &Job, _: &Job) -> bool {
+        false
     }
 }

@@ -1,12 +1,6 @@
 //! JSON request bodies and answers.
 
-use axum::Json;
-use axum::http::StatusCode;
-
 use crate::error::{ApiError, ApiResult};
-
-/// A command's answer: its status and JSON body.
-pub(crate) type Answer = (StatusCode, Json<serde_json::Value>);
 
 /// Parses a JSON body: 400 when it is not JSON, 422 when it is the wrong shape.
 pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {

@@ -11,16 +11,17 @@
 //! A token may ensure its own namespace only (an admin token any); another
 //! namespace is 404 like everywhere else.
 
-use axum::Json;
-use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
 use serde_json::json;
-use sless_domain::namespace::decide_ensure;
-use sless_store::eventlog::{self, NewEvent};
+use sless_domain::namespace::{NamespaceCommand, NamespaceState};
+use sless_domain::{Aggregate, Namespace};
+use sless_store::eventlog::Appended;
 
 use crate::AppState;
-use crate::auth::Caller;
-use crate::command::{self, Command, RequestContext};
+use crate::command::{
+    self, Answered, Current, Decided, Handler, Plan, RequestContext, Target, opening,
+};
 use crate::error::ApiResult;
 use crate::path::PathParams;
 
@@ -30,47 +31,60 @@ use crate::path::PathParams;
     responses((status = 200, description = "The namespace exists", body = crate::openapi::Ensured)))]
 pub async fn ensure(
     State(state): State<AppState>,
-    caller: Caller,
     PathParams(ns): PathParams<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
-    let namespace = caller.namespace(&ns)?;
-    let mut ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), b"")?;
-    // Idempotent by nature: an Idempotency-Key adds nothing to keep.
-    ctx.idempotency = None;
-    let stream = namespace.stream();
-    let at = eventlog::read_stream(&state.pool, &stream).await?.len() as u64;
-    let answer = |created: bool| {
-        json!({
-            "namespace": namespace,
-            "created": created,
-        })
+    req: Request,
+) -> Result<Answered, axum::response::Response> {
+    use axum::response::IntoResponse;
+    let (mut head, _) = req.into_parts();
+    let caller = opening::caller_of(&mut head, &state).await?;
+    let run = async {
+        let namespace = caller.namespace(&ns)?;
+        let mut ctx = RequestContext::new(
+            caller,
+            &head.headers,
+            head.method.as_str(),
+            head.uri.path(),
+            b"",
+        )?;
+        // Idempotent by nature: an Idempotency-Key adds nothing to keep.
+        ctx.idempotency = None;
+        let target = Target::of::<NamespaceState>(&namespace, &namespace, namespace.as_str());
+        command::execute(&state, &ctx, &target, &mut Ensure { namespace }).await
     };
-    let events = decide_ensure(at);
-    if events.is_empty() {
-        return Ok((StatusCode::OK, Json(answer(false))));
+    run.await.map_err(IntoResponse::into_response)
+}
+
+/// `ensure`'s command.
+struct Ensure {
+    namespace: Namespace,
+}
+
+impl Handler<NamespaceState> for Ensure {
+    async fn decide(
+        &mut self,
+        _: &AppState,
+        _: &RequestContext,
+        current: Current<'_, NamespaceState>,
+    ) -> ApiResult<Decided<NamespaceState>> {
+        let events = current.state.decide(NamespaceCommand::Ensure)?;
+        if events.is_empty() {
+            let body = json!({ "namespace": self.namespace, "created": false });
+            return Ok(Decided::Unchanged(Answered::new(StatusCode::OK, body)));
+        }
+        Ok(Decided::Append(Plan::new(events)))
     }
-    let events = events
-        .iter()
-        .map(|e| NewEvent {
-            event_type: e.type_name().to_owned(),
-            namespace: namespace.to_string(),
-            data: e.data(),
-            metadata: ctx.metadata(),
-        })
-        .collect();
-    let cmd = Command::new(stream, at, events);
-    let committed = command::commit(&state, &ctx, cmd, |appended| {
-        let mut body = answer(true);
-        body["position"] = json!(appended.position);
-        (StatusCode::OK, body)
-    })
-    .await;
-    match committed {
-        // A concurrent call ensured it first: it exists, which is all we ask.
-        Err(e) if e.status == StatusCode::CONFLICT => Ok((StatusCode::OK, Json(answer(false)))),
-        answer => answer.map(|(status, body)| (status, Json(body))),
+
+    fn answer(&self, _: &NamespaceState, appended: Appended) -> Answered {
+        let body = json!({
+            "namespace": self.namespace,
+            "created": true,
+            "position": appended.position,
+        });
+        Answered::new(StatusCode::OK, body)
+    }
+
+    /// A concurrent call ensured it first: it exists, which is all we ask.
+    fn depends_on(&self, _: &NamespaceState, _: &NamespaceState) -> bool {
+        false
     }
 }

@@ -17,7 +17,7 @@ use axum::response::IntoResponse;
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa::openapi::header::HeaderBuilder;
-use utoipa::openapi::path::{Operation, PathItem};
+use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
     ContentBuilder, InfoBuilder, ObjectBuilder, OpenApi, Ref, RefOr, Required, ResponseBuilder,
@@ -575,6 +575,15 @@ fn problem_response(status: u16, kinds: &[&str]) -> utoipa::openapi::Response {
                 .build(),
         );
     }
+    if status == 412 {
+        r = r.header(
+            "ETag",
+            HeaderBuilder::new()
+                .schema(string())
+                .description(Some("The stream version the thing is at now"))
+                .build(),
+        );
+    }
     if status == 503 || status == 429 {
         r = r.header(
             "Retry-After",
@@ -644,6 +653,7 @@ pub fn finish(mut doc: OpenApi) -> OpenApi {
                 // The proxy passes on whatever comes, nothing included.
                 body.required = Some(Required::False);
             }
+            conditional(method, &path, op);
             let has_body = op.request_body.is_some();
             for (status, kinds) in problems(method, &path, has_body) {
                 // A route's own description of a status (readyz's 503) stays.
@@ -656,6 +666,73 @@ pub fn finish(mut doc: OpenApi) -> OpenApi {
         doc.paths.paths.insert(path, item);
     }
     doc
+}
+
+/// What a route does with entity tags: a function, trigger or job is
+/// answered with its `ETag` (the stream version), its commands take
+/// `If-Match`, its creates `If-None-Match: *`, and a precondition that does
+/// not hold is 412 (`command::precondition`).
+fn conditional(method: &str, path: &str, op: &mut Operation) {
+    let one = ["/functions/{name}", "/triggers/{name}", "/jobs/{name}"]
+        .iter()
+        .any(|p| path.ends_with(p));
+    let create = method == "post"
+        && ["/functions", "/triggers", "/jobs"]
+            .iter()
+            .any(|p| path.ends_with(p));
+    let command = match method {
+        "put" | "patch" | "delete" => one,
+        "post" => path.ends_with("/upload") || path.ends_with("/rollback"),
+        _ => false,
+    };
+    let string = || ObjectBuilder::new().schema_type(Type::String).build();
+    let etag = || {
+        HeaderBuilder::new()
+            .schema(string())
+            .description(Some(
+                "The stream version, quoted (`\"7\"`): send it as `If-Match` to change \
+                 exactly this version",
+            ))
+            .build()
+    };
+    if (method == "get" && one) || command || create {
+        for (status, r) in op.responses.responses.iter_mut() {
+            if let (true, RefOr::T(r)) = (status.starts_with('2'), r) {
+                r.headers.insert("ETag".into(), etag());
+            }
+        }
+    }
+    let header = |name: &str, description: &str| {
+        ParameterBuilder::new()
+            .name(name)
+            .parameter_in(ParameterIn::Header)
+            .required(Required::False)
+            .schema(Some(string()))
+            .description(Some(description))
+            .build()
+    };
+    let param = if command {
+        header(
+            "If-Match",
+            "Apply only while the stream is at this ETag (`\"7\"`), or exists (`*`); \
+             otherwise 412 and nothing is written",
+        )
+    } else if create {
+        header(
+            "If-None-Match",
+            "`*`: create only; 412 when the name exists already",
+        )
+    } else {
+        return;
+    };
+    op.parameters.get_or_insert_with(Vec::new).push(param);
+    op.responses.responses.insert(
+        "412".into(),
+        RefOr::T(problem_response(
+            412,
+            &[crate::command::precondition::PRECONDITION_FAILED],
+        )),
+    );
 }
 
 /// Where `/fn` is served: the functions' own origin, never the API's.

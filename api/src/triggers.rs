@@ -11,26 +11,25 @@
 //! next tick and its last runs (the `jobs` read model).
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sless_domain::cron::Cron;
 use sless_domain::trigger::{
-    self, Trigger, TriggerCommand, TriggerEvent, TriggerFields, TriggerKind, TriggerSpec, decide,
+    self, Trigger, TriggerCommand, TriggerEvent, TriggerFields, TriggerKind, TriggerSpec,
 };
-use sless_domain::{DomainError, FunctionKey, Namespace, TriggerName};
-use sless_store::eventlog::{self, NewEvent};
+use sless_domain::{Aggregate, DomainError, FunctionKey, Namespace, TriggerName};
+use sless_store::eventlog::{self, Appended, Loaded};
 use sless_store::jobs::{self as job_rows, JobRow};
 use sless_store::triggers::{self as rows, TriggerRow};
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::command::{self, Command, RequestContext};
+use crate::command::{
+    self, Answered, Current, Decided, Handler, Opened, Plan, RequestContext, Target,
+};
 use crate::error::{ApiError, ApiResult};
 use crate::function;
 use crate::json::parse_json;
@@ -167,6 +166,7 @@ fn run_view(r: &JobRow) -> Value {
 }
 
 /// A trigger folded from its stream, with the times the log recorded.
+/// A trigger as its stream tells it, with when it was created and last changed.
 #[derive(Debug, Clone, Default)]
 struct Logged {
     state: Trigger,
@@ -184,30 +184,18 @@ impl Logged {
         self
     }
 
-    /// The state after `events`, appended now.
+    fn of(events: &[Loaded<TriggerEvent>]) -> Logged {
+        events
+            .iter()
+            .fold(Logged::default(), |t, e| t.evolve(&e.event, e.recorded_at))
+    }
+
     fn after(&self, events: &[TriggerEvent]) -> Logged {
         let now = Utc::now();
         events.iter().fold(self.clone(), |t, e| t.evolve(e, now))
     }
 }
 
-/// Reads a trigger's stream (the source of truth for commands).
-async fn load(state: &AppState, stream: &str) -> ApiResult<Logged> {
-    let events = eventlog::read_stream(&state.pool, stream).await?;
-    let mut t = Logged::default();
-    for e in &events {
-        let event = TriggerEvent::from_stored(&e.event_type, &e.data).map_err(|err| {
-            ApiError::internal(format!(
-                "event {} ({}) cannot be read: {err}",
-                e.position, e.event_type
-            ))
-        })?;
-        t = t.evolve(&event, e.recorded_at);
-    }
-    Ok(t)
-}
-
-/// The runs a cron trigger's document shows.
 async fn runs_of(state: &AppState, ns: &Namespace, doc: &Doc) -> ApiResult<Vec<JobRow>> {
     if doc.kind != TriggerKind::Cron {
         return Ok(vec![]);
@@ -215,48 +203,27 @@ async fn runs_of(state: &AppState, ns: &Namespace, doc: &Doc) -> ApiResult<Vec<J
     Ok(job_rows::cron_runs(&state.pool, ns.as_str(), &doc.name, RUNS_SHOWN).await?)
 }
 
-fn new_events(ctx: &RequestContext, ns: &Namespace, events: &[TriggerEvent]) -> Vec<NewEvent> {
-    events
-        .iter()
-        .map(|e| NewEvent::trigger(ns, e, ctx.metadata()))
-        .collect()
+/// The stream a command on trigger `name` changes.
+fn target(ns: &Namespace, name: &TriggerName) -> Target {
+    Target::of::<Trigger>(ns, &(ns.clone(), name.clone()), name.as_str())
 }
 
-/// The command of `events`, with a reconcile of the function (whether it
-/// is served, and its CronJobs, depend on its triggers).
-fn command_of(
-    ctx: &RequestContext,
+/// The trigger's document after `events`, with its runs.
+async fn doc_after(
+    state: &AppState,
     ns: &Namespace,
-    stream: &str,
-    current: &Logged,
-    spec: &TriggerSpec,
+    current: &Current<'_, Trigger>,
     events: &[TriggerEvent],
-) -> Command {
-    Command::new(
-        stream.to_owned(),
-        current.state.stream_version,
-        new_events(ctx, ns, events),
-    )
-    .reconcile(FunctionKey::new(ns.clone(), spec.function.clone()).queue_key())
+) -> ApiResult<(Doc, Vec<JobRow>)> {
+    let after = Logged::of(current.events).after(events);
+    let doc = Doc::of_log(&after).ok_or_else(|| ApiError::internal("a trigger without a spec"))?;
+    let runs = runs_of(state, ns, &doc).await?;
+    Ok((doc, runs))
 }
 
-/// True when a commit lost a race with another command on the stream.
-fn lost_race(e: &ApiError) -> bool {
-    e.status == StatusCode::CONFLICT && e.kind == "version-conflict"
-}
-
-/// How many times a command decides again after losing a race.
-const RETRIES: u32 = 4;
-
-/// An answer with the trigger's URL as `Location` when it was created.
-fn answer(ns: &Namespace, status: StatusCode, body: Value) -> Response {
-    let location = (status == StatusCode::CREATED)
-        .then(|| body["name"].as_str().map(|n| trigger_path(ns, n)))
-        .flatten();
-    match location {
-        Some(loc) => (status, [(header::LOCATION, loc)], Json(body)).into_response(),
-        None => (status, Json(body)).into_response(),
-    }
+/// The reconcile a trigger's change asks for: of its function.
+fn reconcile_of(ns: &Namespace, spec: &TriggerSpec) -> String {
+    FunctionKey::new(ns.clone(), spec.function.clone()).queue_key()
 }
 
 #[utoipa::path(get, path = "/namespaces/{ns}/triggers", tag = "triggers",
@@ -295,20 +262,11 @@ pub async fn list(
         headers(("Location" = String, description = "The trigger's URL")))))]
 pub async fn create(
     State(state): State<AppState>,
-    caller: Caller,
     PathParams(ns): PathParams<String>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Response> {
-    let namespace = caller.namespace(&ns)?;
-    let body = body?;
-    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
-    if let Some((status, body)) = ctx.replay(&state).await? {
-        return Ok(answer(&namespace, status, body));
-    }
-    let req: CreateTrigger = parse_json(&body)?;
+    opened: Opened,
+) -> ApiResult<Answered> {
+    let namespace = opened.caller().namespace(&ns)?;
+    let req: CreateTrigger = parse_json(&opened.body)?;
     let spec = TriggerSpec::parse(TriggerFields {
         name: &req.name,
         function: &req.function,
@@ -327,36 +285,53 @@ pub async fn create(
             ),
         ));
     }
-    let stream = trigger::stream(&namespace, &spec.name);
-    let mut tries = 0;
-    loop {
-        let current = load(&state, &stream).await?;
-        let events = match decide(&current.state, TriggerCommand::Create(spec.clone())) {
-            Ok(events) => events,
-            Err(e) => {
-                let (status, body) = command::settle(&state, &ctx, e.into()).await?;
-                return Ok(answer(&namespace, status, body));
-            }
-        };
-        let after = current.after(&events);
-        let doc = Doc::of_log(&after).ok_or_else(|| ApiError::internal("a created trigger"))?;
-        let runs = runs_of(&state, &namespace, &doc).await?;
-        let cmd = command_of(&ctx, &namespace, &stream, &current, &spec, &events)
-            .quota(Demand::trigger(namespace.clone()));
-        let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let mut view = doc.view(&runs, Utc::now());
-            view["position"] = json!(appended.position);
-            (StatusCode::CREATED, view)
-        })
-        .await;
-        match committed {
-            // Decided again, a concurrent create of the name is a 409.
-            Err(e) if lost_race(&e) && tries < RETRIES => tries += 1,
-            committed => {
-                let (status, body) = committed?;
-                return Ok(answer(&namespace, status, body));
-            }
-        }
+    let target = target(&namespace, &spec.name);
+    let mut create = Create {
+        namespace,
+        spec,
+        shown: None,
+    };
+    command::execute(&state, &opened.ctx, &target, &mut create).await
+}
+
+/// `create`'s command.
+struct Create {
+    namespace: Namespace,
+    spec: TriggerSpec,
+    shown: Option<(Doc, Vec<JobRow>)>,
+}
+
+impl Handler<Trigger> for Create {
+    async fn decide(
+        &mut self,
+        state: &AppState,
+        _: &RequestContext,
+        current: Current<'_, Trigger>,
+    ) -> ApiResult<Decided<Trigger>> {
+        let events = current
+            .state
+            .decide(TriggerCommand::Create(self.spec.clone()))?;
+        self.shown = Some(doc_after(state, &self.namespace, &current, &events).await?);
+        let plan = Plan::new(events)
+            .reconcile(reconcile_of(&self.namespace, &self.spec))
+            .quota(Demand::trigger(self.namespace.clone()));
+        Ok(Decided::Append(plan))
+    }
+
+    fn answer(&self, _: &Trigger, appended: Appended) -> Answered {
+        let (doc, runs) = self.shown.as_ref().expect("decided before answered");
+        let mut view = doc.view(runs, Utc::now());
+        view["position"] = json!(appended.position);
+        let location = trigger_path(&self.namespace, self.spec.name.as_str());
+        Answered::new(StatusCode::CREATED, view).header(
+            header::LOCATION,
+            HeaderValue::from_str(&location).expect("a path of names is a header value"),
+        )
+    }
+
+    /// Decided again, a concurrent create of the name is a 409.
+    fn depends_on(&self, _: &Trigger, _: &Trigger) -> bool {
+        false
     }
 }
 
@@ -368,20 +343,22 @@ pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Answered> {
     let namespace = caller.namespace(&ns)?;
     let name = path_name(&name)?;
     let stream = trigger::stream(&namespace, &name);
     let row = rows::trigger_row(&state.pool, namespace.as_str(), name.as_str()).await?;
+    let version = job_rows::log_version(&state.pool, &stream).await?;
     let doc = match row {
-        Some(row) if row.stream_version >= job_rows::log_version(&state.pool, &stream).await? => {
-            Doc::of_row(&row)
-        }
+        Some(row) if row.stream_version >= version => Doc::of_row(&row),
         // Not projected yet, or behind the log: answer from the log.
-        _ => Doc::of_log(&load(&state, &stream).await?).ok_or_else(|| not_found(name.as_str()))?,
+        _ => {
+            let events = eventlog::events_of::<Trigger>(&state.pool, &stream).await?;
+            Doc::of_log(&Logged::of(&events)).ok_or_else(|| not_found(name.as_str()))?
+        }
     };
     let runs = runs_of(&state, &namespace, &doc).await?;
-    Ok(Json(doc.view(&runs, Utc::now())))
+    Ok(Answered::new(StatusCode::OK, doc.view(&runs, Utc::now())).etag(version))
 }
 
 /// `PATCH /v1/namespaces/{ns}/triggers/{name}` `{"enabled": bool}`:
@@ -394,58 +371,62 @@ pub async fn get(
     responses((status = 200, description = "The trigger as it is now (`unchanged` when it was in that state already)", body = crate::openapi::TriggerView)))]
 pub async fn patch(
     State(state): State<AppState>,
-    caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Json<Value>> {
-    let namespace = caller.namespace(&ns)?;
+    opened: Opened,
+) -> ApiResult<Answered> {
+    let namespace = opened.caller().namespace(&ns)?;
     let name = path_name(&name)?;
-    let body = body?;
-    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
-    if let Some((_, body)) = ctx.replay(&state).await? {
-        return Ok(Json(body));
-    }
-    let req: PatchTrigger = parse_json(&body)?;
-    let stream = trigger::stream(&namespace, &name);
-    let mut tries = 0;
-    loop {
-        let current = load(&state, &stream).await?;
+    let req: PatchTrigger = parse_json(&opened.body)?;
+    let target = target(&namespace, &name);
+    let mut toggle = Toggle {
+        namespace,
+        name,
+        enabled: req.enabled,
+        shown: None,
+    };
+    command::execute(&state, &opened.ctx, &target, &mut toggle).await
+}
+
+/// `patch`'s command.
+struct Toggle {
+    namespace: Namespace,
+    name: TriggerName,
+    enabled: bool,
+    shown: Option<(Doc, Vec<JobRow>)>,
+}
+
+impl Handler<Trigger> for Toggle {
+    async fn decide(
+        &mut self,
+        state: &AppState,
+        _: &RequestContext,
+        current: Current<'_, Trigger>,
+    ) -> ApiResult<Decided<Trigger>> {
         let Some(spec) = current.state.spec.clone() else {
-            if let Some((_, body)) = ctx.replay(&state).await? {
-                return Ok(Json(body));
-            }
-            return Err(not_found(name.as_str()));
+            return Err(not_found(self.name.as_str()));
         };
-        let command = TriggerCommand::Toggle {
-            enabled: req.enabled,
-        };
-        let events = decide(&current.state, command).map_err(ApiError::from)?;
-        let after = current.after(&events);
-        let doc = Doc::of_log(&after).ok_or_else(|| not_found(name.as_str()))?;
-        let runs = runs_of(&state, &namespace, &doc).await?;
+        let enabled = self.enabled;
+        let events = current.state.decide(TriggerCommand::Toggle { enabled })?;
+        let (doc, runs) = doc_after(state, &self.namespace, &current, &events).await?;
         if events.is_empty() {
-            // Unless a concurrent retry of this very request made it so.
-            if let Some((_, body)) = ctx.replay(&state).await? {
-                return Ok(Json(body));
-            }
             let mut view = doc.view(&runs, Utc::now());
             view["unchanged"] = json!(true);
-            return Ok(Json(view));
+            return Ok(Decided::Unchanged(Answered::new(StatusCode::OK, view)));
         }
-        let cmd = command_of(&ctx, &namespace, &stream, &current, &spec, &events);
-        let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let mut view = doc.view(&runs, Utc::now());
-            view["position"] = json!(appended.position);
-            (StatusCode::OK, view)
-        })
-        .await;
-        match committed {
-            Err(e) if lost_race(&e) && tries < RETRIES => tries += 1,
-            committed => return Ok(Json(committed?.1)),
-        }
+        self.shown = Some((doc, runs));
+        let plan = Plan::new(events).reconcile(reconcile_of(&self.namespace, &spec));
+        Ok(Decided::Append(plan))
+    }
+
+    fn answer(&self, _: &Trigger, appended: Appended) -> Answered {
+        let (doc, runs) = self.shown.as_ref().expect("decided before answered");
+        let mut view = doc.view(runs, Utc::now());
+        view["position"] = json!(appended.position);
+        Answered::new(StatusCode::OK, view)
+    }
+
+    fn depends_on(&self, _: &Trigger, _: &Trigger) -> bool {
+        false
     }
 }
 
@@ -457,59 +438,56 @@ pub async fn patch(
     responses((status = 202, description = "Deleted", body = crate::openapi::Removed)))]
 pub async fn delete(
     State(state): State<AppState>,
-    caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> ApiResult<Answer> {
-    let namespace = caller.namespace(&ns)?;
+    opened: Opened,
+) -> ApiResult<Answered> {
+    let namespace = opened.caller().namespace(&ns)?;
     let name = path_name(&name)?;
-    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), b"")?;
-    if let Some((status, body)) = ctx.replay(&state).await? {
-        return Ok((status, Json(body)));
-    }
-    let stream = trigger::stream(&namespace, &name);
-    let mut tries = 0;
-    loop {
-        let current = load(&state, &stream).await?;
-        let events = match decide(&current.state, TriggerCommand::Delete) {
-            Ok(events) => events,
-            Err(e) => {
-                // A concurrent retry of this very request may have deleted it.
-                if let Some((status, body)) = ctx.replay(&state).await? {
-                    return Ok((status, Json(body)));
-                }
-                return Err(match e {
-                    DomainError::NotFound(_) => not_found(name.as_str()),
-                    e => e.into(),
-                });
-            }
-        };
+    let target = target(&namespace, &name);
+    let mut delete = Delete { namespace, name };
+    command::execute(&state, &opened.ctx, &target, &mut delete).await
+}
+
+/// `delete`'s command.
+struct Delete {
+    namespace: Namespace,
+    name: TriggerName,
+}
+
+impl Handler<Trigger> for Delete {
+    async fn decide(
+        &mut self,
+        _: &AppState,
+        _: &RequestContext,
+        current: Current<'_, Trigger>,
+    ) -> ApiResult<Decided<Trigger>> {
+        let events = current
+            .state
+            .decide(TriggerCommand::Delete)
+            .map_err(|e| match e {
+                DomainError::NotFound(_) => not_found(self.name.as_str()),
+                e => e.into(),
+            })?;
         let spec = current
             .state
             .spec
-            .clone()
-            .ok_or_else(|| not_found(name.as_str()))?;
-        let cmd = command_of(&ctx, &namespace, &stream, &current, &spec, &events);
-        let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let body = json!({
-                "namespace": namespace,
-                "name": name,
-                "deleted": true,
-                "position": appended.position,
-            });
-            (StatusCode::ACCEPTED, body)
-        })
-        .await;
-        match committed {
-            Err(e) if lost_race(&e) && tries < RETRIES => tries += 1,
-            committed => {
-                let (status, body) = committed?;
-                return Ok((status, Json(body)));
-            }
-        }
+            .as_ref()
+            .ok_or_else(|| not_found(self.name.as_str()))?;
+        let plan = Plan::new(events).reconcile(reconcile_of(&self.namespace, spec));
+        Ok(Decided::Append(plan))
+    }
+
+    fn answer(&self, _: &Trigger, appended: Appended) -> Answered {
+        let body = json!({
+            "namespace": self.namespace,
+            "name": self.name,
+            "deleted": true,
+            "position": appended.position,
+        });
+        Answered::new(StatusCode::ACCEPTED, body)
+    }
+
+    fn depends_on(&self, _: &Trigger, _: &Trigger) -> bool {
+        false
     }
 }
-
-type Answer = (StatusCode, Json<Value>);

@@ -13,23 +13,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sless_domain::archive::{self, ValidArchive};
-use sless_domain::{Function, FunctionCommand, FunctionEvent, UploadedSource, decide};
+use sless_domain::{
+    Aggregate, Function, FunctionCommand, FunctionEvent, FunctionKey, Runtime, SourceVersion,
+    UploadedSource,
+};
+use sless_store::eventlog::Appended;
 use sless_store::{blobs, orphans};
 use tokio::sync::Semaphore;
 
 use crate::AppState;
-use crate::auth::Caller;
-use crate::command::{self, Command, RequestContext};
-use crate::error::{ApiError, ApiResult, QUOTA_EXCEEDED, VERSION_CONFLICT};
-use crate::function::{function_not_found, function_path, load, path_key};
-use crate::json::Answer;
+use crate::command::{self, Answered, Current, Decided, Handler, Plan, RequestContext, opening};
+use crate::error::{ApiError, ApiResult, VERSION_CONFLICT};
+use crate::function::{function_not_found, function_path, load, path_key, target};
 use crate::path::PathParams;
 
 /// How many uploads are read and checked at once, and how long one waits
@@ -121,13 +122,11 @@ fn check_zip_content_type(headers: &HeaderMap) -> ApiResult<()> {
         (status = 202, description = "Accepted: a new version, built next", body = crate::openapi::Uploaded)))]
 pub async fn upload(
     State(state): State<AppState>,
-    caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
     req: Request,
-) -> Result<Answer, Response> {
+) -> Result<Answered, Response> {
+    let (mut head, body) = req.into_parts();
+    let caller = opening::caller_of(&mut head, &state).await?;
     let key = path_key(&caller, &ns, &name).map_err(IntoResponse::into_response)?;
     // The turn comes before the body is read: a waiting upload holds nothing.
     let permits = state.uploads.permits.clone();
@@ -135,51 +134,56 @@ pub async fn upload(
     else {
         return Err(busy(state.uploads.wait));
     };
-    accept(state, caller, key, method, uri, headers, req)
+    let request = Request::from_parts(head.clone(), body);
+    let body = Bytes::from_request(request, &state)
+        .await
+        .map_err(|r| too_large(ApiError::from(r), &state).into_response())?;
+    let opened = opening::open(&state, caller, &head, body).await?;
+    accept(&state, key, &head.headers, &opened.ctx, opened.body)
         .await
         .map_err(IntoResponse::into_response)
 }
 
-async fn accept(
-    state: AppState,
-    caller: Caller,
-    key: sless_domain::FunctionKey,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    req: Request,
-) -> ApiResult<Answer> {
-    let body = Bytes::from_request(req, &state)
-        .await
-        .map_err(|r| match ApiError::from(r) {
-            e if e.status == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-                e.status,
-                "archive-too-large",
-                "Archive too large",
-                format!(
-                    "the upload is larger than the limit of {} bytes",
-                    state.limits.max_zip_bytes
-                ),
-            ),
-            e => e,
-        })?;
-    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
-    if let Some((status, body)) = ctx.replay(&state).await? {
-        return Ok((status, Json(body)));
+/// The upload's own words for a body over the limit.
+fn too_large(e: ApiError, state: &AppState) -> ApiError {
+    if e.status != StatusCode::PAYLOAD_TOO_LARGE {
+        return e;
     }
-    check_zip_content_type(&headers)?;
-    let current = load(&state, &key).await?;
+    ApiError::new(
+        e.status,
+        "archive-too-large",
+        "Archive too large",
+        format!(
+            "the upload is larger than the limit of {} bytes",
+            state.limits.max_zip_bytes
+        ),
+    )
+}
+
+async fn accept(
+    state: &AppState,
+    key: FunctionKey,
+    headers: &HeaderMap,
+    ctx: &RequestContext,
+    body: Bytes,
+) -> ApiResult<Answered> {
+    check_zip_content_type(headers)?;
+    let current = load(state, &key).await?;
     // A deleted function keeps its last spec in the fold: not found all the same.
     let spec = current
         .spec
         .clone()
         .filter(|_| current.exists())
         .ok_or_else(|| function_not_found(&key))?;
+    // Checked before the zip is: a stale If-Match stores nothing.
+    ctx.precondition
+        .check(&target(&key).what, true, current.stream_version)?;
     let limits = state.limits;
+    let runtime = spec.runtime;
     let (archive, context, zip_bytes) =
         tokio::task::spawn_blocking(move || -> ApiResult<(ValidArchive, Bytes, Bytes)> {
             let archive = archive::validate_zip(&body, &limits)?;
-            let context = archive.build_context(spec.runtime);
+            let context = archive.build_context(runtime);
             Ok((archive, Bytes::from(context), body))
         })
         .await
@@ -193,22 +197,77 @@ async fn accept(
         context_key: blobs::context_key(&context_sha256),
         context_sha256,
     };
-    // The request names no version it expects. When only a worker's events (a
-    // build starting, say) landed between our read and our append, decide
-    // again on the newer state instead of answering 409; another upload in
-    // between is a real conflict and stays one.
-    let mut current = current;
-    let mut stored = false;
-    // The blobs this request put in the store (not there before it).
-    let mut written: Vec<String> = Vec::new();
-    let mut tries = 0;
-    loop {
-        let mut events = decide(
-            &current,
-            FunctionCommand::Upload {
-                source: source.clone(),
-            },
-        )?;
+    let mut upload = Upload {
+        target: key,
+        runtime,
+        source,
+        zip: zip_bytes,
+        context,
+        stored: false,
+        written: Vec::new(),
+        made: None,
+    };
+    command::execute(state, ctx, &target(&upload.target), &mut upload).await
+}
+
+/// `upload`'s command: its archive, checked and packed for `runtime`.
+struct Upload {
+    target: FunctionKey,
+    runtime: Runtime,
+    source: UploadedSource,
+    zip: Bytes,
+    context: Bytes,
+    /// True once the blobs are in the store.
+    stored: bool,
+    /// The blobs this request put in the store (not there before it).
+    written: Vec<String>,
+    /// The version the events make, whether it is a kept one made live
+    /// again, and the versions retention prunes with it.
+    made: Option<(SourceVersion, bool, Vec<u32>)>,
+}
+
+impl Upload {
+    /// Stores the zip and the build context, recorded first: should the
+    /// event never come, the workers' orphan sweep finds the blobs by it
+    /// (`sless_store::orphans`).
+    async fn store(&mut self, state: &AppState) -> ApiResult<()> {
+        let (zip_key, context_key) = (&self.source.zip_key, &self.source.context_key);
+        orphans::record_in_flight(&state.pool, &[zip_key, context_key]).await?;
+        for (blob, bytes, content_type) in [
+            (zip_key, &self.zip, "application/zip"),
+            (context_key, &self.context, "application/gzip"),
+        ] {
+            if state
+                .blobs
+                .put_if_absent(blob, bytes.clone(), content_type)
+                .await?
+            {
+                self.written.push(blob.clone());
+            }
+        }
+        self.stored = true;
+        Ok(())
+    }
+}
+
+impl Handler<Function> for Upload {
+    async fn decide(
+        &mut self,
+        state: &AppState,
+        _: &RequestContext,
+        current: Current<'_, Function>,
+    ) -> ApiResult<Decided<Function>> {
+        let current = current.state;
+        match current.spec.as_ref().filter(|_| current.exists()) {
+            None => return Err(function_not_found(&self.target)),
+            // The build context was packed for the runtime the function had.
+            Some(spec) if spec.runtime != self.runtime => {
+                return Err(runtime_changed(spec.runtime));
+            }
+            Some(_) => {}
+        }
+        let source = self.source.clone();
+        let mut events = current.decide(FunctionCommand::Upload { source })?;
         let (version, reused) = match events.first() {
             Some(FunctionEvent::FunctionUploaded(v)) => (v.clone(), false),
             // The files of a kept version: it becomes live again.
@@ -216,109 +275,84 @@ async fn accept(
                 let v = current.version(*version).cloned();
                 (v.expect("decide rolls back to a kept version"), true)
             }
+            // Identical to the current version: nothing new to store or build.
             _ => {
-                // Identical to the current version: nothing new to store or
-                // build, unless a concurrent retry of this very request made
-                // that version.
-                if let Some((status, body)) = ctx.replay(&state).await? {
-                    return Ok((status, Json(body)));
-                }
                 let v = current
                     .current()
                     .expect("an identical upload has a current version");
                 let body = json!({
                     "version": v.version, "sha256": v.sha256, "size": v.size, "files": v.files,
-                    "unchanged": true, "status_url": function_path(&key),
+                    "unchanged": true, "status_url": function_path(&self.target),
                 });
-                return Ok((StatusCode::OK, Json(body)));
+                return Ok(Decided::Unchanged(Answered::new(StatusCode::OK, body)));
             }
         };
-        let (pruned, collect) = crate::versions::retain(&state, &current, &mut events);
+        let (pruned, collect) = crate::versions::retain(state, current, &mut events);
         // A kept version again adds nothing; a new one counts against the
         // namespace's quotas, checked before its blobs are stored so that a
         // refused upload stores nothing (and again when it commits).
-        let demand = (!reused)
-            .then(|| crate::versions::version_demand(&key, &current, version.size, &pruned, true));
+        let demand = (!reused).then(|| {
+            crate::versions::version_demand(&self.target, current, version.size, &pruned, true)
+        });
         // The blobs go first: the event that references them must never exist without them.
-        if !stored && !reused {
-            if let Some(demand) = &demand
-                && let Some((status, body)) = command::check_quota(&state, &ctx, demand).await?
-            {
-                return Ok((status, Json(body)));
+        if !self.stored && !reused {
+            if let Some(demand) = &demand {
+                command::check_quota(state, demand).await?;
             }
-            // Recorded first: should the event never come, the workers'
-            // orphan sweep finds the blobs by it (`sless_store::orphans`).
-            orphans::record_in_flight(&state.pool, &[&source.zip_key, &source.context_key]).await?;
-            for (blob, bytes, content_type) in [
-                (&source.zip_key, &zip_bytes, "application/zip"),
-                (&source.context_key, &context, "application/gzip"),
-            ] {
-                if state
-                    .blobs
-                    .put_if_absent(blob, bytes.clone(), content_type)
-                    .await?
-                {
-                    written.push(blob.clone());
-                }
-            }
-            stored = true;
+            self.store(state).await?;
         }
-        let mut cmd = Command {
-            blobs: vec![version.zip_key.clone(), version.context_key.clone()],
-            collect,
-            ..Command::new(
-                key.stream(),
-                current.stream_version,
-                command::new_events(&ctx, &key, &events),
-            )
-            .reconcile(key.queue_key())
-        };
-        cmd.quota = demand;
-        let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let mut body = json!({
-                "version": version.version,
-                "sha256": version.sha256,
-                "size": version.size,
-                "files": version.files,
-                "position": appended.position,
-                "status_url": function_path(&key),
-            });
-            if reused {
-                body["reused"] = json!(true);
-            }
-            if !pruned.is_empty() {
-                body["pruned"] = json!(pruned);
-            }
-            (StatusCode::ACCEPTED, body)
-        })
-        .await;
-
-        match committed {
-            Err(e) if e.kind == VERSION_CONFLICT && tries < 4 => {
-                let newer = load(&state, &key).await?;
-                let source_of = |f: &Function| f.current().map(|v| v.version);
-                if source_of(&newer) != source_of(&current) || newer.spec != current.spec {
-                    return Err(e);
-                }
-                tries += 1;
-                current = newer;
-            }
-            // A pruned version's blob, the same bytes as ours, was deleted
-            // between our store and our commit: store it again.
-            Err(e) if e.kind == command::BLOB_COLLECTED && tries < 4 => {
-                tries += 1;
-                stored = false;
-            }
-            // Another upload took the quota's last place after our check:
-            // what we stored for this one goes.
-            Err(e) if e.kind == QUOTA_EXCEEDED => {
-                command::collect_unused(&state, &written).await?;
-                return Err(e);
-            }
-            answer => {
-                let (status, body) = answer?;
-                return Ok((status, Json(body)));
-            }
-        }
+        let mut plan = Plan::new(events).reconcile(self.target.queue_key());
+        plan.blobs = vec![version.zip_key.clone(), version.context_key.clone()];
+        plan.collect = collect;
+        plan.quota = demand;
+        self.made = Some((version, reused, pruned));
+        Ok(Decided::Append(plan))
     }
+
+    fn answer(&self, _: &Function, appended: Appended) -> Answered {
+        let (version, reused, pruned) = self.made.as_ref().expect("decided before answered");
+        let mut body = json!({
+            "version": version.version,
+            "sha256": version.sha256,
+            "size": version.size,
+            "files": version.files,
+            "position": appended.position,
+            "status_url": function_path(&self.target),
+        });
+        if *reused {
+            body["reused"] = json!(true);
+        }
+        if !pruned.is_empty() {
+            body["pruned"] = json!(pruned);
+        }
+        Answered::new(StatusCode::ACCEPTED, body)
+    }
+
+    /// Uploads do not depend on each other nor on a worker's events: one
+    /// that lost a race is decided again and gets the next version number.
+    /// Only a deleted function, or a runtime its context was not packed
+    /// for, stops it.
+    fn depends_on(&self, _: &Function, now: &Function) -> bool {
+        !now.exists() || now.spec.as_ref().map(|s| s.runtime) != Some(self.runtime)
+    }
+
+    fn blobs_collected(&mut self) {
+        self.stored = false;
+    }
+
+    fn stored(&self) -> &[String] {
+        &self.written
+    }
+}
+
+/// 409 for an upload packed for a runtime the function no longer has.
+fn runtime_changed(now: Runtime) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        VERSION_CONFLICT,
+        "Concurrent change",
+        format!(
+            "the function's runtime changed to {now} while the upload was checked;              upload it again"
+        ),
+    )
 }

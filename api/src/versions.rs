@@ -7,26 +7,25 @@
 //! and when.
 
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 use sless_domain::source::read_context;
 use sless_domain::{
-    Function, FunctionCommand, FunctionEvent, FunctionKey, SourceVersion, decide, prune_versions,
+    Aggregate, Function, FunctionCommand, FunctionEvent, FunctionKey, SourceVersion, prune_versions,
 };
-use sless_store::queue;
+use sless_store::eventlog::Appended;
 use sless_store::readmodel;
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::command::{self, Command, RequestContext};
+use crate::command::{self, Answered, Current, Decided, Handler, Opened, Plan, RequestContext};
 use crate::error::{ApiError, ApiResult};
-use crate::function::{function_not_found, function_path, load, path_key, view_of_state};
-use crate::json::{Answer, parse_json};
+use crate::function::{function_not_found, function_path, load, path_key, target, view_of_state};
+use crate::json::parse_json;
 use crate::path::PathParams;
 use crate::quota::Demand;
 
@@ -265,67 +264,65 @@ pub struct Rollback {
         (status = 202, description = "Accepted: that version is deployed next", body = crate::openapi::FunctionView)))]
 pub async fn rollback(
     State(state): State<AppState>,
-    caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Answer> {
-    let key = path_key(&caller, &ns, &name)?;
-    let body = body?;
-    let ctx = RequestContext::new(caller, &headers, method.as_str(), uri.path(), &body)?;
-    if let Some((status, body)) = ctx.replay(&state).await? {
-        return Ok((status, Json(body)));
-    }
-    let req: Rollback = parse_json(&body)?;
-    let mut tries = 0;
-    loop {
-        let current = existing(&state, &key).await?;
-        let command = FunctionCommand::Rollback {
-            version: req.version,
-        };
-        let events = match decide(&current, command) {
-            Ok(events) => events,
-            Err(e) => {
-                return command::settle(&state, &ctx, e.into())
-                    .await
-                    .map(|(s, b)| (s, Json(b)));
-            }
-        };
+    opened: Opened,
+) -> ApiResult<Answered> {
+    let key = path_key(opened.caller(), &ns, &name)?;
+    let req: Rollback = parse_json(&opened.body)?;
+    let mut rollback = RollBack {
+        fn_url: state.fn_url.clone(),
+        target: key,
+        version: req.version,
+    };
+    command::execute(
+        &state,
+        &opened.ctx,
+        &target(&rollback.target),
+        &mut rollback,
+    )
+    .await
+}
+
+/// `rollback`'s command.
+struct RollBack {
+    fn_url: Option<std::sync::Arc<str>>,
+    target: FunctionKey,
+    version: u32,
+}
+
+impl Handler<Function> for RollBack {
+    async fn decide(
+        &mut self,
+        _: &AppState,
+        _: &RequestContext,
+        current: Current<'_, Function>,
+    ) -> ApiResult<Decided<Function>> {
+        let current = current.state;
+        if !current.exists() {
+            return Err(function_not_found(&self.target));
+        }
+        let version = self.version;
+        let events = current.decide(FunctionCommand::Rollback { version })?;
         if events.is_empty() {
-            if let Some((status, body)) = ctx.replay(&state).await? {
-                return Ok((status, Json(body)));
-            }
-            let mut view = view_of_state(state.fn_url.as_deref(), &key, &current);
+            let mut view = view_of_state(self.fn_url.as_deref(), &self.target, current);
             view["unchanged"] = json!(true);
-            return Ok((StatusCode::OK, Json(view)));
+            return Ok(Decided::Unchanged(Answered::new(StatusCode::OK, view)));
         }
-        let after = events.iter().fold(current.clone(), Function::evolve);
-        let cmd = Command {
-            stream: key.stream(),
-            expected_version: current.stream_version,
-            events: command::new_events(&ctx, &key, &events),
-            work: Some((queue::RECONCILE_FUNCTION, key.queue_key())),
-            blobs: Vec::new(),
-            collect: Vec::new(),
-            quota: None,
-        };
-        let committed = command::commit(&state, &ctx, cmd, |appended| {
-            let mut view = view_of_state(state.fn_url.as_deref(), &key, &after);
-            view["position"] = json!(appended.position);
-            view["status_url"] = json!(function_path(&key));
-            (StatusCode::ACCEPTED, view)
-        })
-        .await;
-        match committed {
-            // Whatever landed in between, the version asked for is decided
-            // on again: it names its target, not a change to what it read.
-            Err(e) if e.status == StatusCode::CONFLICT && tries < 4 => tries += 1,
-            answer => {
-                let (status, body) = answer?;
-                return Ok((status, Json(body)));
-            }
-        }
+        Ok(Decided::Append(
+            Plan::new(events).reconcile(self.target.queue_key()),
+        ))
+    }
+
+    fn answer(&self, after: &Function, appended: Appended) -> Answered {
+        let mut view = view_of_state(self.fn_url.as_deref(), &self.target, after);
+        view["position"] = json!(appended.position);
+        view["status_url"] = json!(function_path(&self.target));
+        Answered::new(StatusCode::ACCEPTED, view)
+    }
+
+    /// Whatever landed in between, the version asked for is decided on
+    /// again: it names its target, not a change to what it read.
+    fn depends_on(&self, _: &Function, _: &Function) -> bool {
+        false
     }
 }

@@ -10,6 +10,7 @@ mod api {
     mod bad_input;
     mod bad_input_routes;
     mod concurrency;
+    mod conditional;
     mod delete;
     mod events;
     mod events_plan;

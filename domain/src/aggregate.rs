@@ -33,6 +33,9 @@ pub trait Aggregate: Default + Clone + Send + Sync + 'static {
     /// How many events were folded into this state: its stream version.
     fn stream_version(&self) -> u64;
 
+    /// True while the instance exists (created and not deleted since).
+    fn exists(&self) -> bool;
+
     /// Folds one event into the state.
     fn evolve(self, event: &Self::Event) -> Self;
 
@@ -71,6 +74,9 @@ impl Aggregate for Function {
     fn stream_version(&self) -> u64 {
         self.stream_version
     }
+    fn exists(&self) -> bool {
+        Function::exists(self)
+    }
     fn evolve(self, event: &FunctionEvent) -> Function {
         Function::evolve(self, event)
     }
@@ -99,6 +105,9 @@ impl Aggregate for Trigger {
     }
     fn stream_version(&self) -> u64 {
         self.stream_version
+    }
+    fn exists(&self) -> bool {
+        Trigger::exists(self)
     }
     fn evolve(self, event: &TriggerEvent) -> Trigger {
         Trigger::evolve(self, event)
@@ -129,6 +138,9 @@ impl Aggregate for Job {
     fn stream_version(&self) -> u64 {
         self.stream_version
     }
+    fn exists(&self) -> bool {
+        Job::exists(self)
+    }
     fn evolve(self, event: &JobEvent) -> Job {
         Job::evolve(self, event)
     }
@@ -157,6 +169,9 @@ impl Aggregate for NamespaceState {
     }
     fn stream_version(&self) -> u64 {
         self.stream_version
+    }
+    fn exists(&self) -> bool {
+        self.ensured
     }
     fn evolve(self, event: &NamespaceEvent) -> NamespaceState {
         NamespaceState::evolve(self, event)

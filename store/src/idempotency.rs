@@ -12,6 +12,8 @@ pub struct StoredAnswer {
     pub request_hash: String,
     pub status: u16,
     pub body: serde_json::Value,
+    /// Headers of the answer that a retry gets again (name → value).
+    pub headers: serde_json::Map<String, serde_json::Value>,
 }
 
 pub async fn lookup<'e>(
@@ -20,7 +22,8 @@ pub async fn lookup<'e>(
     key: &str,
 ) -> Result<Option<StoredAnswer>> {
     let row = sqlx::query(
-        "select request_hash, status, response from idempotency_keys where actor = $1 and key = $2",
+        "select request_hash, status, response, headers from idempotency_keys
+         where actor = $1 and key = $2",
     )
     .bind(actor)
     .bind(key)
@@ -30,6 +33,10 @@ pub async fn lookup<'e>(
         request_hash: r.get("request_hash"),
         status: r.get::<i16, _>("status") as u16,
         body: r.get("response"),
+        headers: match r.get::<serde_json::Value, _>("headers") {
+            serde_json::Value::Object(map) => map,
+            _ => Default::default(),
+        },
     }))
 }
 
@@ -42,13 +49,17 @@ pub async fn save<'e>(
     key: &str,
     answer: &StoredAnswer,
 ) -> Result<()> {
-    sqlx::query("insert into idempotency_keys (actor, key, request_hash, status, response) values ($1, $2, $3, $4, $5)")
-        .bind(actor)
-        .bind(key)
-        .bind(&answer.request_hash)
-        .bind(answer.status as i16)
-        .bind(&answer.body)
-        .execute(exec)
-        .await?;
+    sqlx::query(
+        "insert into idempotency_keys (actor, key, request_hash, status, response, headers)
+         values ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(actor)
+    .bind(key)
+    .bind(&answer.request_hash)
+    .bind(answer.status as i16)
+    .bind(&answer.body)
+    .bind(serde_json::Value::Object(answer.headers.clone()))
+    .execute(exec)
+    .await?;
     Ok(())
 }

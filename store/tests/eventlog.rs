@@ -675,6 +675,7 @@ async fn an_idempotency_key_keeps_its_first_answer_and_cannot_be_saved_twice() {
         request_hash: "hash-1".to_owned(),
         status: 201,
         body: json!({ "version": 1 }),
+        headers: json!({ "etag": "\"1\"" }).as_object().unwrap().clone(),
     };
 
     assert_eq!(
@@ -697,6 +698,7 @@ async fn an_idempotency_key_keeps_its_first_answer_and_cannot_be_saved_twice() {
         request_hash: "hash-2".to_owned(),
         status: 200,
         body: json!({ "version": 2 }),
+        headers: Default::default(),
     };
     let err = idempotency::save(&db.pool, "alice", "key-1", &other)
         .await
