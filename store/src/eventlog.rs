@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sless_domain::job::JobEvent;
-use sless_domain::trigger::{Trigger, TriggerEvent};
+use sless_domain::trigger::TriggerEvent;
 use sless_domain::{Aggregate, FunctionEvent, FunctionKey, Namespace};
 use sqlx::{AssertSqlSafe, PgConnection, PgExecutor, Row};
 
@@ -290,71 +290,6 @@ fn decode<A: Aggregate>(e: &RecordedEvent) -> Result<Loaded<A::Event>> {
         position: e.position,
         recorded_at: e.recorded_at,
     })
-}
-
-/// A function's http triggers, as the log has them now.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HttpTriggers {
-    /// Names of the http triggers of the function that exist.
-    pub names: Vec<String>,
-    /// How many of them are enabled.
-    pub enabled: usize,
-}
-
-impl HttpTriggers {
-    /// Served at its URL: it has no http trigger, or one that is enabled.
-    pub fn served(&self) -> bool {
-        self.names.is_empty() || self.enabled > 0
-    }
-}
-
-/// The http triggers of `function`, folded from the log (not the read
-/// model, which may lag): what the reconciler decides from. Trigger
-/// streams are short (created, toggled, deleted), and the audit index on
-/// (namespace, type) finds them.
-pub async fn http_triggers<'e>(
-    exec: impl PgExecutor<'e>,
-    ns: &Namespace,
-    function: &str,
-) -> Result<HttpTriggers> {
-    let mut found = HttpTriggers::default();
-    for spec in function_triggers(exec, ns, function).await? {
-        if spec.kind == sless_domain::trigger::TriggerKind::Http {
-            found.enabled += usize::from(spec.enabled);
-            found.names.push(spec.name.to_string());
-        }
-    }
-    Ok(found)
-}
-
-/// The triggers of `function` in `ns` that exist (enabled or not), folded
-/// from the log.
-pub async fn function_triggers<'e>(
-    exec: impl PgExecutor<'e>,
-    ns: &Namespace,
-    function: &str,
-) -> Result<Vec<sless_domain::trigger::TriggerSpec>> {
-    let types: Vec<&str> = TriggerEvent::TYPES.to_vec();
-    let events = sqlx::query(AssertSqlSafe(format!(
-        "select {COLUMNS} from events where namespace = $1 and type = any($2)
-         order by stream, version"
-    )))
-    .bind(ns.as_str())
-    .bind(&types)
-    .fetch_all(exec)
-    .await?
-    .into_iter()
-    .map(recorded)
-    .collect::<Vec<_>>();
-    let mut found = Vec::new();
-    for stream in events.chunk_by(|a, b| a.stream == b.stream) {
-        let mut t = Trigger::default();
-        for e in stream {
-            t = t.evolve(&decode::<Trigger>(e)?.event);
-        }
-        found.extend(t.spec.filter(|s| s.function.as_str() == function));
-    }
-    Ok(found)
 }
 
 /// The transaction-id watermark: every transaction with a smaller id has

@@ -1,7 +1,10 @@
 //! The `triggers` read model: one row per trigger that exists (the
 //! projector removes a deleted one's row). The API lists and shows them,
-//! the scheduler walks the enabled cron triggers, and the invoke proxy and
-//! the reconciler ask whether a function's http triggers let it be served.
+//! the scheduler walks the enabled cron triggers, the Kubernetes driver's
+//! cron run recorder finds the namespaces to watch, and the invoke proxy
+//! asks whether a function's http triggers let it be served. The
+//! reconciler, which must not see a lagging answer, asks the log's own
+//! index instead (`trigger_index`).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -106,6 +109,18 @@ pub async fn enabled_cron(exec: impl PgExecutor<'_>) -> Result<Vec<CronTrigger>>
         .collect())
 }
 
+/// The namespaces with at least one cron trigger, enabled or not, by name:
+/// where the Kubernetes driver's CronJobs may start Jobs to watch. From the
+/// read model, so a namespace's first cron trigger shows once the
+/// projector has applied it.
+pub async fn namespaces_with_cron(exec: impl PgExecutor<'_>) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "select distinct namespace from triggers where kind = 'cron' order by namespace",
+    )
+    .fetch_all(exec)
+    .await?)
+}
+
 /// Whether a function's http triggers keep it from being served:
 /// `Some(names of its http triggers)` when it has http triggers and none
 /// of them is enabled; `None` when it is served (no http trigger at all,
@@ -205,5 +220,19 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((off.enabled, off.active_since), (false, None));
+    }
+
+    #[tokio::test]
+    async fn the_namespaces_with_cron_are_those_with_a_cron_trigger_enabled_or_not() {
+        let db = TestDb::new().await;
+        assert!(namespaces_with_cron(&db.pool).await.unwrap().is_empty());
+        put(&db, "sless-0000000000000003", "web", "f", false, true).await;
+        put(&db, "sless-0000000000000002", "off", "f", true, false).await;
+        put(&db, "sless-0000000000000001", "a", "f", true, true).await;
+        put(&db, "sless-0000000000000001", "b", "g", true, true).await;
+        assert_eq!(
+            namespaces_with_cron(&db.pool).await.unwrap(),
+            ["sless-0000000000000001", "sless-0000000000000002"]
+        );
     }
 }

@@ -1,5 +1,8 @@
 //! Where functions actually run. The reconciler speaks only to this trait;
-//! the local driver (processes on loopback) implements it today.
+//! two drivers implement it: the local driver (processes on loopback, each
+//! in a jail; `crate::local`) and the Kubernetes driver (Deployments, Jobs
+//! and CronJobs; `crate::kube`). What both keep of a run's output is
+//! `crate::capture`'s.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -15,13 +18,13 @@ pub struct BuildRequest {
     pub runtime: Runtime,
     /// sha256 (hex) of the build context; builds are cached under it.
     pub context_sha256: String,
-    /// The S3 key of the build context (what a cluster build would read).
+    /// The S3 key of the build context (what a cluster build fetches).
     pub context_key: String,
     /// The build context itself: a tar.gz of the function's files plus a Dockerfile.
     pub context: Vec<u8>,
     /// What an earlier build of this version gave, as the log recorded it.
-    /// A driver whose artifacts cannot change once built (an image tagged
-    /// with the context's digest) returns it without building again.
+    /// A driver whose artifacts cannot change once built (an image pinned
+    /// by its digest) returns it without building again.
     pub built: Option<Artifact>,
 }
 

@@ -5,6 +5,7 @@
 //! never import the API or the projector. What they learn, they append to
 //! the log as events.
 
+mod capture;
 pub mod collect;
 pub mod crashes;
 pub mod driver;

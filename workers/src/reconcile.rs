@@ -17,6 +17,7 @@ use sless_store::PgPool;
 use sless_store::blobs::BlobStore;
 use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::queue::{self, WorkItem};
+use sless_store::trigger_index;
 
 use crate::driver::{Artifact, BuildRequest, CronRequest, DeployRequest, Driver, DriverError};
 use crate::{HandlerError, HandlerResult};
@@ -117,9 +118,10 @@ impl<D: Driver> Reconciler<D> {
         if !self.driver.runs_cron() {
             return Ok(());
         }
-        let triggers = eventlog::function_triggers(&self.pool, &key.namespace, key.name.as_str())
-            .await
-            .map_err(HandlerError::retry)?;
+        let triggers =
+            trigger_index::function_triggers(&self.pool, &key.namespace, key.name.as_str())
+                .await
+                .map_err(HandlerError::retry)?;
         let runs = match (state.exists(), state.spec.as_ref(), state.current_version) {
             (true, Some(spec), Some(version)) => state
                 .artifacts
@@ -195,7 +197,7 @@ impl<D: Driver> Reconciler<D> {
         // A function with http triggers runs only while one of them is
         // enabled; otherwise it is scaled to zero (and not built: enabling
         // a trigger builds and deploys its current version).
-        let triggers = eventlog::http_triggers(&self.pool, &key.namespace, key.name.as_str())
+        let triggers = trigger_index::http_triggers(&self.pool, &key.namespace, key.name.as_str())
             .await
             .map_err(HandlerError::retry)?;
         if !triggers.served() {

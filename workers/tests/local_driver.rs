@@ -25,6 +25,7 @@ fn driver(dir: &Path, health_timeout: Duration) -> LocalDriver {
     LocalDriver::new(LocalDriverConfig {
         python: std::env::var("SLESS_PYTHON").unwrap_or_else(|_| "python3".into()),
         health_timeout,
+        env: std::env::vars().collect(),
         ..LocalDriverConfig::new(dir)
     })
     .unwrap()
@@ -227,6 +228,7 @@ async fn a_port_taken_by_another_server_is_not_mistaken_for_the_function() {
         python: std::env::var("SLESS_PYTHON").unwrap_or_else(|_| "python3".into()),
         health_timeout: Duration::from_secs(30),
         first_ports: vec![taken],
+        env: std::env::vars().collect(),
         ..LocalDriverConfig::new(dir.path())
     })
     .unwrap();

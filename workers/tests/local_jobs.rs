@@ -88,7 +88,11 @@ fn driver(dir: &Path) -> Arc<LocalDriver> {
     Arc::new(
         LocalDriver::new(LocalDriverConfig {
             python: std::env::var("SLESS_PYTHON").unwrap_or_else(|_| "python3".into()),
+            go: std::env::var("SLESS_GO")
+                .ok()
+                .filter(|g| !g.trim().is_empty()),
             go_cache,
+            env: std::env::vars().collect(),
             ..LocalDriverConfig::new(dir)
         })
         .unwrap(),

@@ -23,6 +23,7 @@ use support::{Harness, handler};
 /// A local driver that says it runs on worker `id`.
 fn driver_of(id: &str) -> Arc<LocalDriver> {
     let mut cfg = LocalDriverConfig::new(scratch_dir(id));
+    cfg.env = std::env::vars().collect();
     cfg.placement = Some(Node {
         id: id.to_owned(),
         dead_after: Duration::from_secs(30),

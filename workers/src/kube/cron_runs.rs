@@ -23,6 +23,7 @@ use sless_domain::{FunctionName, Namespace, TriggerName};
 use sless_store::PgPool;
 use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::invocations::{self, Invocation};
+use sless_store::triggers;
 use tokio::sync::watch;
 
 use super::api::{JobEnd, job_end};
@@ -30,8 +31,8 @@ use super::render::pod::CONTAINER;
 use super::render::{
     COMPONENT_CRON, LABEL_COMPONENT, LABEL_FUNCTION, LABEL_TRIGGER, LABEL_VERSION,
 };
-use crate::driver::{Captured, JOB_OUTPUT_LIMIT, JobOutput};
-use crate::local::job::Capture;
+use crate::capture;
+use crate::driver::{Captured, JobOutput};
 
 /// The annotation the CronJob controller puts on each Job it starts.
 pub const SCHEDULED_AT: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
@@ -244,9 +245,7 @@ impl CronRunRecorder {
                     ..LogParams::default()
                 };
                 let text = pods.logs(&p.name_any(), &params).await.unwrap_or_default();
-                let mut capture = Capture::with_limit(JOB_OUTPUT_LIMIT);
-                capture.push(text.as_bytes());
-                capture.finish()
+                capture::captured(text.as_bytes())
             }
             None => Captured::default(),
         };
@@ -279,7 +278,7 @@ impl CronRunRecorder {
         let mut watched: HashSet<String> = HashSet::new();
         let mut tasks = tokio::task::JoinSet::new();
         loop {
-            match namespaces_with_cron(&self.pool).await {
+            match triggers::namespaces_with_cron(&self.pool).await {
                 Ok(all) => {
                     for ns in all {
                         if watched.insert(ns.clone()) {
@@ -336,13 +335,4 @@ fn scheduled_at(job: &Job) -> DateTime<Utc> {
             .single()
             .unwrap_or_default()
     })
-}
-
-/// Namespaces with at least one cron trigger (the read model).
-async fn namespaces_with_cron(pool: &PgPool) -> sless_store::Result<Vec<String>> {
-    Ok(
-        sqlx::query_scalar("select distinct namespace from triggers where kind = 'cron'")
-            .fetch_all(pool)
-            .await?,
-    )
 }

@@ -17,8 +17,8 @@ use super::api::{self, infra, is_status, job_end};
 use super::render::job::{run_event_secret, run_job};
 use super::render::pod::CONTAINER;
 use super::render::{LABEL_RUN, names};
-use crate::driver::{Captured, DriverError, JOB_OUTPUT_LIMIT, JobOutput, JobRequest};
-use crate::local::job::Capture;
+use crate::capture;
+use crate::driver::{Captured, DriverError, JobOutput, JobRequest};
 
 /// Most bytes of a run's log read back.
 const LOG_READ_LIMIT: i64 = 16 * 1024 * 1024;
@@ -157,9 +157,7 @@ async fn read_log(pods: &Api<Pod>, pod: &str) -> Captured {
         ..LogParams::default()
     };
     let text = pods.logs(pod, &params).await.unwrap_or_default();
-    let mut capture = Capture::with_limit(JOB_OUTPUT_LIMIT);
-    capture.push(text.as_bytes());
-    capture.finish()
+    capture::captured(text.as_bytes())
 }
 
 /// Deletes the run's Job (and so its pod) unless the run ended: dropping

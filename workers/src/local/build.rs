@@ -59,6 +59,9 @@ pub(crate) struct Toolchains {
     pub go_cache: PathBuf,
     /// npm's cache directory.
     pub npm_cache: PathBuf,
+    /// The worker's environment, which steps take what they may see from
+    /// ([`inherited_env`]).
+    pub env: Vec<(String, String)>,
 }
 
 /// Where builds, their logs and (in jails) each namespace's caches live.
@@ -134,14 +137,15 @@ impl Steps<'_> {
                     ("HOME".to_owned(), format!("{}/home", sandbox::CACHE_DIR)),
                     ("LANG".to_owned(), "C.UTF-8".to_owned()),
                 ];
+                let env = &self.builder.tools.env;
                 v.extend(
-                    inherited_env(pass)
+                    inherited_env(env, pass)
                         .into_iter()
                         .filter(|(k, _)| pass.iter().any(|p| k.starts_with(p))),
                 );
                 v
             }
-            _ => inherited_env(pass),
+            _ => inherited_env(&self.builder.tools.env, pass),
         };
         all.push((
             "TMPDIR".to_owned(),

@@ -76,11 +76,18 @@ pub struct LocalDriverConfig {
     pub node: String,
     /// npm, for nodejs20 functions with a `package.json`.
     pub npm: String,
-    /// The Go toolchain (at least 1.21) that builds go1.23 functions; `None`
-    /// uses `go` from `PATH`.
+    /// The Go toolchain (at least 1.21) that builds go1.23 functions
+    /// (`SLESS_GO`); `None` uses `go` from `PATH`.
     pub go: Option<String>,
     /// `GOCACHE` of Go builds.
     pub go_cache: PathBuf,
+    /// The worker's environment, which the driver reads none of itself:
+    /// functions run without the sandbox, and build steps, get the
+    /// variables of it they may see (`PATH`, `HOME`, the locale, proxies, CA
+    /// certificates; a jailed build step only pip's, npm's and Go's own
+    /// settings), and `node` and `npm` are looked for on its `PATH`. Empty
+    /// by default: nothing of the worker's environment is passed on.
+    pub env: Vec<(String, String)>,
     /// How long a deploy waits for the function to become healthy.
     pub health_timeout: Duration,
     /// Ports deploys take first, each once and in order, before asking the
@@ -101,20 +108,18 @@ pub struct LocalDriverConfig {
 }
 
 impl LocalDriverConfig {
-    /// The defaults for a data directory: `python3`, `node`, `npm`, Go from
-    /// `SLESS_GO` or else `PATH`, `GOCACHE` from the environment or else
-    /// below the data directory, 60 s health timeout.
+    /// The defaults for a data directory: `python3`, `node`, `npm`, `go`,
+    /// `GOCACHE` below the data directory, none of the worker's environment
+    /// passed on, 60 s health timeout.
     pub fn new(data_dir: impl Into<PathBuf>) -> LocalDriverConfig {
         let data_dir = data_dir.into();
-        let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         LocalDriverConfig {
             python: "python3".to_owned(),
             node: "node".to_owned(),
             npm: "npm".to_owned(),
-            go: from_env("SLESS_GO"),
-            go_cache: from_env("GOCACHE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| data_dir.join("go/cache")),
+            go: None,
+            go_cache: data_dir.join("go/cache"),
+            env: Vec::new(),
             health_timeout: Duration::from_secs(60),
             first_ports: Vec::new(),
             isolation: Isolation::Sandboxed(Default::default()),
@@ -134,7 +139,17 @@ impl LocalDriverConfig {
             go_path: self.data_dir.join("go/path"),
             go_cache: self.go_cache.clone(),
             npm_cache: self.data_dir.join("npm/cache"),
+            env: self.env.clone(),
         }
+    }
+
+    /// The value of `name` in the worker's environment ([`Self::env`]).
+    fn env_value(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -246,7 +261,8 @@ impl LocalDriver {
                 sandbox
                     .check()
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
-                let toolchain = Toolchain::resolve(&cfg.python, &cfg.node, &cfg.npm)?;
+                let toolchain =
+                    Toolchain::resolve(&cfg.python, &cfg.node, &cfg.npm, cfg.env_value("PATH"))?;
                 Some(Arc::new(Jails {
                     sandbox,
                     tenants: Tenants::new(cfg.tenants.clone()),
@@ -445,7 +461,7 @@ impl LocalDriver {
                 ("TMPDIR".to_owned(), "/tmp".to_owned()),
                 ("LANG".to_owned(), "C.UTF-8".to_owned()),
             ],
-            None => process::inherited_env(&[]),
+            None => process::inherited_env(&self.cfg.env, &[]),
         };
         // Defaults the function's own environment may override.
         if req.runtime == Runtime::Nodejs20 {

@@ -31,10 +31,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A process that stayed up this long restarts with the initial backoff again.
 const STABLE_AFTER: Duration = Duration::from_secs(60);
 
-/// Environment variables of the worker that function processes and build
-/// tools may see, plus those starting with one of `prefixes` (e.g. `PIP_`
-/// for pip); everything else (database URLs, credentials, ...) is withheld.
-pub(crate) fn inherited_env(prefixes: &[&str]) -> Vec<(String, String)> {
+/// The variables of the worker's environment `from` (what the binary passed
+/// in [`LocalDriverConfig::env`](super::LocalDriverConfig::env)) that function
+/// processes and build tools may see, plus those starting with one of
+/// `prefixes` (e.g. `PIP_` for pip); everything else (database URLs,
+/// credentials, ...) is withheld.
+pub(crate) fn inherited_env(from: &[(String, String)], prefixes: &[&str]) -> Vec<(String, String)> {
     const EXACT: &[&str] = &[
         "PATH",
         "HOME",
@@ -53,13 +55,14 @@ pub(crate) fn inherited_env(prefixes: &[&str]) -> Vec<(String, String)> {
         "https_proxy",
         "no_proxy",
     ];
-    std::env::vars()
+    from.iter()
         .filter(|(k, _)| {
             EXACT.contains(&k.as_str())
                 || k.starts_with("LC_")
                 || k.starts_with("PYENV_")
                 || prefixes.iter().any(|p| k.starts_with(p))
         })
+        .cloned()
         .collect()
 }
 

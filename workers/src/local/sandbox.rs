@@ -246,8 +246,15 @@ pub(crate) struct Toolchain {
 }
 
 impl Toolchain {
-    /// Asks the configured programs where they really are. Blocking.
-    pub fn resolve(python: &str, node: &str, npm: &str) -> std::io::Result<Toolchain> {
+    /// Asks the configured programs where they really are, `node` and `npm`
+    /// looked for in `path` (the worker's `PATH`) unless they are paths.
+    /// Blocking.
+    pub fn resolve(
+        python: &str,
+        node: &str,
+        npm: &str,
+        path: Option<&str>,
+    ) -> std::io::Result<Toolchain> {
         let mut roots: Vec<PathBuf> = Vec::new();
         let mut bins: Vec<PathBuf> = Vec::new();
         let out = std::process::Command::new(python)
@@ -272,7 +279,7 @@ impl Toolchain {
             bins.push(dir.to_path_buf());
         }
         let mut resolved = |program: &str| -> PathBuf {
-            let Some(found) = which(program) else {
+            let Some(found) = which(program, path) else {
                 return PathBuf::from(program);
             };
             let real = std::fs::canonicalize(&found).unwrap_or_else(|_| found.clone());
@@ -332,13 +339,12 @@ pub(crate) fn add_root(roots: &mut Vec<PathBuf>, dir: &Path) {
     roots.push(dir);
 }
 
-/// `program` as `PATH` finds it (a path is returned as it is).
-fn which(program: &str) -> Option<PathBuf> {
+/// `program` as `path` (a `PATH`) finds it (a path is returned as it is).
+fn which(program: &str, path: Option<&str>) -> Option<PathBuf> {
     if program.contains('/') {
         return Some(PathBuf::from(program));
     }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
+    std::env::split_paths(path?)
         .map(|d| d.join(program))
         .find(|p| p.is_file())
 }

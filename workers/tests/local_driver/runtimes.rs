@@ -22,7 +22,11 @@ fn driver(dir: &Path) -> LocalDriver {
         .unwrap_or_else(|| std::env::temp_dir().join("sless-go-test-cache"));
     LocalDriver::new(LocalDriverConfig {
         health_timeout: Duration::from_secs(30),
+        go: std::env::var("SLESS_GO")
+            .ok()
+            .filter(|g| !g.trim().is_empty()),
         go_cache,
+        env: std::env::vars().collect(),
         ..LocalDriverConfig::new(dir)
     })
     .unwrap()
@@ -571,6 +575,7 @@ async fn a_missing_or_old_go_toolchain_fails_the_build_clearly() {
     for (n, (go, why)) in cases.into_iter().enumerate() {
         let driver = LocalDriver::new(LocalDriverConfig {
             go: Some(go.clone()),
+            env: std::env::vars().collect(),
             ..LocalDriverConfig::new(dir.path().join("data"))
         })
         .unwrap();

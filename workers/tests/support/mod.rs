@@ -30,8 +30,13 @@ pub struct Harness<D = LocalDriver> {
 impl Harness {
     pub async fn new() -> Harness {
         let s3 = TestS3::new().await;
-        let driver =
-            Arc::new(LocalDriver::new(LocalDriverConfig::new(scratch_dir("driver"))).unwrap());
+        let driver = Arc::new(
+            LocalDriver::new(LocalDriverConfig {
+                env: std::env::vars().collect(),
+                ..LocalDriverConfig::new(scratch_dir("driver"))
+            })
+            .unwrap(),
+        );
         Harness::with_driver(s3, driver).await
     }
 

@@ -170,7 +170,7 @@ async fn toolchain(tools: &Toolchains) -> Result<Toolchain, DriverError> {
     let mut cmd = Command::new(&program);
     cmd.args(["env", "GOVERSION", "GOROOT"])
         .env_clear()
-        .envs(inherited_env(&[]))
+        .envs(inherited_env(&tools.env, &[]))
         .env("GOTOOLCHAIN", "local")
         .env("GOENV", "off")
         .env("GOTELEMETRY", "off")
