@@ -1,4 +1,5 @@
-//! The driver a process runs functions with, chosen by `SLESS_DRIVER`.
+//! The driver a process runs functions with, chosen by `SLESS_DRIVER` (the
+//! worker's section of the configuration).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,6 +20,60 @@ use sless_workers::local::{LocalDriver, LocalDriverConfig};
 
 use crate::config::{self, DriverKind};
 
+/// The local driver of `local`'s settings (see [`AnyDriver::from_env`]).
+fn local_driver(
+    data_dir: &Path,
+    pool: &PgPool,
+    worker: &WorkerConfig,
+    host: &config::Host,
+    local: config::Local,
+    unsafe_no_sandbox: bool,
+) -> anyhow::Result<LocalDriver> {
+    let settings = local.sandbox;
+    let mut cfg = LocalDriverConfig::new(data_dir.join("local"));
+    cfg.python = local.python;
+    cfg.go = local.go;
+    if let Some(cache) = local.go_cache {
+        cfg.go_cache = cache;
+    }
+    cfg.env.clone_from(&host.env);
+    cfg.isolation = if unsafe_no_sandbox {
+        Isolation::Unsafe
+    } else {
+        Isolation::Sandboxed(SandboxOptions {
+            rlimits_only: settings.rlimits_only,
+            cgroup_parent: settings.cgroup.clone(),
+            bwrap: settings.bwrap.clone(),
+            search_path: host.search_path(),
+        })
+    };
+    cfg.tenants = TenantIds::PerNamespace {
+        pool: pool.clone(),
+        first: settings.first_uid,
+        count: settings.uid_count,
+    };
+    cfg.jail = settings.sizes;
+    // The log names this worker as where its functions run; a worker
+    // silent for a lease is gone.
+    cfg.placement = Some(Node {
+        id: worker.id.clone(),
+        dead_after: worker.lease,
+    });
+    cfg.advertise = local.advertise;
+    LocalDriver::new(cfg).map_err(|e| {
+        if unsafe_no_sandbox {
+            anyhow::anyhow!("preparing the local driver: {e}")
+        } else {
+            anyhow::anyhow!(
+                "the local driver runs every function, job and build in a sandbox, \
+                 which does not work here: {e}\n\
+                 (to run only your own code, as your own user, without it: \
+                 --unsafe-no-sandbox)"
+            )
+        }
+    })
+}
+
 /// The local driver (processes on this machine) or the Kubernetes one.
 pub enum AnyDriver {
     Local(Box<LocalDriver>),
@@ -26,62 +81,37 @@ pub enum AnyDriver {
 }
 
 impl AnyDriver {
-    /// The driver `SLESS_DRIVER` names; the local one keeps its builds and
-    /// logs below `data_dir`, runs each namespace's code as a uid of its own
-    /// (given in `pool`), in the sandbox unless `unsafe_no_sandbox`.
+    /// The driver `worker.driver` names, with its own section read from the
+    /// environment; the local one keeps its builds and logs below
+    /// `data_dir`, runs each namespace's code as a uid of its own (given in
+    /// `pool`), in the sandbox unless `unsafe_no_sandbox`, and passes on
+    /// what of `host`'s environment its processes may see.
     pub async fn from_env(
         data_dir: &Path,
         blobs: &BlobStore,
         pool: &PgPool,
-        worker: &WorkerConfig,
+        worker: &config::Worker,
+        host: &config::Host,
         unsafe_no_sandbox: bool,
     ) -> anyhow::Result<Arc<AnyDriver>> {
-        let driver = match config::driver()? {
+        let driver = match worker.driver {
             DriverKind::Local => {
-                let settings = config::sandbox()?;
-                let mut cfg = LocalDriverConfig::new(data_dir.join("local"));
-                cfg.python = config::python();
-                cfg.isolation = if unsafe_no_sandbox {
-                    Isolation::Unsafe
-                } else {
-                    Isolation::Sandboxed(SandboxOptions {
-                        rlimits_only: settings.rlimits_only,
-                        cgroup_parent: settings.cgroup.clone(),
-                        bwrap: settings.bwrap.clone(),
-                    })
-                };
-                cfg.tenants = TenantIds::PerNamespace {
-                    pool: pool.clone(),
-                    first: settings.first_uid,
-                    count: settings.uid_count,
-                };
-                cfg.jail = settings.sizes;
-                // The log names this worker as where its functions run; a
-                // worker silent for a lease is gone.
-                cfg.placement = Some(Node {
-                    id: worker.id.clone(),
-                    dead_after: worker.lease,
-                });
-                cfg.advertise = config::advertise()?;
-                let driver = LocalDriver::new(cfg).map_err(|e| {
-                    if unsafe_no_sandbox {
-                        anyhow::anyhow!("preparing the local driver: {e}")
-                    } else {
-                        anyhow::anyhow!(
-                            "the local driver runs every function, job and build in a sandbox, \
-                             which does not work here: {e}\n\
-                             (to run only your own code, as your own user, without it: \
-                             --unsafe-no-sandbox)"
-                        )
-                    }
-                })?;
+                let local = config::Local::from_env()?;
+                let driver = local_driver(
+                    data_dir,
+                    pool,
+                    &worker.config,
+                    host,
+                    local,
+                    unsafe_no_sandbox,
+                )?;
                 if let Some(limits) = driver.limits() {
                     tracing::info!(%limits, "functions run in the sandbox; memory and processes are limited by {limits}");
                 }
                 AnyDriver::Local(Box::new(driver))
             }
             DriverKind::Kubernetes => {
-                let settings = config::kube()?;
+                let settings = config::Kube::from_env()?.settings;
                 let driver = KubeDriver::connect(settings, blobs.clone())
                     .await
                     .map_err(anyhow::Error::msg)?;

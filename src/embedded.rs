@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
-use sless_embedded::{PostgresOptions, PrivatePostgres, S3Server};
+use sless_embedded::{PostgresHost, PostgresOptions, PrivatePostgres, S3Server};
 use sless_store::blobs::S3Config;
 
 /// Secrets of one dev data directory.
@@ -51,7 +51,9 @@ impl DevSecrets {
     }
 }
 
-pub async fn postgres(dir: &Path) -> anyhow::Result<PrivatePostgres> {
+/// The private PostgreSQL of data directory `dir`, its programs found and
+/// run as `host` says (the `dev` section of the configuration).
+pub async fn postgres(dir: &Path, host: PostgresHost) -> anyhow::Result<PrivatePostgres> {
     let opts = PostgresOptions {
         data_dir: dir.join("postgres"),
         port: None,
@@ -60,7 +62,7 @@ pub async fn postgres(dir: &Path) -> anyhow::Result<PrivatePostgres> {
         // socket in the data directory.
         socket_only: true,
     };
-    PrivatePostgres::start(opts)
+    PrivatePostgres::start_with(opts, host)
         .await
         .context("starting the private PostgreSQL")
 }

@@ -148,17 +148,19 @@ fn main() -> anyhow::Result<ExitCode> {
     if let Command::Manifests(args) = &cli.command {
         return manifests::run(args);
     }
+    let host = config::Host::from_env();
     // An operation prints what it does itself; its long statements (a
     // replay's checksums) are expected, not worth a warning.
     let default_filter = match cli.command {
         Command::Replay { .. } | Command::Reconcile { .. } => "info,sqlx=error,aws=warn,hyper=warn",
         _ => "info,sqlx=warn,aws=warn,hyper=warn",
     };
+    let filter = host
+        .log_filter()
+        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| default_filter.into());
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| default_filter.into()),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -166,16 +168,17 @@ fn main() -> anyhow::Result<ExitCode> {
         .build()?;
     rt.block_on(async {
         match cli.command {
-            Command::Dev(args) => serve::all_in_one(args, true).await?,
-            Command::Serve(args) => serve::all_in_one(args, false).await?,
+            Command::Dev(args) => serve::all_in_one(args, true, &host).await?,
+            Command::Serve(args) => serve::all_in_one(args, false, &host).await?,
             Command::Api { listen, functions } => serve::api(listen, functions).await?,
             Command::Worker {
                 data_dir,
                 unsafe_no_sandbox,
-            } => serve::worker(data_dir, unsafe_no_sandbox).await?,
+            } => serve::worker(data_dir, unsafe_no_sandbox, &host).await?,
             Command::Projector => serve::projector().await?,
             Command::Migrate => {
-                let pool = sless_store::connect(&config::require_database_url()?, 2).await?;
+                let database = config::Database::from_env();
+                let pool = sless_store::connect(database.require()?, 2).await?;
                 sless_store::migrate(&pool).await?;
                 println!("migrations applied");
             }
@@ -184,10 +187,10 @@ fn main() -> anyhow::Result<ExitCode> {
                 target,
                 batch,
             } => {
-                let db = ops::Database::open(target.data_dir.as_deref()).await;
+                let db = ops::Database::open(target.data_dir.as_deref(), &host).await;
                 let code = match db {
                     Ok(db) => {
-                        let code = ops::replay(&db, verify, batch).await;
+                        let code = ops::replay(&db, verify, batch, &host).await;
                         if let Err(e) = db.close().await {
                             eprintln!("stopping the instance's database: {e:#}");
                         }
@@ -201,7 +204,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 }));
             }
             Command::Reconcile { target } => {
-                let db = ops::Database::open(target.data_dir.as_deref()).await?;
+                let db = ops::Database::open(target.data_dir.as_deref(), &host).await?;
                 let done = ops::reconcile(&db).await;
                 db.close().await?;
                 done?;
@@ -212,7 +215,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 days,
                 admin,
             } => {
-                let tokens = config::tokens()?;
+                let tokens = config::TokenSettings::from_env()?;
                 if tokens.algorithm != sless_api::auth::TokenAlgorithm::Hs256 {
                     anyhow::bail!(
                         "sless token signs HS256 tokens only; with SLESS_JWT_ALGORITHM={} \

@@ -27,11 +27,13 @@ pub struct Database {
 }
 
 impl Database {
-    /// Connects to the database of `data_dir`'s dev instance, or of
-    /// `DATABASE_URL` without one.
-    pub async fn open(data_dir: Option<&Path>) -> anyhow::Result<Database> {
+    /// Connects to the database of `data_dir`'s dev instance (started with
+    /// `host`'s environment when it is stopped), or of `DATABASE_URL`
+    /// without one.
+    pub async fn open(data_dir: Option<&Path>, host: &config::Host) -> anyhow::Result<Database> {
         let Some(dir) = data_dir else {
-            let pool = sless_store::connect(&config::require_database_url()?, 4).await?;
+            let database = config::Database::from_env();
+            let pool = sless_store::connect(database.require()?, 4).await?;
             if !sless_store::migrations_current(&pool).await? {
                 anyhow::bail!("the database's schema is behind this binary: run `sless migrate`");
             }
@@ -59,7 +61,8 @@ impl Database {
                     "starting the stopped instance's database ({}) for this command",
                     dir.display()
                 );
-                let pg = embedded::postgres(&dir).await?;
+                let pg_host = config::Dev::from_env().postgres_host(host);
+                let pg = embedded::postgres(&dir, pg_host).await?;
                 (pg.url("postgres"), Some(pg))
             }
         };
@@ -123,12 +126,9 @@ fn running_dev_postgres(dir: &Path) -> anyhow::Result<Option<String>> {
     )))
 }
 
-/// Who asked, as `replays` records it.
-fn operator() -> String {
-    format!(
-        "cli:{}",
-        std::env::var("USER").unwrap_or_else(|_| "unknown".into())
-    )
+/// Who asked, as `replays` records it: the user `host` names.
+fn operator(host: &config::Host) -> String {
+    format!("cli:{}", host.user())
 }
 
 /// Prints progress to stderr, at most once a second.
@@ -162,9 +162,14 @@ fn progress_printer() -> impl FnMut(Progress) {
 /// `sless replay [--verify]`: exit 0 when every rebuilt read model equals
 /// the live one, 1 when one differs (named; after a replay, the rebuilt
 /// ones are live), 2 when the replay failed (nothing changed).
-pub async fn replay(db: &Database, verify: bool, batch: i64) -> anyhow::Result<ExitCode> {
+pub async fn replay(
+    db: &Database,
+    verify: bool,
+    batch: i64,
+    host: &config::Host,
+) -> anyhow::Result<ExitCode> {
     let mode = if verify { Mode::Verify } else { Mode::Replay };
-    let outcome = replay::Replay::begin(&db.pool, mode, &operator())
+    let outcome = replay::Replay::begin(&db.pool, mode, &operator(host))
         .await?
         .batch(batch)
         .run(progress_printer())

@@ -115,7 +115,7 @@ async fn serve_http(
 /// with the data directory's secret unless `SLESS_JWT_SECRET` or public keys
 /// are configured, and prints a token for the user `dev`; `serve` needs
 /// token settings of its own and prints none.
-pub async fn all_in_one(args: ServeArgs, dev: bool) -> anyhow::Result<()> {
+pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyhow::Result<()> {
     let ServeArgs {
         data_dir,
         listen,
@@ -134,19 +134,23 @@ pub async fn all_in_one(args: ServeArgs, dev: bool) -> anyhow::Result<()> {
         warn_unsafe();
     }
     let secrets = embedded::DevSecrets::load_or_create(&data_dir)?;
-    // Token settings are checked before anything starts: a bad one stops here.
+    // Every section is read before anything starts: a bad setting stops here.
     let dev_secret = dev.then_some(secrets.jwt_secret.as_str());
-    let auth = config::tokens()?.auth(dev_secret)?;
+    let auth = config::TokenSettings::from_env()?.auth(dev_secret)?;
+    let api_config = config::Api::from_env()?;
+    let worker_config = config::Worker::from_env()?;
+    let blobs_config = config::Blobs::from_env()?;
 
-    let (pg, url) = match config::database_url() {
+    let (pg, url) = match config::Database::from_env().url {
         Some(url) => (None, url),
         None => {
-            let pg = embedded::postgres(&data_dir).await?;
+            let pg_host = config::Dev::from_env().postgres_host(host);
+            let pg = embedded::postgres(&data_dir, pg_host).await?;
             let url = pg.url("postgres");
             (Some(pg), url)
         }
     };
-    let (s3, s3_config) = match config::s3()? {
+    let (s3, s3_config) = match blobs_config.s3 {
         Some(cfg) => (None, cfg),
         None => {
             let (server, cfg) = embedded::s3(&data_dir, &secrets).await?;
@@ -160,9 +164,15 @@ pub async fn all_in_one(args: ServeArgs, dev: bool) -> anyhow::Result<()> {
     sless_store::migrate(&pool).await?;
     let blobs = BlobStore::new(&s3_config);
     blobs.check().await.context("checking the S3 bucket")?;
-    let worker_config = config::worker()?;
-    let driver =
-        AnyDriver::from_env(&data_dir, &blobs, &pool, &worker_config, unsafe_no_sandbox).await?;
+    let driver = AnyDriver::from_env(
+        &data_dir,
+        &blobs,
+        &pool,
+        &worker_config,
+        host,
+        unsafe_no_sandbox,
+    )
+    .await?;
 
     if pg.is_some() {
         // Our own private database: no other worker can hold these items, so
@@ -197,12 +207,12 @@ pub async fn all_in_one(args: ServeArgs, dev: bool) -> anyhow::Result<()> {
             blobs: blobs.clone(),
             driver: driver.clone(),
         },
-        config: worker_config,
+        config: worker_config.config.clone(),
         on_start: None,
     };
     let worker = tokio::spawn(worker.run(stop.clone()));
     let crashes = record_crashes(&driver, &pool, &stop);
-    let scheduler = cron(&driver, &pool, &stop)?;
+    let scheduler = cron(&driver, &pool, &worker_config, &stop);
     // Processes did not survive the last stop: converge everything again.
     sless_store::queue::enqueue_reconcile_all(&pool).await?;
 
@@ -212,7 +222,7 @@ pub async fn all_in_one(args: ServeArgs, dev: bool) -> anyhow::Result<()> {
         Some(u) => u.clone(),
         None => format!("http://{}", listeners.functions.local_addr()?),
     };
-    let mut state = app_state(pool.clone(), blobs, auth.clone())?;
+    let mut state = app_state(pool.clone(), blobs, auth.clone(), &api_config);
     if unsafe_no_sandbox {
         state.only_namespace = Some(Namespace::for_subject(DEV_USER));
     }
@@ -290,33 +300,37 @@ fn announce(
 }
 
 /// The API's state with the proxy limits, invocation retention, upload
-/// gate, version retention and quotas of the configuration.
-fn app_state(pool: PgPool, blobs: BlobStore, auth: Auth) -> anyhow::Result<AppState> {
-    let proxy_limits = config::proxy_limits()?;
-    let invocations = config::invocations()?;
-    sless_api::faults::crash_after_commit(
-        std::env::var(sless_api::faults::CRASH_AFTER_COMMIT_ENV).is_ok_and(|v| v == "1"),
-    );
+/// gate, version retention, quotas and fault hook of its section.
+fn app_state(pool: PgPool, blobs: BlobStore, auth: Auth, api: &config::Api) -> AppState {
+    sless_api::faults::crash_after_commit(api.crash_after_commit);
     let mut state = AppState::new(pool.clone(), blobs, auth);
-    state.http = sless_api::proxy::HttpClient::new(proxy_limits);
-    state.invocations = sless_api::invocations::Recorder::start(pool.clone(), invocations);
-    state.uploads = config::upload_gate()?;
-    state.keep_versions = config::keep_versions()?;
-    state.quotas = config::quotas()?;
+    state.http = sless_api::proxy::HttpClient::new(api.proxy);
+    state.invocations = sless_api::invocations::Recorder::start(pool.clone(), api.invocations);
+    state.uploads = api.upload_gate();
+    state.keep_versions = api.keep_versions;
+    state.quotas = api.quotas;
     state.maintenance = Some(Arc::new(crate::ops::ReplayMaintenance { pool }));
-    Ok(state)
+    state
 }
 
+/// The pool of `DATABASE_URL`, for the roles that need one of their own.
 async fn pool_from_env(max: u32) -> anyhow::Result<PgPool> {
-    let pool = sless_store::connect(&config::require_database_url()?, max).await?;
+    let database = config::Database::from_env();
+    let pool = sless_store::connect(database.require()?, max).await?;
     Ok(pool)
 }
 
+/// The blob store of `S3_*`, for the roles that need one of their own.
+fn blobs_from_env() -> anyhow::Result<BlobStore> {
+    Ok(BlobStore::new(&config::Blobs::from_env()?.require()?))
+}
+
 pub async fn api(listen: SocketAddr, functions: FnOrigin) -> anyhow::Result<()> {
-    let auth = config::tokens()?.auth(None)?;
+    let auth = config::TokenSettings::from_env()?.auth(None)?;
+    let api_config = config::Api::from_env()?;
     let pool = pool_from_env(30).await?;
-    let blobs = BlobStore::new(&config::require_s3()?);
-    let state = app_state(pool.clone(), blobs, auth)?;
+    let blobs = blobs_from_env()?;
+    let state = app_state(pool.clone(), blobs, auth, &api_config);
     let recorder = state.invocations.clone();
     let listeners = Listeners::bind(listen, functions).await?;
     eprintln!(
@@ -340,16 +354,24 @@ pub async fn api(listen: SocketAddr, functions: FnOrigin) -> anyhow::Result<()> 
     Ok(())
 }
 
-pub async fn worker(data_dir: PathBuf, unsafe_no_sandbox: bool) -> anyhow::Result<()> {
+pub async fn worker(
+    data_dir: PathBuf,
+    unsafe_no_sandbox: bool,
+    host: &config::Host,
+) -> anyhow::Result<()> {
     create_private_dir(&data_dir)?;
     if unsafe_no_sandbox {
         warn_unsafe();
     }
+    let cfg = config::Worker::from_env()?;
     let pool = pool_from_env(10).await?;
-    let blobs = BlobStore::new(&config::require_s3()?);
-    let cfg = config::worker()?;
-    let driver = AnyDriver::from_env(&data_dir, &blobs, &pool, &cfg, unsafe_no_sandbox).await?;
-    eprintln!("sless worker {} started (lease {:?})", cfg.id, cfg.lease);
+    let blobs = blobs_from_env()?;
+    let driver =
+        AnyDriver::from_env(&data_dir, &blobs, &pool, &cfg, host, unsafe_no_sandbox).await?;
+    eprintln!(
+        "sless worker {} started (lease {:?})",
+        cfg.config.id, cfg.config.lease
+    );
     let worker = Worker {
         pool: pool.clone(),
         reconciler: Reconciler {
@@ -357,11 +379,11 @@ pub async fn worker(data_dir: PathBuf, unsafe_no_sandbox: bool) -> anyhow::Resul
             blobs,
             driver: driver.clone(),
         },
-        config: cfg,
+        config: cfg.config.clone(),
         on_start: None,
     };
     let (tx, rx) = watch::channel(false);
-    let scheduler = cron(&driver, &pool, &rx)?;
+    let scheduler = cron(&driver, &pool, &cfg, &rx);
     let crashes = record_crashes(&driver, &pool, &rx);
     let task = tokio::spawn(worker.run(rx));
     stop_signal().await;
@@ -449,22 +471,21 @@ fn record_crashes(
 fn cron(
     driver: &AnyDriver,
     pool: &PgPool,
+    worker: &config::Worker,
     stop: &watch::Receiver<bool>,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+) -> tokio::task::JoinHandle<()> {
     if driver.runs_cron()
         && let Some(recorder) = driver.cron_run_recorder(pool)
     {
-        return Ok(tokio::spawn(recorder.run(stop.clone())));
+        return tokio::spawn(recorder.run(stop.clone()));
     }
-    Ok(tokio::spawn(
-        config::scheduler(pool.clone())?.run(stop.clone()),
-    ))
+    tokio::spawn(worker.scheduler(pool.clone()).run(stop.clone()))
 }
 
 /// The read models, and the version manifests in S3.
 pub async fn projector() -> anyhow::Result<()> {
     let pool = pool_from_env(4).await?;
-    let blobs = BlobStore::new(&config::require_s3()?);
+    let blobs = blobs_from_env()?;
     let (tx, rx) = watch::channel(false);
     let task = tokio::spawn(sless_projector::run(
         pool.clone(),

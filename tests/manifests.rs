@@ -298,7 +298,7 @@ fn every_variable_the_manifests_set_is_a_setting_the_binary_reads() {
         "set by the manifests, not in the table of settings: {unknown:?}"
     );
     // The table itself names only what the binary reads: each name is a
-    // string literal of its sources (config.rs reads `var("NAME")`).
+    // string literal of its sources (src/config/ reads `get("NAME")`).
     let sources = quoted_in_sources(&["src", "workers/src", "api/src", "store/src"]);
     let unread: Vec<&&str> = settings
         .iter()
@@ -308,9 +308,12 @@ fn every_variable_the_manifests_set_is_a_setting_the_binary_reads() {
         unread.is_empty(),
         "settings the binary does not read: {unread:?}"
     );
-    // And the other way: every Kubernetes setting config.rs reads is in
+    // And the other way: every Kubernetes setting src/config/ reads is in
     // the table (so in the ConfigMap or the documentation).
-    let config = std::fs::read_to_string(root().join("src/config.rs")).unwrap();
+    let mut config = String::new();
+    for entry in std::fs::read_dir(root().join("src/config")).unwrap() {
+        config.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
+    }
     let read: BTreeSet<&str> = config
         .split('"')
         .skip(1)
@@ -320,7 +323,7 @@ fn every_variable_the_manifests_set_is_a_setting_the_binary_reads() {
     let untabled: Vec<&&str> = read.iter().filter(|n| !settings.contains(**n)).collect();
     assert!(
         untabled.is_empty(),
-        "read by config.rs, missing from the table of settings: {untabled:?}"
+        "read by src/config/, missing from the table of settings: {untabled:?}"
     );
 }
 

@@ -13,7 +13,9 @@
 //!
 //! This crate sits at the bottom of the dependency graph: it must never depend
 //! on other sless crates. Callers pass it plain paths, ports and credentials
-//! and get back URLs and endpoints.
+//! (and, in [`PostgresHost`], where the server programs are and the
+//! environment they run in: this crate reads no environment) and get back
+//! URLs and endpoints.
 
 #![warn(missing_docs)]
 
@@ -24,6 +26,7 @@ mod s3;
 
 pub use error::{EmbeddedError, Result};
 pub use postgres::{PostgresOptions, PrivatePostgres, url as postgres_url};
+pub use process::PostgresHost;
 pub use s3::S3Server;
 
 /// Generates a random secret (hex, 32 bytes of randomness) — used for

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::error::{EmbeddedError, IoContext, Result};
-use crate::process::{Keeper, Launch, PgBinaries, RunAs};
+use crate::process::{Keeper, Launch, PgBinaries, PostgresHost, RunAs};
 use crate::random_secret;
 
 /// The superuser created by `initdb` and used in [`PrivatePostgres::url`].
@@ -62,9 +62,9 @@ impl PostgresOptions {
 
 /// A running private PostgreSQL cluster, listening on 127.0.0.1 only.
 ///
-/// The server binaries (`initdb`, `postgres`) are taken from the directory in
-/// `$SLESS_PG_BIN` if set, else from the highest-versioned
-/// `/usr/lib/postgresql/*/bin`, else from `PATH`.
+/// The server binaries (`initdb`, `postgres`) are taken from
+/// [`PostgresHost::bin_dir`] if set, else from the highest-versioned
+/// `/usr/lib/postgresql/*/bin`, else from the `PATH` the host names.
 ///
 /// The postmaster is tied to this process: it gets SIGINT (fast shutdown) when
 /// [`stop`](Self::stop) is called, when this value is dropped, and — through
@@ -79,6 +79,7 @@ pub struct PrivatePostgres {
     /// for [`start_again`](Self::start_again).
     data_dir: PathBuf,
     settings: Vec<(String, String)>,
+    host: PostgresHost,
 }
 
 impl fmt::Debug for PrivatePostgres {
@@ -110,11 +111,24 @@ impl PrivatePostgres {
     /// `data_dir/pg-password` (mode 0600); later starts reuse the cluster, its
     /// data and that password. When running as root, the server runs as the
     /// `postgres` user (or `nobody`), since PostgreSQL refuses root.
+    ///
+    /// Nothing of the host is passed on: the binaries are looked for in
+    /// `/usr/lib/postgresql/*/bin` only. [`start_with`](Self::start_with)
+    /// takes where to look and the environment to run them in.
     pub async fn start(opts: PostgresOptions) -> Result<PrivatePostgres> {
+        PrivatePostgres::start_with(opts, PostgresHost::default()).await
+    }
+
+    /// [`start`](Self::start), with the server programs found and run as
+    /// `host` says.
+    pub async fn start_with(opts: PostgresOptions, host: PostgresHost) -> Result<PrivatePostgres> {
         let settings = opts.settings.clone();
         let fixed_port = opts.port;
         let wants_socket = opts.socket_only;
-        let prepared = blocking(move || prepare(&opts)).await?;
+        let prepared = {
+            let host = host.clone();
+            blocking(move || prepare(&opts, &host)).await?
+        };
         // The socket file is `.s.PGSQL.{port}`: its whole path must fit a
         // sockaddr_un (108 bytes with the NUL).
         let socket = (wants_socket && prepared.pgsock.as_os_str().len() + 17 < 108)
@@ -143,6 +157,7 @@ impl PrivatePostgres {
                 keeper: Some(keeper),
                 data_dir: prepared.data_dir.clone(),
                 settings: settings.clone(),
+                host: host.clone(),
             };
             let Some(keeper) = server.keeper.as_ref() else {
                 unreachable!("keeper was just set")
@@ -252,12 +267,15 @@ impl PrivatePostgres {
         {
             return Ok(());
         }
-        let mut again = PrivatePostgres::start(PostgresOptions {
-            data_dir: self.data_dir.clone(),
-            port: Some(self.port),
-            settings: self.settings.clone(),
-            socket_only: self.socket.is_some(),
-        })
+        let mut again = PrivatePostgres::start_with(
+            PostgresOptions {
+                data_dir: self.data_dir.clone(),
+                port: Some(self.port),
+                settings: self.settings.clone(),
+                socket_only: self.socket.is_some(),
+            },
+            self.host.clone(),
+        )
         .await?;
         self.keeper = again.keeper.take();
         Ok(())
@@ -295,8 +313,8 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 /// Finds the binaries, lays out the data directory and runs `initdb` if the
 /// cluster does not exist yet.
-fn prepare(opts: &PostgresOptions) -> Result<Prepared> {
-    let bins = PgBinaries::locate()?;
+fn prepare(opts: &PostgresOptions, host: &PostgresHost) -> Result<Prepared> {
+    let bins = PgBinaries::locate(host)?;
     std::fs::create_dir_all(&opts.data_dir)
         .context(|| format!("creating {}", opts.data_dir.display()))?;
     let data_dir = opts
@@ -308,7 +326,7 @@ fn prepare(opts: &PostgresOptions) -> Result<Prepared> {
     let log = data_dir.join("postgres.log");
     let password_file = data_dir.join("pg-password");
 
-    let run_as = RunAs::for_cluster(&pgdata)?;
+    let run_as = RunAs::for_cluster(&pgdata, host)?;
 
     let password = if pgdata.join("PG_VERSION").is_file() {
         let password = std::fs::read_to_string(&password_file)

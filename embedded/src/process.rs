@@ -19,11 +19,40 @@ use crate::error::{EmbeddedError, IoContext, Result};
 /// Where Debian/Ubuntu install the versioned PostgreSQL server binaries.
 const DEBIAN_PG_ROOT: &str = "/usr/lib/postgresql";
 
-/// Environment variable naming the directory with `initdb` and `postgres`.
-const PG_BIN_ENV: &str = "SLESS_PG_BIN";
+/// The setting that names the directory with `initdb` and `postgres`, as
+/// messages name it (the caller reads it: [`PostgresHost::bin_dir`]).
+const PG_BIN_SETTING: &str = "SLESS_PG_BIN";
 
 /// How often the keeper thread checks whether the child has exited.
 const KEEPER_POLL: Duration = Duration::from_millis(20);
+
+/// What of the host the cluster's programs are found with and run in. This
+/// crate reads no environment: the caller passes its settings and its own
+/// environment here.
+#[derive(Debug, Clone, Default)]
+pub struct PostgresHost {
+    /// The directory with `initdb` and `postgres` (`SLESS_PG_BIN`): when
+    /// set, the only place they are looked for.
+    pub bin_dir: Option<PathBuf>,
+    /// The caller's environment. Its `PATH` is searched for the server
+    /// programs after `/usr/lib/postgresql/*/bin`, and for bwrap and setpriv
+    /// when the server runs in a sandbox (under root), where it gets this
+    /// `PATH`, `LANG`, `TZ` and `LC_*`. Outside a sandbox the programs
+    /// inherit the process's environment as it is.
+    pub env: Vec<(String, String)>,
+}
+
+impl PostgresHost {
+    /// The directories of `PATH` in [`env`](Self::env).
+    fn search_path(&self) -> Vec<PathBuf> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| std::env::split_paths(v).collect())
+            .unwrap_or_default()
+    }
+}
 
 /// The PostgreSQL server programs this crate runs.
 #[derive(Debug, Clone)]
@@ -35,20 +64,12 @@ pub(crate) struct PgBinaries {
 }
 
 impl PgBinaries {
-    /// Finds `initdb` and `postgres`: in `$SLESS_PG_BIN` if set, else in the
-    /// highest-versioned `/usr/lib/postgresql/*/bin`, else on `PATH`.
-    pub fn locate() -> Result<Self> {
-        Self::locate_with(std::env::var_os(PG_BIN_ENV))
-    }
-
-    /// [`locate`](Self::locate) with the value of `$SLESS_PG_BIN` passed in.
-    fn locate_with(override_dir: Option<std::ffi::OsString>) -> Result<Self> {
-        if let Some(dir) = override_dir.filter(|d| !d.is_empty()) {
-            return Self::in_dir(Path::new(&dir)).ok_or_else(|| EmbeddedError::BinariesNotFound {
-                searched: format!(
-                    "{PG_BIN_ENV}={} (PATH not searched)",
-                    Path::new(&dir).display()
-                ),
+    /// Finds `initdb` and `postgres`: in `host.bin_dir` if set, else in the
+    /// highest-versioned `/usr/lib/postgresql/*/bin`, else on `host`'s `PATH`.
+    pub fn locate(host: &PostgresHost) -> Result<Self> {
+        if let Some(dir) = host.bin_dir.as_ref().filter(|d| !d.as_os_str().is_empty()) {
+            return Self::in_dir(dir).ok_or_else(|| EmbeddedError::BinariesNotFound {
+                searched: format!("{PG_BIN_SETTING}={} (PATH not searched)", dir.display()),
             });
         }
         let mut versions: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir(DEBIAN_PG_ROOT)
@@ -66,13 +87,10 @@ impl PgBinaries {
             })
             .collect();
         versions.sort_by(|a, b| b.0.cmp(&a.0));
-        let path_dirs = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-            .unwrap_or_default();
         versions
             .into_iter()
             .map(|(_, dir)| dir)
-            .chain(path_dirs)
+            .chain(host.search_path())
             .find_map(|dir| Self::in_dir(&dir))
             .ok_or_else(|| EmbeddedError::BinariesNotFound {
                 searched: format!("{DEBIAN_PG_ROOT}/*/bin and PATH"),
@@ -101,6 +119,8 @@ pub(crate) struct RunAs {
     pub gid: u32,
     /// Whether the child must switch to `uid`/`gid` (we are root).
     pub switch: bool,
+    /// What its programs are found with and, in a sandbox, get.
+    host: PostgresHost,
 }
 
 impl RunAs {
@@ -109,7 +129,8 @@ impl RunAs {
     /// Without root privileges this is the current user. As root (which
     /// PostgreSQL refuses), it is the non-root owner of an existing cluster,
     /// else `postgres` if that user exists, else `nobody`.
-    pub fn for_cluster(pgdata: &Path) -> Result<Self> {
+    pub fn for_cluster(pgdata: &Path, host: &PostgresHost) -> Result<Self> {
+        let host = host.clone();
         // SAFETY: geteuid/getegid cannot fail and have no preconditions.
         let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
         if euid != 0 {
@@ -119,6 +140,7 @@ impl RunAs {
                 uid: euid,
                 gid: egid,
                 switch: false,
+                host,
             });
         }
         if let Ok(meta) = std::fs::metadata(pgdata)
@@ -133,6 +155,7 @@ impl RunAs {
                 uid,
                 gid: user.map_or(meta.gid(), |u| u.gid),
                 switch: true,
+                host,
             });
         }
         ["postgres", "nobody"]
@@ -144,6 +167,7 @@ impl RunAs {
                 uid: u.uid,
                 gid: u.gid,
                 switch: true,
+                host,
             })
             .ok_or(EmbeddedError::NoUnprivilegedUser)
     }
@@ -212,6 +236,7 @@ impl RunAs {
         };
         let sandbox = Sandbox::with_options(&SandboxOptions {
             rlimits_only: true,
+            search_path: self.host.search_path(),
             ..SandboxOptions::default()
         })
         .map_err(|e| trouble(e.to_string()))?;
@@ -223,8 +248,12 @@ impl RunAs {
             program,
         );
         jail.args = args.iter().map(|a| a.to_os_string()).collect();
-        jail.env = std::env::vars()
+        jail.env = self
+            .host
+            .env
+            .iter()
             .filter(|(k, _)| matches!(k.as_str(), "PATH" | "LANG" | "TZ") || k.starts_with("LC_"))
+            .cloned()
             .collect();
         jail.cwd = cwd.to_path_buf();
         jail.mounts = vec![Mount::ReadWrite {
@@ -482,7 +511,11 @@ mod tests {
     #[test]
     fn override_dir_without_binaries_is_a_clear_error() {
         let dir = std::env::temp_dir();
-        let err = PgBinaries::locate_with(Some(dir.clone().into_os_string())).unwrap_err();
+        let host = PostgresHost {
+            bin_dir: Some(dir.clone()),
+            ..PostgresHost::default()
+        };
+        let err = PgBinaries::locate(&host).unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.starts_with("PostgreSQL server binaries not found: looked in SLESS_PG_BIN="),
@@ -510,7 +543,7 @@ mod tests {
     #[test]
     fn keeper_reports_exit_and_delivers_signals() {
         let dir = std::env::temp_dir();
-        let launch = RunAs::for_cluster(Path::new("/nonexistent"))
+        let launch = RunAs::for_cluster(Path::new("/nonexistent"), &PostgresHost::default())
             .unwrap()
             .command(Path::new("/bin/sleep"), &[OsStr::new("30")], &dir, &dir)
             .unwrap();

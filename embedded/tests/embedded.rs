@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_s3::config::{BehaviorVersion, Region};
 use aws_sdk_s3::primitives::ByteStream;
-use sless_embedded::{PostgresOptions, PrivatePostgres, S3Server, random_secret};
+use sless_embedded::{PostgresHost, PostgresOptions, PrivatePostgres, S3Server, random_secret};
 use sqlx::Connection;
 
 /// Env var that turns [`child_helper_holds_cluster`] into a real cluster owner.
@@ -26,6 +26,16 @@ fn temp_dir() -> tempfile::TempDir {
         .unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     dir
+}
+
+/// Starts a cluster with the server programs of `SLESS_PG_BIN` or of this
+/// process's `PATH`, in its environment, as `sless dev` does.
+async fn start(opts: PostgresOptions) -> sless_embedded::Result<PrivatePostgres> {
+    let host = PostgresHost {
+        bin_dir: std::env::var_os("SLESS_PG_BIN").map(PathBuf::from),
+        env: std::env::vars().collect(),
+    };
+    PrivatePostgres::start_with(opts, host).await
 }
 
 fn alive(pid: u32) -> bool {
@@ -86,7 +96,7 @@ async fn postgres_keeps_data_across_restarts() {
     let data_dir = dir.path().join("data");
     let opts = PostgresOptions::new(&data_dir);
 
-    let pg = PrivatePostgres::start(opts.clone()).await.unwrap();
+    let pg = start(opts.clone()).await.unwrap();
     let url = pg.url("postgres");
     assert!(url.starts_with("postgres://sless:"), "{url}");
     assert!(
@@ -133,7 +143,7 @@ async fn postgres_keeps_data_across_restarts() {
     );
     drop(conn);
 
-    let pg = PrivatePostgres::start(opts).await.unwrap();
+    let pg = start(opts).await.unwrap();
     let expected = format!(
         "postgres://sless:{}@127.0.0.1:{}/postgres",
         password.trim(),
@@ -174,7 +184,7 @@ async fn postgres_honours_port_and_settings() {
         settings: vec![("work_mem".into(), "7MB".into())],
         socket_only: false,
     };
-    let pg = PrivatePostgres::start(opts).await.unwrap();
+    let pg = start(opts).await.unwrap();
     assert_eq!(pg.port(), port);
     let mut conn = sqlx::PgConnection::connect(&pg.url("postgres"))
         .await
@@ -203,9 +213,7 @@ async fn postgres_honours_port_and_settings() {
 async fn postgres_restarts_over_stale_postmaster_pid() {
     let dir = temp_dir();
     let data_dir = dir.path().join("data");
-    let pg = PrivatePostgres::start(PostgresOptions::new(&data_dir))
-        .await
-        .unwrap();
+    let pg = start(PostgresOptions::new(&data_dir)).await.unwrap();
     let pid = pg.pid().unwrap();
     let children = children_of(pid);
 
@@ -226,9 +234,7 @@ async fn postgres_restarts_over_stale_postmaster_pid() {
     );
     drop(pg);
 
-    let pg = PrivatePostgres::start(PostgresOptions::new(&data_dir))
-        .await
-        .unwrap();
+    let pg = start(PostgresOptions::new(&data_dir)).await.unwrap();
     assert_eq!(query_one(&pg.url("postgres")).await, 1);
     assert_ne!(pg.pid().unwrap(), pid);
     pg.stop().await.unwrap();
@@ -243,9 +249,7 @@ async fn child_helper_holds_cluster() {
         return;
     };
     let data_dir = PathBuf::from(data_dir);
-    let pg = PrivatePostgres::start(PostgresOptions::new(&data_dir))
-        .await
-        .unwrap();
+    let pg = start(PostgresOptions::new(&data_dir)).await.unwrap();
     println!("POSTMASTER_PID={}", pg.pid().unwrap());
     std::future::pending::<()>().await;
     drop(pg);
@@ -305,9 +309,7 @@ async fn postmaster_dies_with_its_owner() {
         "postmaster {pid} outlived its owner"
     );
 
-    let pg = PrivatePostgres::start(PostgresOptions::new(&data_dir))
-        .await
-        .unwrap();
+    let pg = start(PostgresOptions::new(&data_dir)).await.unwrap();
     assert_eq!(query_one(&pg.url("postgres")).await, 1);
     pg.stop().await.unwrap();
 }
@@ -323,9 +325,7 @@ async fn a_data_dir_private_to_root_holds_the_cluster() {
     std::fs::create_dir(&locked).unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
     let data_dir = locked.join("data");
-    let pg = PrivatePostgres::start(PostgresOptions::new(&data_dir))
-        .await
-        .unwrap();
+    let pg = start(PostgresOptions::new(&data_dir)).await.unwrap();
     assert_eq!(query_one(&pg.url("postgres")).await, 1);
     let pid = pg.pid().unwrap();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -478,7 +478,7 @@ async fn a_socket_only_cluster_listens_on_no_tcp_port() {
     let data_dir = dir.path().join("data");
     let mut opts = PostgresOptions::new(&data_dir);
     opts.socket_only = true;
-    let pg = PrivatePostgres::start(opts).await.unwrap();
+    let pg = start(opts).await.unwrap();
     let url = pg.url("postgres");
     assert!(url.contains("?host="), "{url}");
     assert_eq!(query_one(&url).await, 1);

@@ -1,10 +1,10 @@
 //! The `functions` and `function_versions` read models.
 //!
-//! A batch is applied in memory: each event is decoded once, straight from
-//! the log's JSON text into a `FunctionEvent`, and folded into its function's
-//! row with the domain's `Function::evolve` (in stream order, skipping what
-//! was applied already). The changed rows and the new versions go back in
-//! one statement.
+//! A batch is applied in memory (`batch::apply`): each event is decoded
+//! once, straight from the log's JSON text into a `FunctionEvent`, and
+//! folded into its function's row with the domain's `Function::evolve` (in
+//! stream order, skipping what was applied already). The changed rows and
+//! the new versions go back in one statement.
 //!
 //! The rows of the functions a batch touches come from a cache of the rows
 //! this projector itself wrote, as long as nobody else moved the checkpoint
@@ -20,50 +20,37 @@ use sless_store::eventlog::StoredEvent;
 use sless_store::readmodel::function_rows_by_key;
 use sqlx::PgConnection;
 
+use crate::batch::{self, Event, EventOf, Names, ReadModel, Rows, Work};
 use crate::{Error, Result};
 
 /// Rows kept between batches, at most: past it the cache starts over.
 const CACHE_LIMIT: usize = 50_000;
 
-/// `{ns}/{name}` of a function stream (`function/{ns}/{name}`), and where
-/// the name starts in it.
-fn function_key(stream: &str) -> Option<(&str, usize)> {
-    let key = stream.strip_prefix("function/")?;
-    let slash = key.find('/')?;
-    Some((key, slash))
-}
+/// The prefix of a function stream (`function/{ns}/{name}`).
+const PREFIX: &str = "function/";
 
 /// One function's row, as this projector last wrote or read it.
 #[derive(Clone)]
-struct Row {
+pub(crate) struct Row {
     /// The fold so far; `versions` stays empty (they live in `function_versions`).
     state: Function,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
 
-/// A function while a batch is applied to it.
-struct Work {
-    row: Option<Row>,
-    /// Where the name starts in the key.
-    slash: usize,
-    /// The row is in the table already (update, not insert).
-    stored: bool,
-    changed: bool,
-}
-
 /// A version row to write.
 struct NewVersion<'a> {
-    key: &'a str,
-    slash: usize,
+    stream: &'a str,
+    namespace: &'a str,
+    name: &'a str,
     version: &'a SourceVersion,
     by: Option<&'a str>,
     at: DateTime<Utc>,
 }
 
-/// The rows of one applied batch, kept once its transaction commits.
+/// The rows of one applied batch, by stream, kept once its transaction commits.
 pub(crate) struct Applied {
-    rows: HashMap<String, Work>,
+    rows: Vec<(String, Row)>,
 }
 
 /// The tables of the read models: the live ones, or the copies a replay
@@ -104,7 +91,7 @@ impl Tables {
     }
 }
 
-/// The functions read model, with the cache of its rows.
+/// The functions read model, with the cache of its rows (by stream).
 pub(crate) struct Functions {
     tables: Tables,
     /// `WRITE` for these tables.
@@ -142,127 +129,138 @@ impl Functions {
         if self.cache.len() + applied.rows.len() > CACHE_LIMIT {
             self.cache.clear();
         }
-        for (key, work) in applied.rows {
-            if let Some(row) = work.row {
-                self.cache.insert(key, row);
-            }
-        }
+        self.cache.extend(applied.rows);
     }
 
     /// Applies a decoded batch (in its order) in `tx`.
-    pub(crate) async fn apply(&self, tx: &mut PgConnection, batch: &[Decoded]) -> Result<Applied> {
-        let mut rows: HashMap<String, Work> = HashMap::new();
-        for d in batch {
-            let key = d.key();
-            if !rows.contains_key(key) {
-                let cached = self.cache.get(key).cloned();
-                let stored = cached.is_some();
-                let work = Work {
-                    row: cached,
-                    slash: d.slash,
-                    stored,
-                    changed: false,
-                };
-                rows.insert(key.to_owned(), work);
-            }
-        }
-        if batch.is_empty() {
-            return Ok(Applied { rows });
-        }
-        load_missing(tx, &self.tables.functions, &mut rows).await?;
-
-        let mut versions = Vec::new();
-        let mut pruned: Vec<(&str, &str, i32)> = Vec::new();
-        for d in batch {
-            let event = &d.stored;
-            let work = rows.get_mut(d.key()).expect("every key has its work");
-            let row = work.row.get_or_insert_with(|| Row {
-                state: Function::default(),
-                created_at: event.recorded_at,
-                updated_at: event.recorded_at,
-            });
-            let at = row.state.stream_version as i64;
-            if event.version <= at {
-                continue; // applied already
-            }
-            if event.version != at + 1 {
-                return Err(Error::OutOfOrder {
-                    stream: event.stream.clone(),
-                    version: event.version,
-                    at,
-                    position: event.position,
-                });
-            }
-            row.state = std::mem::take(&mut row.state).evolve(&d.event);
-            row.state.versions.clear();
-            if row.state.spec.is_none() {
-                return Err(Error::BadEvent {
-                    position: event.position,
-                    event_type: event.event_type.clone(),
-                    error: "an event before FunctionCreated".into(),
-                });
-            }
-            row.updated_at = event.recorded_at;
-            work.changed = true;
-            match &d.event {
-                FunctionEvent::FunctionUploaded(v) => versions.push(NewVersion {
-                    key: d.key(),
-                    slash: d.slash,
-                    version: v,
-                    by: event.actor.as_deref(),
-                    at: event.recorded_at,
-                }),
-                FunctionEvent::VersionsPruned { versions: gone } => {
-                    let key = d.key();
-                    let (ns, name) = (&key[..d.slash], &key[d.slash + 1..]);
-                    pruned.extend(gone.iter().map(|v| (ns, name, *v as i32)));
-                }
-                _ => {}
-            }
-        }
-        write(tx, &self.write, &rows, &mut versions).await?;
-        if !pruned.is_empty() {
-            // After the inserts: a version may come and go in one batch.
-            delete_versions(tx, &self.tables, &pruned).await?;
-        }
+    pub(crate) async fn apply(
+        &self,
+        tx: &mut PgConnection,
+        batch: &[EventOf<Functions>],
+    ) -> Result<Applied> {
+        let rows = batch::apply(self, tx, batch).await?;
+        let rows = rows
+            .into_iter()
+            .filter_map(|(stream, work)| Some((stream.to_owned(), work.row?)))
+            .collect();
         Ok(Applied { rows })
     }
 }
 
-/// A function event of the log, decoded.
-pub(crate) struct Decoded {
-    stored: StoredEvent,
-    /// Where the `{ns}/{name}` key starts in the stream, and the name in the key.
-    start: usize,
-    slash: usize,
-    event: FunctionEvent,
-}
+impl ReadModel for Functions {
+    type Aggregate = Function;
+    type Key = Names;
+    type Row = Row;
 
-impl Decoded {
-    fn key(&self) -> &str {
-        &self.stored.stream[self.start..]
+    /// A function's row stays when it is deleted (phase `Deleted`): no row
+    /// is a stream that has applied nothing.
+    const WITHOUT_ROW: Option<i64> = Some(0);
+
+    fn key(stream: &str) -> Option<Names> {
+        Names::of(stream, PREFIX)
     }
-}
 
-/// Decodes the function events among `events`, in their order; the others
-/// are not this read model's.
-pub(crate) fn decode(events: Vec<StoredEvent>) -> Result<Vec<Decoded>> {
-    let mut json = String::new();
-    let mut decoded = Vec::with_capacity(events.len());
-    for stored in events {
-        let Some((key, slash)) = function_key(&stored.stream) else {
-            continue;
-        };
-        let start = stored.stream.len() - key.len();
-        let event = decode_one(&mut json, &stored)?;
-        decoded.push(Decoded {
-            stored,
-            start,
-            slash,
-            event,
+    fn creates(_: &EventOf<Functions>) -> bool {
+        false // never asked: a stream without a row is at version 0
+    }
+
+    /// In one pass over the event's text (no intermediate JSON tree).
+    fn decode(scratch: &mut String, stored: StoredEvent) -> Result<EventOf<Functions>> {
+        let event = decode_one(scratch, &stored)?;
+        Ok(Event { stored, event })
+    }
+
+    /// Takes the cached rows, and reads the others in one query.
+    async fn load(&self, tx: &mut PgConnection, rows: &mut Rows<'_, Functions>) -> Result<()> {
+        let mut missing = (Vec::new(), Vec::new());
+        for (stream, work) in rows.iter_mut() {
+            match self.cache.get(*stream) {
+                Some(row) => {
+                    let version = row.state.stream_version as i64;
+                    work.found(row.clone(), version);
+                }
+                None => {
+                    missing.0.push(work.key.namespace(stream));
+                    missing.1.push(work.key.name(stream));
+                }
+            }
+        }
+        if missing.0.is_empty() {
+            return Ok(());
+        }
+        let found =
+            function_rows_by_key(&mut *tx, &self.tables.functions, &missing.0, &missing.1).await?;
+        for r in found {
+            let stream = format!("{PREFIX}{}/{}", r.namespace, r.name);
+            if let Some(work) = rows.get_mut(stream.as_str()) {
+                let row = Row {
+                    state: r.state(),
+                    created_at: r.created_at,
+                    updated_at: r.updated_at,
+                };
+                let version = row.state.stream_version as i64;
+                work.found(row, version);
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(work: &mut Work<Functions>, e: &EventOf<Functions>) -> Result<()> {
+        let event = &e.stored;
+        let row = work.row.get_or_insert_with(|| Row {
+            state: Function::default(),
+            created_at: event.recorded_at,
+            updated_at: event.recorded_at,
         });
+        row.state = std::mem::take(&mut row.state).evolve(&e.event);
+        row.state.versions.clear();
+        if row.state.spec.is_none() {
+            return Err(Error::BadEvent {
+                position: event.position,
+                event_type: event.event_type.clone(),
+                error: "an event before FunctionCreated".into(),
+            });
+        }
+        row.updated_at = event.recorded_at;
+        Ok(())
     }
-    Ok(decoded)
+
+    /// The changed rows and the new versions in one statement, then the
+    /// pruned versions deleted (after the inserts: a version may come and
+    /// go in one batch).
+    async fn write(
+        &self,
+        tx: &mut PgConnection,
+        rows: &Rows<'_, Functions>,
+        applied: &[&EventOf<Functions>],
+    ) -> Result<()> {
+        let mut versions = Vec::new();
+        let mut pruned: Vec<(&str, &str, i32)> = Vec::new();
+        for e in applied {
+            let stream = e.stored.stream.as_str();
+            let names = &rows[stream].key;
+            let (namespace, name) = (names.namespace(stream), names.name(stream));
+            match &e.event {
+                FunctionEvent::FunctionUploaded(v) => versions.push(NewVersion {
+                    stream,
+                    namespace,
+                    name,
+                    version: v,
+                    by: e.stored.actor.as_deref(),
+                    at: e.stored.recorded_at,
+                }),
+                FunctionEvent::VersionsPruned { versions: gone } => {
+                    pruned.extend(gone.iter().map(|v| (namespace, name, *v as i32)));
+                }
+                _ => {}
+            }
+        }
+        write(tx, &self.write, rows, &mut versions).await?;
+        if !pruned.is_empty() {
+            delete_versions(tx, &self.tables, &pruned).await?;
+        }
+        Ok(())
+    }
 }
 
 /// Decodes an event's `data` into a `FunctionEvent` in one pass over its
@@ -288,36 +286,6 @@ fn decode_one(json: &mut String, event: &StoredEvent) -> Result<FunctionEvent> {
     serde_json::from_str(json).map_err(|e| bad(e.to_string()))
 }
 
-/// Reads the stored rows of the functions that are not cached.
-async fn load_missing(
-    tx: &mut PgConnection,
-    table: &str,
-    rows: &mut HashMap<String, Work>,
-) -> Result<()> {
-    let missing: Vec<(&str, &str)> = rows
-        .iter()
-        .filter(|(_, w)| w.row.is_none())
-        .map(|(k, w)| (&k[..w.slash], &k[w.slash + 1..]))
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let (namespaces, names): (Vec<&str>, Vec<&str>) = missing.into_iter().unzip();
-    let found = function_rows_by_key(&mut *tx, table, &namespaces, &names).await?;
-    for r in found {
-        let key = format!("{}/{}", r.namespace, r.name);
-        if let Some(work) = rows.get_mut(&key) {
-            work.row = Some(Row {
-                state: r.state(),
-                created_at: r.created_at,
-                updated_at: r.updated_at,
-            });
-            work.stored = true;
-        }
-    }
-    Ok(())
-}
-
 /// The columns of the changed rows, one array per column.
 #[derive(Default)]
 struct Columns<'a> {
@@ -340,11 +308,11 @@ struct Columns<'a> {
 }
 
 impl<'a> Columns<'a> {
-    fn push(&mut self, key: &'a str, work: &'a Work) {
+    fn push(&mut self, stream: &'a str, work: &'a Work<Functions>) {
         let row = work.row.as_ref().expect("a changed row exists");
         let spec = row.state.spec.as_ref().expect("checked while applying");
-        self.namespace.push(&key[..work.slash]);
-        self.name.push(&key[work.slash + 1..]);
+        self.namespace.push(work.key.namespace(stream));
+        self.name.push(work.key.name(stream));
         self.runtime.push(spec.runtime.as_str());
         self.entrypoint.push(&spec.entrypoint);
         self.memory.push(spec.memory_mb as i32);
@@ -423,24 +391,29 @@ select count(*) from updated";
 async fn write(
     tx: &mut PgConnection,
     statement: &Arc<str>,
-    rows: &HashMap<String, Work>,
+    rows: &Rows<'_, Functions>,
     versions: &mut [NewVersion<'_>],
 ) -> Result<()> {
     let mut updates = Columns::default();
     let mut inserts = Columns::default();
-    let mut changed: Vec<(&String, &Work)> = rows.iter().filter(|(_, w)| w.changed).collect();
-    changed.sort_unstable_by_key(|(k, _)| *k);
-    for (key, work) in changed {
+    let mut changed: Vec<(&str, &Work<Functions>)> = rows
+        .iter()
+        .filter(|(_, w)| w.changed)
+        .map(|(s, w)| (*s, w))
+        .collect();
+    changed.sort_unstable_by_key(|(s, _)| *s);
+    for (stream, work) in changed {
         if work.stored {
-            updates.push(key, work);
+            updates.push(stream, work);
         } else {
-            inserts.push(key, work);
+            inserts.push(stream, work);
         }
     }
     if updates.len() + inserts.len() + versions.len() == 0 {
         return Ok(());
     }
-    versions.sort_unstable_by(|a, b| (a.key, a.version.version).cmp(&(b.key, b.version.version)));
+    versions
+        .sort_unstable_by(|a, b| (a.stream, a.version.version).cmp(&(b.stream, b.version.version)));
     let v = VersionColumns::of(versions);
     let u = &updates;
     let i = &inserts;
@@ -545,8 +518,8 @@ impl<'a> VersionColumns<'a> {
     fn of(versions: &[NewVersion<'a>]) -> VersionColumns<'a> {
         let text = |f: fn(&NewVersion<'a>) -> &'a str| versions.iter().map(f).collect();
         VersionColumns {
-            namespace: text(|v| &v.key[..v.slash]),
-            name: text(|v| &v.key[v.slash + 1..]),
+            namespace: text(|v| v.namespace),
+            name: text(|v| v.name),
             number: versions.iter().map(|v| v.version.version as i32).collect(),
             sha256: text(|v| &v.version.sha256),
             size: versions.iter().map(|v| v.version.size as i64).collect(),

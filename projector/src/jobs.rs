@@ -2,33 +2,25 @@
 //! `job/{ns}/{name}`) and per cron trigger run (`cron/{ns}/{trigger}/{unix
 //! seconds}`, named `{trigger}-{unix seconds}`), while it exists.
 //!
-//! Applied like `triggers`: the rows a batch touches are read in one query,
-//! each event folded into its row in memory (in stream order; an event
-//! applied already is skipped, a gap is an error), and the changed rows
-//! upserted, or deleted when the job was, in one statement. A deleted
-//! job's row goes with its stream version: the next event of that stream
-//! must be a `JobRequested` (the name asked for again), as the decider
-//! allows nothing else.
+//! Applied like `triggers`, by `batch::apply`: the rows a batch touches are
+//! read in one query, each event folded into its row in memory (in stream
+//! order; an event applied already is skipped, a gap is an error), and the
+//! changed rows upserted, or deleted when the job was, in one statement. A
+//! deleted job's row goes with its stream version: the next event of that
+//! stream must be a `JobRequested` (the name asked for again), as the
+//! decider allows nothing else.
 //!
 //! The status moves as `Job::evolve` moves it; the row adds what the
 //! domain's state leaves out: when each step happened and how the run
 //! ended (exit code, error, output).
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
-use sless_domain::job::{JobEvent, JobStatus, Output};
-use sless_store::eventlog::StoredEvent;
+use sless_domain::job::{Job, JobEvent, JobStatus, Output};
 use sqlx::{AssertSqlSafe, PgConnection};
 
+use crate::batch::{self, EventOf, ReadModel, Rows, Work};
 use crate::functions::Tables;
 use crate::{Error, Result};
-
-/// A job event of the log, decoded.
-pub(crate) struct Decoded {
-    stored: StoredEvent,
-    event: JobEvent,
-}
 
 /// The namespace and the row's name of a job stream: `job/{ns}/{name}`
 /// gives `name`, `cron/{ns}/{trigger}/{unix}` gives `{trigger}-{unix}`.
@@ -41,20 +33,6 @@ fn job_key(stream: &str) -> Option<(&str, String)> {
     let (ns, rest) = rest.split_once('/')?;
     let (trigger, unix) = rest.split_once('/')?;
     Some((ns, format!("{trigger}-{unix}")))
-}
-
-/// Decodes the events of job and cron run streams among `events`, in their
-/// order; the others are not this read model's.
-pub(crate) fn decode(events: Vec<StoredEvent>) -> Result<Vec<Decoded>> {
-    let mut decoded = Vec::new();
-    for stored in events {
-        if job_key(&stored.stream).is_none() {
-            continue;
-        }
-        let event = crate::decode_event(&stored, JobEvent::from_stored)?;
-        decoded.push(Decoded { stored, event });
-    }
-    Ok(decoded)
 }
 
 /// How a run ended, as far as it has.
@@ -80,7 +58,7 @@ struct Tick {
 
 /// One job's row.
 #[derive(Debug, Clone)]
-struct Row {
+pub(crate) struct Row {
     function: String,
     version: i32,
     input: serde_json::Value,
@@ -91,17 +69,10 @@ struct Row {
     requested_at: DateTime<Utc>,
 }
 
-/// A job while a batch is applied to it.
-struct Work {
+/// What a job's row is named by: its namespace and its name.
+pub(crate) struct JobKey {
     namespace: String,
     name: String,
-    /// The stream version applied; `None` while unknown (no row).
-    version: Option<i64>,
-    /// `None`: the job does not exist (never requested, or deleted).
-    row: Option<Row>,
-    /// A row is in the table (to delete if the job no longer exists).
-    stored: bool,
-    changed: bool,
 }
 
 /// The jobs read model, in the tables it is given.
@@ -119,40 +90,32 @@ impl Jobs {
     }
 
     /// Applies a decoded batch (in its order) in `tx`.
-    pub(crate) async fn apply(&self, tx: &mut PgConnection, batch: &[Decoded]) -> Result<()> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let mut rows: HashMap<&str, Work> = HashMap::new();
-        for d in batch {
-            let stream = d.stored.stream.as_str();
-            if !rows.contains_key(stream) {
-                let (ns, name) = job_key(stream).expect("decoded events are job events");
-                rows.insert(
-                    stream,
-                    Work {
-                        namespace: ns.to_owned(),
-                        name,
-                        version: None,
-                        row: None,
-                        stored: false,
-                        changed: false,
-                    },
-                );
-            }
-        }
-        self.load(tx, &mut rows).await?;
-        for d in batch {
-            let work = rows
-                .get_mut(d.stored.stream.as_str())
-                .expect("every stream has its work");
-            apply_one(work, d)?;
-        }
-        self.write(tx, &rows).await
+    pub(crate) async fn apply(&self, tx: &mut PgConnection, batch: &[EventOf<Jobs>]) -> Result<()> {
+        batch::apply(self, tx, batch).await.map(drop)
+    }
+}
+
+impl ReadModel for Jobs {
+    type Aggregate = Job;
+    type Key = JobKey;
+    type Row = Row;
+
+    /// A deleted job's row goes, and its stream version with it.
+    const WITHOUT_ROW: Option<i64> = None;
+
+    fn key(stream: &str) -> Option<JobKey> {
+        let (namespace, name) = job_key(stream)?;
+        Some(JobKey {
+            namespace: namespace.to_owned(),
+            name,
+        })
     }
 
-    /// Reads the rows of the jobs in `rows`.
-    async fn load(&self, tx: &mut PgConnection, rows: &mut HashMap<&str, Work>) -> Result<()> {
+    fn creates(e: &EventOf<Jobs>) -> bool {
+        matches!(e.event, JobEvent::JobRequested { .. })
+    }
+
+    async fn load(&self, tx: &mut PgConnection, rows: &mut Rows<'_, Jobs>) -> Result<()> {
         let streams: Vec<&str> = rows.keys().copied().collect();
         // The table name is ours (`Tables`), never input.
         let found = sqlx::query(AssertSqlSafe(format!(
@@ -208,9 +171,8 @@ impl Jobs {
                 started_at: r.try_get("started_at")?,
                 finished_at: r.try_get("finished_at")?,
             };
-            work.version = Some(i64::from(r.try_get::<i32, _>("stream_version")?));
-            work.stored = true;
-            work.row = Some(Row {
+            let version = i64::from(r.try_get::<i32, _>("stream_version")?);
+            let row = Row {
                 function: r.try_get("function")?,
                 version: r.try_get("version")?,
                 input: r.try_get("input")?,
@@ -219,15 +181,110 @@ impl Jobs {
                 status,
                 outcome,
                 requested_at: r.try_get("requested_at")?,
+            };
+            work.found(row, version);
+        }
+        Ok(())
+    }
+
+    fn apply(work: &mut Work<Jobs>, e: &EventOf<Jobs>) -> Result<()> {
+        let event = &e.stored;
+        let at = event.recorded_at;
+        if let JobEvent::JobRequested {
+            function,
+            version,
+            input,
+            timeout_sec,
+            cron,
+        } = &e.event
+        {
+            work.row = Some(Row {
+                function: function.as_str().to_owned(),
+                version: *version as i32,
+                input: input.clone(),
+                timeout_sec: *timeout_sec as i32,
+                cron: cron.as_ref().map(|t| Tick {
+                    trigger: t.trigger.as_str().to_owned(),
+                    scheduled_at: t.scheduled_at,
+                    missed: t.missed as i32,
+                }),
+                status: JobStatus::Pending,
+                outcome: Outcome::default(),
+                requested_at: at,
             });
+        } else {
+            let Some(row) = work.row.as_mut() else {
+                return Err(Error::BadEvent {
+                    position: event.position,
+                    event_type: event.event_type.clone(),
+                    error: "an event of a job that does not exist".into(),
+                });
+            };
+            let o = &mut row.outcome;
+            match &e.event {
+                JobEvent::JobRequested { .. } => unreachable!("handled above"),
+                JobEvent::JobStarted { .. } => {
+                    row.status = JobStatus::Running;
+                    o.started_at = Some(at);
+                }
+                JobEvent::JobSucceeded {
+                    exit_code,
+                    stdout,
+                    stderr,
+                    duration_ms,
+                } => {
+                    row.status = JobStatus::Succeeded;
+                    *o = Outcome {
+                        exit_code: Some(*exit_code),
+                        error: None,
+                        timed_out: false,
+                        stdout: Some(stdout.clone()),
+                        stderr: Some(stderr.clone()),
+                        duration_ms: Some(*duration_ms as i64),
+                        started_at: o.started_at,
+                        finished_at: Some(at),
+                    };
+                }
+                JobEvent::JobFailed {
+                    exit_code,
+                    error,
+                    stdout,
+                    stderr,
+                    timed_out,
+                    duration_ms,
+                } => {
+                    row.status = JobStatus::Failed;
+                    *o = Outcome {
+                        exit_code: *exit_code,
+                        error: Some(error.clone()),
+                        timed_out: *timed_out,
+                        stdout: Some(stdout.clone()),
+                        stderr: Some(stderr.clone()),
+                        duration_ms: Some(*duration_ms as i64),
+                        started_at: o.started_at,
+                        finished_at: Some(at),
+                    };
+                }
+                JobEvent::JobSkipped { reason } => {
+                    row.status = JobStatus::Skipped;
+                    o.error = Some(reason.clone());
+                    o.finished_at = Some(at);
+                }
+                JobEvent::JobDeleted {} => work.row = None,
+            }
         }
         Ok(())
     }
 
     /// Upserts the rows of jobs that exist and deletes those of jobs that
     /// were deleted, in one statement.
-    async fn write(&self, tx: &mut PgConnection, rows: &HashMap<&str, Work>) -> Result<()> {
-        let mut changed: Vec<(&str, &Work)> = rows
+    async fn write(
+        &self,
+        tx: &mut PgConnection,
+        rows: &Rows<'_, Jobs>,
+        _applied: &[&EventOf<Jobs>],
+    ) -> Result<()> {
+        let mut changed: Vec<(&str, &Work<Jobs>)> = rows
             .iter()
             .filter(|(_, w)| w.changed)
             .map(|(s, w)| (*s, w))
@@ -279,120 +336,6 @@ impl Jobs {
     }
 }
 
-/// Folds one event into its job's row.
-fn apply_one(work: &mut Work, d: &Decoded) -> Result<()> {
-    let event = &d.stored;
-    let requests = matches!(d.event, JobEvent::JobRequested { .. });
-    match work.version {
-        Some(at) if event.version <= at => return Ok(()), // applied already
-        Some(at) if event.version != at + 1 => {
-            return Err(Error::OutOfOrder {
-                stream: event.stream.clone(),
-                version: event.version,
-                at,
-                position: event.position,
-            });
-        }
-        // No row: only a request can come next (after a delete, at any version).
-        None if !requests => {
-            return Err(Error::OutOfOrder {
-                stream: event.stream.clone(),
-                version: event.version,
-                at: 0,
-                position: event.position,
-            });
-        }
-        _ => {}
-    }
-    let at = event.recorded_at;
-    if let JobEvent::JobRequested {
-        function,
-        version,
-        input,
-        timeout_sec,
-        cron,
-    } = &d.event
-    {
-        work.row = Some(Row {
-            function: function.as_str().to_owned(),
-            version: *version as i32,
-            input: input.clone(),
-            timeout_sec: *timeout_sec as i32,
-            cron: cron.as_ref().map(|t| Tick {
-                trigger: t.trigger.as_str().to_owned(),
-                scheduled_at: t.scheduled_at,
-                missed: t.missed as i32,
-            }),
-            status: JobStatus::Pending,
-            outcome: Outcome::default(),
-            requested_at: at,
-        });
-    } else {
-        let Some(row) = work.row.as_mut() else {
-            return Err(Error::BadEvent {
-                position: event.position,
-                event_type: event.event_type.clone(),
-                error: "an event of a job that does not exist".into(),
-            });
-        };
-        let o = &mut row.outcome;
-        match &d.event {
-            JobEvent::JobRequested { .. } => unreachable!("handled above"),
-            JobEvent::JobStarted { .. } => {
-                row.status = JobStatus::Running;
-                o.started_at = Some(at);
-            }
-            JobEvent::JobSucceeded {
-                exit_code,
-                stdout,
-                stderr,
-                duration_ms,
-            } => {
-                row.status = JobStatus::Succeeded;
-                *o = Outcome {
-                    exit_code: Some(*exit_code),
-                    error: None,
-                    timed_out: false,
-                    stdout: Some(stdout.clone()),
-                    stderr: Some(stderr.clone()),
-                    duration_ms: Some(*duration_ms as i64),
-                    started_at: o.started_at,
-                    finished_at: Some(at),
-                };
-            }
-            JobEvent::JobFailed {
-                exit_code,
-                error,
-                stdout,
-                stderr,
-                timed_out,
-                duration_ms,
-            } => {
-                row.status = JobStatus::Failed;
-                *o = Outcome {
-                    exit_code: *exit_code,
-                    error: Some(error.clone()),
-                    timed_out: *timed_out,
-                    stdout: Some(stdout.clone()),
-                    stderr: Some(stderr.clone()),
-                    duration_ms: Some(*duration_ms as i64),
-                    started_at: o.started_at,
-                    finished_at: Some(at),
-                };
-            }
-            JobEvent::JobSkipped { reason } => {
-                row.status = JobStatus::Skipped;
-                o.error = Some(reason.clone());
-                o.finished_at = Some(at);
-            }
-            JobEvent::JobDeleted {} => work.row = None,
-        }
-    }
-    work.version = Some(event.version);
-    work.changed = true;
-    Ok(())
-}
-
 /// The columns of the rows to upsert, one array per column.
 #[derive(Default)]
 struct Columns<'a> {
@@ -425,11 +368,11 @@ struct Columns<'a> {
 }
 
 impl<'a> Columns<'a> {
-    fn push(&mut self, stream: &'a str, w: &'a Work, row: &'a Row) {
+    fn push(&mut self, stream: &'a str, w: &'a Work<Jobs>, row: &'a Row) {
         let o = &row.outcome;
         self.stream.push(stream);
-        self.namespace.push(&w.namespace);
-        self.name.push(&w.name);
+        self.namespace.push(&w.key.namespace);
+        self.name.push(&w.key.name);
         self.function.push(&row.function);
         self.version.push(row.version);
         self.input.push(&row.input);

@@ -28,6 +28,7 @@
 //! Architecture Invariant: the projector depends on store and domain only;
 //! it never calls a driver or the API.
 
+mod batch;
 mod doorbell;
 mod functions;
 mod jobs;
@@ -37,6 +38,7 @@ mod triggers;
 
 use std::time::Duration;
 
+use sless_domain::Aggregate;
 use sless_store::eventlog::{self, Checkpoint, StoredEvent};
 use sless_store::{PgPool, Postgres};
 use sqlx::pool::PoolConnection;
@@ -128,9 +130,9 @@ struct Batch {
 /// The events of a batch, decoded for the read model each belongs to (in
 /// log order within each); events of other streams are left out.
 pub(crate) struct Decoded {
-    functions: Vec<functions::Decoded>,
-    triggers: Vec<triggers::Decoded>,
-    jobs: Vec<jobs::Decoded>,
+    functions: Vec<batch::EventOf<functions::Functions>>,
+    triggers: Vec<batch::EventOf<triggers::Triggers>>,
+    jobs: Vec<batch::EventOf<jobs::Jobs>>,
 }
 
 /// Sorts `events` by the read model their stream belongs to, and decodes them.
@@ -145,19 +147,16 @@ pub(crate) fn decode(events: Vec<StoredEvent>) -> Result<Decoded> {
         }
     }
     Ok(Decoded {
-        functions: functions::decode(functions)?,
-        triggers: triggers::decode(triggers)?,
-        jobs: jobs::decode(jobs)?,
+        functions: batch::decode::<functions::Functions>(functions)?,
+        triggers: batch::decode::<triggers::Triggers>(triggers)?,
+        jobs: batch::decode::<jobs::Jobs>(jobs)?,
     })
 }
 
-/// Decodes one event's `data` with an aggregate's `from_stored`.
-pub(crate) fn decode_event<E>(
-    event: &StoredEvent,
-    from_stored: impl Fn(&str, &serde_json::Value) -> serde_json::Result<E>,
-) -> Result<E> {
+/// Decodes one event's `data` as an event of aggregate `A`.
+pub(crate) fn decode_event<A: Aggregate>(event: &StoredEvent) -> Result<A::Event> {
     serde_json::from_str(&event.data)
-        .and_then(|data| from_stored(&event.event_type, &data))
+        .and_then(|data| A::decode(&event.event_type, &data))
         .map_err(|e| Error::BadEvent {
             position: event.position,
             event_type: event.event_type.clone(),

@@ -1,10 +1,10 @@
 //! The `triggers` read model: one row per trigger that exists.
 //!
-//! Applied like `functions`: a batch's trigger events are decoded once, the
-//! rows of the triggers it touches are read in one query, each event is
-//! folded into its row in memory (in stream order; an event applied already
-//! is skipped, a gap is an error), and the changed rows go back in one
-//! statement: upserted, or deleted when the trigger was.
+//! Applied like `functions`, by `batch::apply`: a batch's trigger events
+//! are decoded once, the rows of the triggers it touches are read in one
+//! query, each event is folded into its row in memory (in stream order; an
+//! event applied already is skipped, a gap is an error), and the changed
+//! rows go back in one statement: upserted, or deleted when the trigger was.
 //!
 //! A deleted trigger's row is removed, and its stream version with it: the
 //! next event of that stream must be a `TriggerCreated` (at whatever
@@ -14,60 +14,21 @@
 //! `active_since` is when the trigger was last enabled (created enabled, or
 //! toggled on), null while it is disabled.
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
-use sless_domain::trigger::TriggerEvent;
+use sless_domain::trigger::{Trigger, TriggerEvent};
 use sless_store::eventlog::StoredEvent;
 use sqlx::{AssertSqlSafe, PgConnection};
 
+use crate::batch::{self, EventOf, Names, ReadModel, Rows, Work};
 use crate::functions::Tables;
 use crate::{Error, Result};
 
-/// A trigger event of the log, decoded.
-pub(crate) struct Decoded {
-    stored: StoredEvent,
-    /// Where the namespace ends and the name starts in the stream.
-    slash: usize,
-    event: TriggerEvent,
-}
-
-impl Decoded {
-    fn namespace(&self) -> &str {
-        &self.stored.stream["trigger/".len()..self.slash]
-    }
-
-    fn name(&self) -> &str {
-        &self.stored.stream[self.slash + 1..]
-    }
-}
-
-/// Decodes the events of `trigger/{ns}/{name}` streams among `events`, in
-/// their order; the others are not this read model's.
-pub(crate) fn decode(events: Vec<StoredEvent>) -> Result<Vec<Decoded>> {
-    let mut decoded = Vec::new();
-    for stored in events {
-        let Some(slash) = stored
-            .stream
-            .strip_prefix("trigger/")
-            .and_then(|rest| rest.find('/'))
-            .map(|i| i + "trigger/".len())
-        else {
-            continue;
-        };
-        let event = crate::decode_event(&stored, TriggerEvent::from_stored)?;
-        decoded.push(Decoded {
-            stored,
-            slash,
-            event,
-        });
-    }
-    Ok(decoded)
-}
+/// The prefix of a trigger stream (`trigger/{ns}/{name}`).
+const PREFIX: &str = "trigger/";
 
 /// One trigger's row.
 #[derive(Debug, Clone)]
-struct Row {
+pub(crate) struct Row {
     function: String,
     kind: String,
     schedule: Option<String>,
@@ -76,19 +37,6 @@ struct Row {
     active_since: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
-}
-
-/// A trigger while a batch is applied to it.
-struct Work {
-    namespace: String,
-    name: String,
-    /// The stream version applied; `None` while unknown (no row).
-    version: Option<i64>,
-    /// `None`: the trigger does not exist (never created, or deleted).
-    row: Option<Row>,
-    /// A row is in the table (to delete if the trigger no longer exists).
-    stored: bool,
-    changed: bool,
 }
 
 /// The triggers read model, in the tables it is given.
@@ -106,36 +54,34 @@ impl Triggers {
     }
 
     /// Applies a decoded batch (in its order) in `tx`.
-    pub(crate) async fn apply(&self, tx: &mut PgConnection, batch: &[Decoded]) -> Result<()> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let mut rows: HashMap<&str, Work> = HashMap::new();
-        for d in batch {
-            rows.entry(d.stored.stream.as_str())
-                .or_insert_with(|| Work {
-                    namespace: d.namespace().to_owned(),
-                    name: d.name().to_owned(),
-                    version: None,
-                    row: None,
-                    stored: false,
-                    changed: false,
-                });
-        }
-        self.load(tx, &mut rows).await?;
-        for d in batch {
-            let work = rows
-                .get_mut(d.stored.stream.as_str())
-                .expect("every stream has its work");
-            apply_one(work, d)?;
-        }
-        self.write(tx, &rows).await
+    pub(crate) async fn apply(
+        &self,
+        tx: &mut PgConnection,
+        batch: &[EventOf<Triggers>],
+    ) -> Result<()> {
+        batch::apply(self, tx, batch).await.map(drop)
+    }
+}
+
+impl ReadModel for Triggers {
+    type Aggregate = Trigger;
+    type Key = Names;
+    type Row = Row;
+
+    /// A deleted trigger's row goes, and its stream version with it.
+    const WITHOUT_ROW: Option<i64> = None;
+
+    fn key(stream: &str) -> Option<Names> {
+        Names::of(stream, PREFIX)
     }
 
-    /// Reads the rows of the triggers in `rows`.
-    async fn load(&self, tx: &mut PgConnection, rows: &mut HashMap<&str, Work>) -> Result<()> {
-        let namespaces: Vec<&str> = rows.values().map(|w| w.namespace.as_str()).collect();
-        let names: Vec<&str> = rows.values().map(|w| w.name.as_str()).collect();
+    fn creates(e: &EventOf<Triggers>) -> bool {
+        matches!(e.event, TriggerEvent::TriggerCreated { .. })
+    }
+
+    async fn load(&self, tx: &mut PgConnection, rows: &mut Rows<'_, Triggers>) -> Result<()> {
+        let namespaces: Vec<&str> = rows.iter().map(|(s, w)| w.key.namespace(s)).collect();
+        let names: Vec<&str> = rows.iter().map(|(s, w)| w.key.name(s)).collect();
         type Stored = (
             String,
             String,
@@ -164,11 +110,9 @@ impl Triggers {
         .await?;
         for (ns, name, function, kind, schedule, timezone, enabled, active_since, v, c, u) in found
         {
-            let stream = format!("trigger/{ns}/{name}");
+            let stream = format!("{PREFIX}{ns}/{name}");
             if let Some(work) = rows.get_mut(stream.as_str()) {
-                work.version = Some(i64::from(v));
-                work.stored = true;
-                work.row = Some(Row {
+                let row = Row {
                     function,
                     kind,
                     schedule,
@@ -177,7 +121,46 @@ impl Triggers {
                     active_since,
                     created_at: c,
                     updated_at: u,
+                };
+                work.found(row, i64::from(v));
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(work: &mut Work<Triggers>, e: &EventOf<Triggers>) -> Result<()> {
+        let event = &e.stored;
+        let at = event.recorded_at;
+        match &e.event {
+            TriggerEvent::TriggerCreated { spec } => {
+                work.row = Some(Row {
+                    function: spec.function.as_str().to_owned(),
+                    kind: spec.kind.as_str().to_owned(),
+                    schedule: spec.schedule.as_ref().map(|s| s.cron.clone()),
+                    timezone: spec.schedule.as_ref().map(|s| s.timezone.clone()),
+                    enabled: spec.enabled,
+                    active_since: spec.enabled.then_some(at),
+                    created_at: at,
+                    updated_at: at,
                 });
+            }
+            TriggerEvent::TriggerToggled { enabled } => {
+                let Some(row) = work.row.as_mut() else {
+                    return Err(before_created(event));
+                };
+                if *enabled && !row.enabled {
+                    row.active_since = Some(at);
+                } else if !*enabled {
+                    row.active_since = None;
+                }
+                row.enabled = *enabled;
+                row.updated_at = at;
+            }
+            TriggerEvent::TriggerDeleted {} => {
+                if work.row.is_none() {
+                    return Err(before_created(event));
+                }
+                work.row = None;
             }
         }
         Ok(())
@@ -185,19 +168,30 @@ impl Triggers {
 
     /// Upserts the rows of triggers that exist and deletes those of
     /// triggers that were deleted, in one statement.
-    async fn write(&self, tx: &mut PgConnection, rows: &HashMap<&str, Work>) -> Result<()> {
-        let mut changed: Vec<&Work> = rows.values().filter(|w| w.changed).collect();
-        changed.sort_unstable_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    async fn write(
+        &self,
+        tx: &mut PgConnection,
+        rows: &Rows<'_, Triggers>,
+        _applied: &[&EventOf<Triggers>],
+    ) -> Result<()> {
+        let mut changed: Vec<(&str, &Work<Triggers>)> = rows
+            .iter()
+            .filter(|(_, w)| w.changed)
+            .map(|(s, w)| (*s, w))
+            .collect();
+        changed.sort_unstable_by(|(a, wa), (b, wb)| {
+            (wa.key.namespace(a), wa.key.name(a)).cmp(&(wb.key.namespace(b), wb.key.name(b)))
+        });
         let mut gone = (Vec::new(), Vec::new());
         let mut c = Columns::default();
-        for w in changed {
+        for (stream, w) in changed {
             match &w.row {
                 None if w.stored => {
-                    gone.0.push(w.namespace.as_str());
-                    gone.1.push(w.name.as_str());
+                    gone.0.push(w.key.namespace(stream));
+                    gone.1.push(w.key.name(stream));
                 }
                 None => {}
-                Some(row) => c.push(w, row),
+                Some(row) => c.push(stream, w, row),
             }
         }
         if gone.0.is_empty() && c.namespace.is_empty() {
@@ -221,69 +215,6 @@ impl Triggers {
             .await?;
         Ok(())
     }
-}
-
-/// Folds one event into its trigger's row.
-fn apply_one(work: &mut Work, d: &Decoded) -> Result<()> {
-    let event = &d.stored;
-    let creates = matches!(d.event, TriggerEvent::TriggerCreated { .. });
-    match work.version {
-        Some(at) if event.version <= at => return Ok(()), // applied already
-        Some(at) if event.version != at + 1 => {
-            return Err(Error::OutOfOrder {
-                stream: event.stream.clone(),
-                version: event.version,
-                at,
-                position: event.position,
-            });
-        }
-        // No row: only a creation can come next (after a delete, at any version).
-        None if !creates => {
-            return Err(Error::OutOfOrder {
-                stream: event.stream.clone(),
-                version: event.version,
-                at: 0,
-                position: event.position,
-            });
-        }
-        _ => {}
-    }
-    let at = event.recorded_at;
-    match &d.event {
-        TriggerEvent::TriggerCreated { spec } => {
-            work.row = Some(Row {
-                function: spec.function.as_str().to_owned(),
-                kind: spec.kind.as_str().to_owned(),
-                schedule: spec.schedule.as_ref().map(|s| s.cron.clone()),
-                timezone: spec.schedule.as_ref().map(|s| s.timezone.clone()),
-                enabled: spec.enabled,
-                active_since: spec.enabled.then_some(at),
-                created_at: at,
-                updated_at: at,
-            });
-        }
-        TriggerEvent::TriggerToggled { enabled } => {
-            let Some(row) = work.row.as_mut() else {
-                return Err(before_created(event));
-            };
-            if *enabled && !row.enabled {
-                row.active_since = Some(at);
-            } else if !*enabled {
-                row.active_since = None;
-            }
-            row.enabled = *enabled;
-            row.updated_at = at;
-        }
-        TriggerEvent::TriggerDeleted {} => {
-            if work.row.is_none() {
-                return Err(before_created(event));
-            }
-            work.row = None;
-        }
-    }
-    work.version = Some(event.version);
-    work.changed = true;
-    Ok(())
 }
 
 fn before_created(event: &StoredEvent) -> Error {
@@ -311,9 +242,9 @@ struct Columns<'a> {
 }
 
 impl<'a> Columns<'a> {
-    fn push(&mut self, w: &'a Work, row: &'a Row) {
-        self.namespace.push(&w.namespace);
-        self.name.push(&w.name);
+    fn push(&mut self, stream: &'a str, w: &'a Work<Triggers>, row: &'a Row) {
+        self.namespace.push(w.key.namespace(stream));
+        self.name.push(w.key.name(stream));
         self.function.push(&row.function);
         self.kind.push(&row.kind);
         self.schedule.push(row.schedule.as_deref());

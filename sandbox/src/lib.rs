@@ -245,8 +245,13 @@ pub struct SandboxOptions {
     /// A cgroup (a directory of a cgroup v2 tree) delegated to sless, under
     /// which it creates its jails' cgroups; `None` uses sless's own cgroup.
     pub cgroup_parent: Option<PathBuf>,
-    /// bwrap itself, where it is not on `PATH` or in `/usr/bin`.
+    /// bwrap itself, where it is not in `search_path` or the system's
+    /// directories.
     pub bwrap: Option<PathBuf>,
+    /// Where bwrap and setpriv are looked for first (the caller's `PATH`),
+    /// before `/usr/bin`, `/bin` and `/usr/sbin`. This crate reads no
+    /// environment: empty, only those are searched.
+    pub search_path: Vec<PathBuf>,
 }
 
 struct Inner {
@@ -273,14 +278,14 @@ impl std::fmt::Debug for Sandbox {
 }
 
 impl Sandbox {
-    /// Finds bwrap and setpriv and the place for cgroups, with the default
-    /// options.
+    /// Finds bwrap and setpriv (in the system's directories) and the place
+    /// for cgroups, with the default options.
     pub fn locate() -> Result<Sandbox> {
         Sandbox::with_options(&SandboxOptions::default())
     }
 
-    /// Finds bwrap and setpriv (on `PATH`, or in `/usr/bin`), checks that
-    /// sless runs as root, and finds where jails' cgroups can go.
+    /// Finds bwrap and setpriv (in `opts.search_path`, else in `/usr/bin`),
+    /// checks that sless runs as root, and finds where jails' cgroups can go.
     pub fn with_options(opts: &SandboxOptions) -> Result<Sandbox> {
         let bwrap = match &opts.bwrap {
             Some(path) if is_executable(path) => path.clone(),
@@ -291,9 +296,9 @@ impl Sandbox {
                     searched: path.display().to_string(),
                 });
             }
-            None => find_program("bwrap", BUBBLEWRAP_PACKAGE)?,
+            None => find_program("bwrap", BUBBLEWRAP_PACKAGE, &opts.search_path)?,
         };
-        let setpriv = find_program("setpriv", "util-linux")?;
+        let setpriv = find_program("setpriv", "util-linux", &opts.search_path)?;
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
         if uid != 0 {
@@ -417,10 +422,13 @@ fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
 }
 
-/// Finds `name` on `PATH`, else in `/usr/bin` and `/bin`.
-fn find_program(name: &'static str, package: &'static str) -> Result<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut searched: Vec<PathBuf> = std::env::split_paths(&path).collect();
+/// Finds `name` in `search_path`, else in `/usr/bin`, `/bin` and `/usr/sbin`.
+fn find_program(
+    name: &'static str,
+    package: &'static str,
+    search_path: &[PathBuf],
+) -> Result<PathBuf> {
+    let mut searched: Vec<PathBuf> = search_path.to_vec();
     for fixed in ["/usr/bin", "/bin", "/usr/sbin"] {
         if !searched.iter().any(|d| d == Path::new(fixed)) {
             searched.push(PathBuf::from(fixed));

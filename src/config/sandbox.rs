@@ -1,12 +1,13 @@
-//! The local driver's sandbox, from `SLESS_SANDBOX_*` and
-//! `SLESS_BUILD_MEMORY_MB` / `SLESS_BUILD_PROCESSES` (docs/configuration.md).
+//! The local driver's sandbox, from `SLESS_SANDBOX_*`, `SLESS_BWRAP` and
+//! `SLESS_BUILD_MEMORY_MB` / `SLESS_BUILD_PROCESSES` (docs/configuration.md,
+//! "The sandbox"): a part of the [`Local`](super::Local) section.
 
 use std::path::PathBuf;
 
 use anyhow::bail;
 use sless_workers::local::sandbox::JailSizes;
 
-use super::{number_from, var};
+use super::{Get, number_from};
 
 /// The first uid of the default range: far above the users a machine has
 /// and the ranges `/etc/subuid` hands out.
@@ -29,13 +30,7 @@ pub struct SandboxSettings {
     pub bwrap: Option<PathBuf>,
 }
 
-pub fn sandbox() -> anyhow::Result<SandboxSettings> {
-    sandbox_from(&|name| var(name))
-}
-
-pub(super) fn sandbox_from(
-    get: &dyn Fn(&str) -> Option<String>,
-) -> anyhow::Result<SandboxSettings> {
+pub(super) fn sandbox_from(get: Get<'_>) -> anyhow::Result<SandboxSettings> {
     let (first_uid, uid_count) = match get("SLESS_SANDBOX_UIDS") {
         None => (DEFAULT_FIRST_UID, DEFAULT_UID_COUNT),
         Some(range) => uid_range(&range)?,

@@ -1,13 +1,26 @@
+//! The sections' defaults and refusals, each read from a table.
+
 use std::collections::HashMap;
+use std::time::Duration;
 
-use super::*;
+use sless_api::auth::TokenAlgorithm;
+use sless_api::quota::{Quota, Quotas};
+use sless_workers::WorkerConfig;
+use sless_workers::kube::KubeSettings;
 
-fn kube_with(vars: &[(&str, &str)]) -> anyhow::Result<KubeSettings> {
+use super::{Get, Kube, TokenSettings, Worker, api};
+
+/// Reads a section from `vars` instead of the environment.
+fn read<T>(vars: &[(&str, &str)], section: impl Fn(Get<'_>) -> T) -> T {
     let vars: HashMap<String, String> = vars
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    kube_from(&|name| vars.get(name).cloned())
+    section(&|name| vars.get(name).cloned())
+}
+
+fn kube_with(vars: &[(&str, &str)]) -> anyhow::Result<KubeSettings> {
+    read(vars, |get| Kube::from(get).map(|k| k.settings))
 }
 
 #[test]
@@ -45,11 +58,7 @@ fn kubernetes_settings_have_defaults_and_refuse_bad_values() {
 }
 
 fn worker_with(vars: &[(&str, &str)]) -> anyhow::Result<WorkerConfig> {
-    let vars: HashMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    worker_from(&|name| vars.get(name).cloned())
+    read(vars, |get| Worker::from(get).map(|w| w.config))
 }
 
 #[test]
@@ -81,11 +90,7 @@ fn worker_settings_have_defaults_and_refuse_bad_values() {
 }
 
 fn quotas_with(vars: &[(&str, &str)]) -> anyhow::Result<Quotas> {
-    let vars: HashMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    quotas_from(&|name| vars.get(name).cloned())
+    read(vars, api::quotas)
 }
 
 #[test]
@@ -114,11 +119,7 @@ fn quotas_have_defaults_zero_lifts_one_and_a_bad_value_names_its_variable() {
 const KEYS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/api/tests/api/keys");
 
 fn tokens_with(vars: &[(&str, &str)]) -> anyhow::Result<TokenSettings> {
-    let vars: HashMap<String, String> = vars
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    tokens_from(&|name| vars.get(name).cloned())
+    read(vars, TokenSettings::from)
 }
 
 /// The whole message, causes included, as the binary prints it.
@@ -307,4 +308,35 @@ fn configuration_errors_name_their_variable() {
     );
     assert!(e.starts_with("SLESS_JWKS_FILE: "), "{e}");
     assert!(e.contains("not a JSON Web Key Set"), "{e}");
+}
+
+#[test]
+fn api_and_worker_sections_have_defaults_and_name_a_bad_value() {
+    let a = read(&[], api::Api::from).unwrap();
+    assert_eq!(a.proxy, sless_api::proxy::ProxyLimits::default());
+    assert_eq!(a.keep_versions, sless_api::DEFAULT_KEEP_VERSIONS);
+    assert_eq!(a.upload_wait, Duration::from_secs(30));
+    assert!(!a.crash_after_commit);
+    let on = [(sless_api::faults::CRASH_AFTER_COMMIT_ENV, "1")];
+    assert!(read(&on, api::Api::from).unwrap().crash_after_commit);
+    for (name, value) in [
+        ("SLESS_PROXY_MAX_HEADERS", "101"),
+        ("SLESS_PROXY_IDLE_SECS", "0.01"),
+        ("SLESS_INVOCATION_RETENTION_DAYS", "0"),
+        ("SLESS_UPLOAD_CONCURRENCY", "0"),
+        ("SLESS_VERSION_RETENTION", "many"),
+    ] {
+        let e = read(&[(name, value)], api::Api::from).unwrap_err();
+        assert!(e.to_string().starts_with(name), "{name}={value}: {e}");
+    }
+    let w = read(&[], Worker::from).unwrap();
+    assert_eq!(w.driver, super::DriverKind::Local);
+    assert_eq!(w.cron_starting_deadline, Duration::from_secs(3600));
+    for (name, value) in [
+        ("SLESS_DRIVER", "nomad"),
+        ("SLESS_CRON_STARTING_DEADLINE_SECS", "5"),
+    ] {
+        let e = read(&[(name, value)], Worker::from).unwrap_err();
+        assert!(e.to_string().starts_with(name), "{name}={value}: {e}");
+    }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use sless_embedded::{PostgresOptions, PrivatePostgres, S3Server};
+use sless_embedded::{PostgresHost, PostgresOptions, PrivatePostgres, S3Server};
 use sless_store::PgPool;
 use sless_store::blobs::{BlobStore, S3Config};
 use sqlx::Connection;
@@ -42,12 +42,15 @@ fn server() -> &'static Server {
                 .build()
                 .unwrap();
             let cluster = rt
-                .block_on(PrivatePostgres::start(PostgresOptions {
-                    data_dir: dir,
-                    port: None,
-                    settings: vec![("fsync".into(), "off".into())],
-                    socket_only: false,
-                }))
+                .block_on(PrivatePostgres::start_with(
+                    PostgresOptions {
+                        data_dir: dir,
+                        port: None,
+                        settings: vec![("fsync".into(), "off".into())],
+                        socket_only: false,
+                    },
+                    postgres_host(),
+                ))
                 .expect("starting a private PostgreSQL for tests");
             let url = cluster.url("postgres");
             let base = url.rsplit_once('/').unwrap().0.to_owned();
@@ -59,6 +62,15 @@ fn server() -> &'static Server {
         .join()
         .expect("cluster thread")
     })
+}
+
+/// Where the tests' clusters find the server programs and what they run
+/// in: `SLESS_PG_BIN` and this process's environment, as `sless dev` has.
+pub fn postgres_host() -> PostgresHost {
+    PostgresHost {
+        bin_dir: std::env::var_os("SLESS_PG_BIN").map(PathBuf::from),
+        env: std::env::vars().collect(),
+    }
 }
 
 /// A directory for this test process, under `SLESS_TEST_TMP` or the system

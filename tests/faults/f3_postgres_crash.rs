@@ -31,9 +31,12 @@ pub const API_POOL: u32 = 10;
 async fn f3_postgres_crash_under_load_gives_quick_503s_loses_nothing_and_recovers() {
     // A cluster of its own: crashing the shared test server would take every
     // other test down with it.
-    let mut pg = PrivatePostgres::start(PostgresOptions::new(scratch_dir("f3-pg")))
-        .await
-        .expect("a private PostgreSQL");
+    let mut pg = PrivatePostgres::start_with(
+        PostgresOptions::new(scratch_dir("f3-pg")),
+        sless_testkit::postgres_host(),
+    )
+    .await
+    .expect("a private PostgreSQL");
     let mut admin = sqlx::PgConnection::connect(&pg.url("postgres"))
         .await
         .unwrap();

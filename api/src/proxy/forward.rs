@@ -1,0 +1,317 @@
+//! Forwarding: the proxy's connection pool towards functions
+//! (`HttpClient`), the request built from the caller's and sent to the
+//! function's endpoint (once more, to the endpoint the read model now
+//! names, when a request without a body finds the remembered one gone),
+//! and the head of the function's answer checked before it is passed on.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, HttpBody};
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, Uri, header};
+use axum::response::Response;
+use chrono::{DateTime, Utc};
+use sless_domain::FunctionName;
+
+use super::admission::{
+    ProxyLimits, body_too_large, check_headers, check_suffix, is_user_namespace, split_path,
+};
+use super::body::{Inbound, Meter};
+use super::call::Call;
+use super::edge;
+use super::endpoints::Target;
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::invocations::X_REQUEST_ID;
+
+type Pool =
+    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
+
+/// The proxy's side towards functions: its connection pool, and the limits
+/// a request must stay within to be forwarded there.
+#[derive(Clone)]
+pub struct HttpClient {
+    pool: Pool,
+    pub limits: ProxyLimits,
+}
+
+impl HttpClient {
+    pub fn new(limits: ProxyLimits) -> HttpClient {
+        let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let pool =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(30))
+                .build(connector);
+        HttpClient { pool, limits }
+    }
+}
+
+/// A client with the default limits.
+pub fn client() -> HttpClient {
+    HttpClient::new(ProxyLimits::default())
+}
+
+/// Refusals on the request's shape and an unknown function are answered
+/// here, unrecorded; everything after the lookup is recorded.
+pub(super) async fn forward(
+    state: &AppState,
+    started: Instant,
+    started_at: DateTime<Utc>,
+    request_id: &HeaderValue,
+    req: Request,
+) -> ApiResult<Response> {
+    let limits = state.http.limits;
+    let (mut parts, body) = req.into_parts();
+    let path = parts.uri.path();
+    let (ns, name, suffix) = split_path(path)
+        .filter(|(ns, name, _)| is_user_namespace(ns) && FunctionName::parse(name).is_ok())
+        .ok_or_else(|| ApiError::not_found(format!("no function at {path:?}")))?;
+    check_suffix(suffix)?;
+    check_headers(&parts.headers, &limits)?;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_body_bytes) {
+        return Err(body_too_large(limits.max_body_bytes));
+    }
+    let (ns, name) = (ns.to_owned(), name.to_owned());
+    let path_and_query = match (suffix, parts.uri.query()) {
+        ("", None) => "/".to_owned(),
+        ("", Some(q)) => format!("/?{q}"),
+        (s, None) => s.to_owned(),
+        (s, Some(q)) => format!("{s}?{q}"),
+    };
+    let target = state
+        .endpoints
+        .get(&state.pool, &ns, &name)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!("function {name:?} not found in namespace {ns:?}"))
+        })?;
+
+    edge::request_headers(&mut parts.headers, &state.auth);
+    parts.headers.insert(X_REQUEST_ID, request_id.clone());
+    let meter = Arc::new(Meter::default());
+    let mut call = Call {
+        recorder: state.invocations.clone(),
+        meter: meter.clone(),
+        started,
+        started_at,
+        namespace: ns,
+        function: name,
+        version: None,
+        timeout: Duration::ZERO,
+        cold: false,
+        request_id: request_id.to_str().unwrap_or_default().to_owned(),
+    };
+    // A request without a body can be sent again if its endpoint went away.
+    let replayable = body.size_hint().exact() == Some(0);
+    let body = Body::new(Inbound {
+        inner: body,
+        limit: limits.max_body_bytes,
+        meter,
+    });
+    let sent = send(
+        state,
+        &mut call,
+        target,
+        parts,
+        body,
+        &path_and_query,
+        replayable,
+    )
+    .await;
+    Ok(
+        match sent.and_then(|res| well_formed(&call.function, res)) {
+            Ok(mut res) => {
+                edge::response_headers(res.headers_mut(), &call.namespace, &call.function);
+                call.answer(res, limits.idle_timeout)
+            }
+            Err(e) => call.refuse(e),
+        },
+    )
+}
+
+/// A function's answer the proxy passes on: a final status of HTTP's
+/// range (100–599). A 1xx that hyper hands on as final (a 101 Switching
+/// Protocols, which the proxy never asks for: it forwards no `Upgrade`) or
+/// a status past 599 is the function's fault: 502.
+fn well_formed(
+    name: &str,
+    res: hyper::Response<hyper::body::Incoming>,
+) -> ApiResult<hyper::Response<hyper::body::Incoming>> {
+    let status = res.status().as_u16();
+    if (200..=599).contains(&status) {
+        return Ok(res);
+    }
+    let why = if status < 200 {
+        format!("an interim status {status} as its answer, which was not asked for")
+    } else {
+        format!("the status {status}, which is outside HTTP's 100-599")
+    };
+    Err(bad_upstream(name, &why))
+}
+
+/// 502 `bad-upstream-response`: the function answered, but not with HTTP.
+fn bad_upstream(name: &str, why: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        BAD_UPSTREAM_RESPONSE,
+        "Bad response from the function",
+        format!("function {name:?} sent {why}"),
+    )
+}
+
+/// The problem kind of an answer that is not valid HTTP.
+pub const BAD_UPSTREAM_RESPONSE: &str = "bad-upstream-response";
+
+/// 400 for a request body the proxy could not read.
+fn unreadable_body() -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "malformed-request",
+        "Malformed request",
+        "the request body could not be read: its framing is not valid HTTP/1.1 (a bad chunk size, say), or it ended early",
+    )
+}
+
+/// Sends the request to the function's endpoint; the answer's head.
+async fn send(
+    state: &AppState,
+    call: &mut Call,
+    mut target: Arc<Target>,
+    parts: axum::http::request::Parts,
+    body: Body,
+    path_and_query: &str,
+    replayable: bool,
+) -> ApiResult<hyper::Response<hyper::body::Incoming>> {
+    let (ns, name) = (call.namespace.as_str(), call.function.as_str());
+    let limit = state.http.limits.max_body_bytes;
+    let mut body = Some(body);
+    let mut parts = Some(parts);
+    for fresh in [false, true] {
+        if fresh {
+            state.endpoints.forget(ns, name);
+            target = state
+                .endpoints
+                .get(&state.pool, ns, name)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::not_found(format!(
+                        "function {name:?} was deleted in namespace {ns:?}"
+                    ))
+                })?;
+        }
+        if let Some(triggers) = &target.disabled {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "trigger-disabled",
+                "Trigger disabled",
+                format!(
+                    "function {name:?} is served only while one of its http triggers is enabled, and none is ({}); enable one with PATCH /v1/namespaces/{ns}/triggers/{{name}} {{\"enabled\": true}}",
+                    triggers.join(", ")
+                ),
+            ));
+        }
+        let endpoint = target.endpoint.as_ref().map_err(|phase| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "function-not-ready",
+                "Function not ready",
+                format!("function {name:?} has nothing running yet (phase {phase})"),
+            )
+        })?;
+        call.version = target.version;
+        call.timeout = target.timeout;
+        call.cold = target.first_call();
+        let mut req_parts = match (replayable && !fresh, &mut parts) {
+            (true, Some(p)) => p.clone(),
+            (_, p) => p
+                .take()
+                .expect("a request is sent twice only when replayable"),
+        };
+        req_parts.uri = format!("{endpoint}{path_and_query}")
+            .parse::<Uri>()
+            .map_err(|e| ApiError::internal(format!("bad function endpoint {endpoint}: {e}")))?;
+        let upstream = hyper::Request::from_parts(req_parts, body.take().unwrap_or_default());
+        let left = target.timeout.saturating_sub(call.started.elapsed());
+        let res = tokio::time::timeout(left, state.http.pool.request(upstream)).await;
+        if call.meter.too_large.load(Ordering::Relaxed) {
+            return Err(body_too_large(limit));
+        }
+        if call.meter.unreadable.load(Ordering::Relaxed) {
+            return Err(unreadable_body());
+        }
+        return match res {
+            Err(_) => Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "function-timeout",
+                "Function timed out",
+                format!(
+                    "function {name:?} did not answer within its timeout of {}s",
+                    target.timeout.as_secs()
+                ),
+            )),
+            Ok(Err(e)) if e.is_connect() && replayable && !fresh => continue,
+            Ok(Err(e)) => {
+                state.endpoints.forget(ns, name);
+                if let Some(why) = not_http(&e) {
+                    return Err(bad_upstream(name, &why));
+                }
+                // The connection broke under the call: its process may have
+                // ended (killed for memory, say), which the log then says.
+                if !e.is_connect()
+                    && let Some(crash) =
+                        crate::crashes::explain(state, ns, name, call.started_at).await
+                {
+                    return Err(crash);
+                }
+                let what = if e.is_connect() {
+                    "refused the connection"
+                } else {
+                    "failed"
+                };
+                Err(ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "function-unreachable",
+                    "Function unreachable",
+                    format!("function {name:?} {what}: {}", error_chain(&e)),
+                ))
+            }
+            Ok(Ok(res)) => Ok(res),
+        };
+    }
+    unreachable!("the second pass always returns")
+}
+
+/// What was wrong with an answer that hyper could not parse as HTTP/1.1
+/// (a bad status line, header or framing); None for other failures.
+fn not_http(e: &hyper_util::client::legacy::Error) -> Option<String> {
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        if let Some(h) = inner.downcast_ref::<hyper::Error>()
+            && h.is_parse()
+        {
+            return Some(format!("an answer that is not valid HTTP/1.1 ({h})"));
+        }
+        source = inner.source();
+    }
+    None
+}
+
+/// An error and its sources, for humans.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}

@@ -1,0 +1,136 @@
+//! The Kubernetes driver (`SLESS_DRIVER=kubernetes`), from `SLESS_KUBE_*`
+//! (docs/kubernetes.md explains each). `SLESS_KUBE_REGISTRY` is required.
+
+use anyhow::{Context, bail};
+use sless_workers::kube::KubeSettings;
+
+use super::Get;
+use super::source::var;
+
+/// The Kubernetes driver's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kube {
+    pub settings: KubeSettings,
+}
+
+impl Kube {
+    pub fn from_env() -> anyhow::Result<Kube> {
+        Kube::from(&var)
+    }
+
+    pub(super) fn from(get: Get<'_>) -> anyhow::Result<Kube> {
+        Ok(Kube {
+            settings: read(get)?,
+        })
+    }
+}
+
+fn read(get: Get<'_>) -> anyhow::Result<KubeSettings> {
+    let registry = get("SLESS_KUBE_REGISTRY").context(
+        "SLESS_DRIVER=kubernetes needs SLESS_KUBE_REGISTRY (where images are pushed, e.g. registry.example.com/sless)",
+    )?;
+    let mut s = KubeSettings::new(registry);
+    let text = |name: &str, field: &mut String| {
+        if let Some(v) = get(name) {
+            *field = v;
+        }
+    };
+    text("SLESS_KUBE_SYSTEM_NAMESPACE", &mut s.system_namespace);
+    text("SLESS_KUBE_BUILD_NAMESPACE", &mut s.build_namespace);
+    text("SLESS_KUBE_KANIKO_IMAGE", &mut s.kaniko_image);
+    text(
+        "SLESS_KUBE_REGISTRY_PUSH_SECRET",
+        &mut s.registry_push_secret,
+    );
+    text(
+        "SLESS_KUBE_RUNTIME_IMAGE_PREFIX",
+        &mut s.runtime_image_prefix,
+    );
+    text("SLESS_KUBE_RUNTIME_IMAGE_TAG", &mut s.runtime_image_tag);
+    text("SLESS_KUBE_CPU_REQUEST", &mut s.cpu_request);
+    text("SLESS_KUBE_CPU_LIMIT", &mut s.cpu_limit);
+    text("SLESS_KUBE_BUILD_CPU_REQUEST", &mut s.build_cpu_request);
+    text("SLESS_KUBE_BUILD_CPU_LIMIT", &mut s.build_cpu_limit);
+    text("SLESS_KUBE_QUOTA_CPU", &mut s.quota.cpu_limits);
+    text("SLESS_KUBE_QUOTA_MEMORY", &mut s.quota.memory_limits);
+    text(
+        "SLESS_KUBE_QUOTA_EPHEMERAL_STORAGE",
+        &mut s.quota.ephemeral_storage_limits,
+    );
+    s.registry_pull_secret = get("SLESS_KUBE_REGISTRY_PULL_SECRET");
+    let num = |name: &str, default: u64, range: std::ops::RangeInclusive<u64>| {
+        let Some(v) = get(name) else {
+            return Ok(default);
+        };
+        let n: u64 = v
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{name}={v:?} is not a number: {e}"))?;
+        if !range.contains(&n) {
+            bail!(
+                "{name}={n} is out of range ({}..={})",
+                range.start(),
+                range.end()
+            );
+        }
+        Ok(n)
+    };
+    let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    s.build_timeout_secs = small(num(
+        "SLESS_KUBE_BUILD_TIMEOUT_SECS",
+        s.build_timeout_secs.into(),
+        60..=86_400,
+    )?);
+    s.finished_ttl_secs = small(num(
+        "SLESS_KUBE_FINISHED_TTL_SECS",
+        s.finished_ttl_secs.into(),
+        0..=2_592_000,
+    )?);
+    s.rollout_timeout_secs = small(num(
+        "SLESS_KUBE_ROLLOUT_TIMEOUT_SECS",
+        s.rollout_timeout_secs.into(),
+        10..=86_400,
+    )?);
+    s.function_port = u16::try_from(num(
+        "SLESS_KUBE_FUNCTION_PORT",
+        s.function_port.into(),
+        1024..=65_535,
+    )?)?;
+    s.replicas = i32::try_from(num("SLESS_KUBE_REPLICAS", 1, 1..=100)?)?;
+    s.tmp_mb = small(num("SLESS_KUBE_TMP_MB", s.tmp_mb.into(), 1..=65_536)?);
+    s.build_memory_mb = small(num(
+        "SLESS_KUBE_BUILD_MEMORY_MB",
+        s.build_memory_mb.into(),
+        256..=65_536,
+    )?);
+    s.build_ephemeral_mb = small(num(
+        "SLESS_KUBE_BUILD_EPHEMERAL_MB",
+        s.build_ephemeral_mb.into(),
+        1024..=1_048_576,
+    )?);
+    s.quota.pods = small(num(
+        "SLESS_KUBE_QUOTA_PODS",
+        s.quota.pods.into(),
+        1..=10_000,
+    )?);
+    s.cron_starting_deadline_secs = i64::try_from(num(
+        "SLESS_CRON_STARTING_DEADLINE_SECS",
+        u64::try_from(s.cron_starting_deadline_secs).unwrap_or(3600),
+        10..=604_800,
+    )?)?;
+    if let Some(v) = get("SLESS_KUBE_FUNCTION_EGRESS") {
+        s.function_egress = match v.as_str() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            _ => bail!("SLESS_KUBE_FUNCTION_EGRESS={v:?}: use true or false"),
+        };
+    }
+    if let Some(v) = get("SLESS_KUBE_EGRESS_DENIED_CIDRS") {
+        s.egress_denied_cidrs = v
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .collect();
+    }
+    Ok(s)
+}

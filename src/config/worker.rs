@@ -1,0 +1,115 @@
+//! The worker role (`sless worker`, and the worker of `sless dev` and
+//! `serve`): its loop, the driver it runs functions with, and the cron
+//! scheduler.
+
+use std::time::Duration;
+
+use anyhow::bail;
+use sless_store::queue::Backoff;
+use sless_workers::WorkerConfig;
+use sless_workers::scheduler::DEFAULT_STARTING_DEADLINE;
+
+use super::source::var;
+use super::{Get, number_from};
+
+/// Where functions run: `SLESS_DRIVER`, `local` (the default) or
+/// `kubernetes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverKind {
+    Local,
+    Kubernetes,
+}
+
+/// The worker's settings.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    /// From `SLESS_WORKER_ID`, `SLESS_WORKER_CONCURRENCY`,
+    /// `SLESS_WORKER_JOB_CONCURRENCY`, `SLESS_WORKER_PREFETCH`,
+    /// `SLESS_LEASE_SECS`, `SLESS_SWEEP_SECS`, `SLESS_POLL_MS`,
+    /// `SLESS_RETRY_BASE_MS`, `SLESS_SHUTDOWN_GRACE_SECS`,
+    /// `SLESS_ORPHAN_SWEEP_SECS` and `SLESS_ORPHAN_GRACE_SECS`.
+    pub config: WorkerConfig,
+    pub driver: DriverKind,
+    /// How late a cron tick may still fire (after an outage, only the
+    /// latest tick fires), `SLESS_CRON_STARTING_DEADLINE_SECS` (3600).
+    pub cron_starting_deadline: Duration,
+}
+
+impl Worker {
+    pub fn from_env() -> anyhow::Result<Worker> {
+        Worker::from(&var)
+    }
+
+    pub(super) fn from(get: Get<'_>) -> anyhow::Result<Worker> {
+        let config = worker_config(get)?;
+        let driver = match get("SLESS_DRIVER").as_deref() {
+            None | Some("local") => DriverKind::Local,
+            Some("kubernetes") => DriverKind::Kubernetes,
+            Some(other) => bail!("SLESS_DRIVER={other:?}: use local or kubernetes"),
+        };
+        let secs: u64 = number_from(
+            get,
+            "SLESS_CRON_STARTING_DEADLINE_SECS",
+            DEFAULT_STARTING_DEADLINE.as_secs(),
+        )?;
+        if !(10..=30 * 86_400).contains(&secs) {
+            bail!("SLESS_CRON_STARTING_DEADLINE_SECS must be from 10 to 2592000 (30 days)");
+        }
+        Ok(Worker {
+            config,
+            driver,
+            cron_starting_deadline: Duration::from_secs(secs),
+        })
+    }
+
+    /// The cron scheduler of these settings.
+    pub fn scheduler(&self, pool: sless_store::PgPool) -> sless_workers::Scheduler {
+        sless_workers::Scheduler::new(pool, self.cron_starting_deadline)
+    }
+}
+
+fn worker_config(get: Get<'_>) -> anyhow::Result<WorkerConfig> {
+    let secs = |name: &str, default: f64| number_from(get, name, default);
+    let count = |name: &str, default: usize| number_from(get, name, default);
+    let d = WorkerConfig::default();
+    let lease = secs("SLESS_LEASE_SECS", d.lease.as_secs_f64())?;
+    if !(1.0..=3600.0).contains(&lease) {
+        bail!("SLESS_LEASE_SECS must be between 1 and 3600");
+    }
+    let orphan_sweep = secs("SLESS_ORPHAN_SWEEP_SECS", d.orphan_sweep.as_secs_f64())?;
+    if !(1.0..=86_400.0).contains(&orphan_sweep) {
+        bail!("SLESS_ORPHAN_SWEEP_SECS must be from 1 to 86400 (a day)");
+    }
+    let orphan_grace = secs("SLESS_ORPHAN_GRACE_SECS", d.orphan_grace.as_secs_f64())?;
+    if !(60.0..=30.0 * 86_400.0).contains(&orphan_grace) {
+        bail!(
+            "SLESS_ORPHAN_GRACE_SECS must be from 60 to 2592000 (30 days): an upload in flight \
+             must never look like an orphan"
+        );
+    }
+    Ok(WorkerConfig {
+        id: get("SLESS_WORKER_ID").unwrap_or(d.id),
+        concurrency: count("SLESS_WORKER_CONCURRENCY", d.concurrency)?.max(1),
+        job_concurrency: count("SLESS_WORKER_JOB_CONCURRENCY", d.job_concurrency)?.max(1),
+        prefetch: count("SLESS_WORKER_PREFETCH", d.prefetch)?,
+        lease: Duration::from_secs_f64(lease),
+        sweep: Duration::from_secs_f64(secs("SLESS_SWEEP_SECS", d.sweep.as_secs_f64())?.max(0.1)),
+        poll: Duration::from_millis(
+            number_from(get, "SLESS_POLL_MS", d.poll.as_millis() as u64)?.max(10),
+        ),
+        backoff: Backoff {
+            base: Duration::from_millis(number_from(
+                get,
+                "SLESS_RETRY_BASE_MS",
+                d.backoff.base.as_millis() as u64,
+            )?),
+            max: d.backoff.max,
+        },
+        shutdown_grace: Duration::from_secs_f64(
+            secs("SLESS_SHUTDOWN_GRACE_SECS", d.shutdown_grace.as_secs_f64())?.max(0.0),
+        ),
+        ack_batch: d.ack_batch,
+        orphan_sweep: Duration::from_secs_f64(orphan_sweep),
+        orphan_grace: Duration::from_secs_f64(orphan_grace),
+    })
+}
