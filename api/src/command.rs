@@ -61,6 +61,21 @@ impl Answered {
         }
     }
 
+    /// 202 for a trigger or job deleted by the append `appended`.
+    pub fn removed(
+        namespace: &sless_domain::Namespace,
+        name: &str,
+        appended: Appended,
+    ) -> Answered {
+        let body = serde_json::json!({
+            "namespace": namespace,
+            "name": name,
+            "deleted": true,
+            "position": appended.position,
+        });
+        Answered::new(StatusCode::ACCEPTED, body)
+    }
+
     /// With the `ETag` of a stream at `version`.
     pub fn etag(self, version: u64) -> Answered {
         self.header(header::ETAG, precondition::etag(version))

@@ -4,14 +4,15 @@
 //! `versions`, `source`, `jobs` and `triggers` share it; it imports none
 //! of them.
 
+use axum::http::StatusCode;
 use serde_json::json;
 use sless_domain::{Function, FunctionKey, FunctionName};
-use sless_store::eventlog;
+use sless_store::eventlog::{self, Appended};
 use sless_store::readmodel::FunctionRow;
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::command::Target;
+use crate::command::{Answered, Target};
 use crate::error::{ApiError, ApiResult};
 
 /// Reads a function's state from its stream (the source of truth for commands).
@@ -75,6 +76,27 @@ pub(crate) fn view_of_state(
         "last_error": f.last_error,
         "url": function_url(fn_url, key.namespace.as_str(), key.name.as_str()),
     })
+}
+
+/// A command's answer that changes what runs: 202 with the function as it
+/// will be, the event's position and where to poll.
+pub(crate) fn accepted(
+    fn_url: Option<&str>,
+    key: &FunctionKey,
+    after: &Function,
+    appended: Appended,
+) -> Answered {
+    let mut view = view_of_state(fn_url, key, after);
+    view["position"] = json!(appended.position);
+    view["status_url"] = json!(function_path(key));
+    Answered::new(StatusCode::ACCEPTED, view)
+}
+
+/// A command's answer that changed nothing: 200 with the function, `unchanged`.
+pub(crate) fn unchanged(fn_url: Option<&str>, key: &FunctionKey, f: &Function) -> Answered {
+    let mut view = view_of_state(fn_url, key, f);
+    view["unchanged"] = json!(true);
+    Answered::new(StatusCode::OK, view)
 }
 
 /// The function a path names: a name that cannot be a function's is not

@@ -23,7 +23,7 @@ use crate::auth::Caller;
 use crate::command::{self, Answered, Current, Decided, Handler, Opened, Plan, RequestContext};
 use crate::error::{ApiError, ApiResult};
 use crate::function::{
-    function_not_found, function_path, load, path_key, target, view_of_row, view_of_state,
+    accepted, function_not_found, load, path_key, target, unchanged, view_of_row, view_of_state,
 };
 use crate::json::parse_json;
 use crate::path::PathParams;
@@ -347,9 +347,8 @@ impl Handler<Function> for ChangeSpec {
         let rebuilt = self.rebuilt_for(state, current, &spec).await?;
         let mut events = current.decide(FunctionCommand::ChangeSpec { spec, rebuilt })?;
         if events.is_empty() {
-            let mut view = view_of_state(self.fn_url.as_deref(), &self.target, current);
-            view["unchanged"] = json!(true);
-            return Ok(Decided::Unchanged(Answered::new(StatusCode::OK, view)));
+            let answer = unchanged(self.fn_url.as_deref(), &self.target, current);
+            return Ok(Decided::Unchanged(answer));
         }
         // A runtime change makes a new version: retention applies, and its
         // repacked context must still be stored when the events commit.
@@ -369,10 +368,7 @@ impl Handler<Function> for ChangeSpec {
     }
 
     fn answer(&self, after: &Function, appended: Appended) -> Answered {
-        let mut view = view_of_state(self.fn_url.as_deref(), &self.target, after);
-        view["position"] = json!(appended.position);
-        view["status_url"] = json!(function_path(&self.target));
-        Answered::new(StatusCode::ACCEPTED, view)
+        accepted(self.fn_url.as_deref(), &self.target, after, appended)
     }
 
     /// Only a worker's events in between (a build starting, say) leave the

@@ -433,13 +433,7 @@ impl Handler<Job> for Delete {
     }
 
     fn answer(&self, _: &Job, appended: Appended) -> Answered {
-        let body = json!({
-            "namespace": self.namespace,
-            "name": self.name,
-            "deleted": true,
-            "position": appended.position,
-        });
-        Answered::new(StatusCode::ACCEPTED, body)
+        Answered::removed(&self.namespace, self.name.as_str(), appended)
     }
 
     /// A worker's events in between (the job started): a job that still

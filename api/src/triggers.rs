@@ -478,13 +478,7 @@ impl Handler<Trigger> for Delete {
     }
 
     fn answer(&self, _: &Trigger, appended: Appended) -> Answered {
-        let body = json!({
-            "namespace": self.namespace,
-            "name": self.name,
-            "deleted": true,
-            "position": appended.position,
-        });
-        Answered::new(StatusCode::ACCEPTED, body)
+        Answered::removed(&self.namespace, self.name.as_str(), appended)
     }
 
     fn depends_on(&self, _: &Trigger, _: &Trigger) -> bool {

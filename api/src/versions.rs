@@ -9,7 +9,7 @@
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -24,7 +24,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::command::{self, Answered, Current, Decided, Handler, Opened, Plan, RequestContext};
 use crate::error::{ApiError, ApiResult};
-use crate::function::{function_not_found, function_path, load, path_key, target, view_of_state};
+use crate::function::{accepted, function_not_found, load, path_key, target, unchanged};
 use crate::json::parse_json;
 use crate::path::PathParams;
 use crate::quota::Demand;
@@ -304,9 +304,8 @@ impl Handler<Function> for RollBack {
         let version = self.version;
         let events = current.decide(FunctionCommand::Rollback { version })?;
         if events.is_empty() {
-            let mut view = view_of_state(self.fn_url.as_deref(), &self.target, current);
-            view["unchanged"] = json!(true);
-            return Ok(Decided::Unchanged(Answered::new(StatusCode::OK, view)));
+            let answer = unchanged(self.fn_url.as_deref(), &self.target, current);
+            return Ok(Decided::Unchanged(answer));
         }
         Ok(Decided::Append(
             Plan::new(events).reconcile(self.target.queue_key()),
@@ -314,10 +313,7 @@ impl Handler<Function> for RollBack {
     }
 
     fn answer(&self, after: &Function, appended: Appended) -> Answered {
-        let mut view = view_of_state(self.fn_url.as_deref(), &self.target, after);
-        view["position"] = json!(appended.position);
-        view["status_url"] = json!(function_path(&self.target));
-        Answered::new(StatusCode::ACCEPTED, view)
+        accepted(self.fn_url.as_deref(), &self.target, after, appended)
     }
 
     /// Whatever landed in between, the version asked for is decided on

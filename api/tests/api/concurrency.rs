@@ -178,20 +178,7 @@ async fn an_upload_overtaken_by_a_workers_event_is_decided_again_not_refused() {
         })
     };
     // The upload has read the stream (at version 2) and waits for the lock.
-    sless_testkit::eventually(
-        "the upload to wait for the stream's lock",
-        std::time::Duration::from_secs(10),
-        || async {
-            let waiting: i64 = sqlx::query_scalar(
-                "select count(*) from pg_locks where locktype = 'advisory' and not granted",
-            )
-            .fetch_one(&env.db.pool)
-            .await
-            .unwrap();
-            (waiting > 0).then_some(())
-        },
-    )
-    .await;
+    env.until_a_request_waits_for_a_stream_lock().await;
     worker_tx.commit().await.unwrap();
 
     let answer = upload.await.unwrap();

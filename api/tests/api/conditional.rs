@@ -431,20 +431,7 @@ async fn race(
         let env = env.clone();
         tokio::spawn(async move { env.send(req).await })
     };
-    sless_testkit::eventually(
-        "the request to wait for the stream's lock",
-        std::time::Duration::from_secs(10),
-        || async {
-            let waiting: i64 = sqlx::query_scalar(
-                "select count(*) from pg_locks where locktype = 'advisory' and not granted",
-            )
-            .fetch_one(&env.db.pool)
-            .await
-            .unwrap();
-            (waiting > 0).then_some(())
-        },
-    )
-    .await;
+    env.until_a_request_waits_for_a_stream_lock().await;
     tx.commit().await.unwrap();
     sent.await.unwrap()
 }

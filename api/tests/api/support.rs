@@ -110,6 +110,25 @@ impl Env {
         }
     }
 
+    /// Waits until a request waits for a stream's lock (another
+    /// transaction holds it), with a deadline.
+    pub async fn until_a_request_waits_for_a_stream_lock(&self) {
+        sless_testkit::eventually(
+            "a request to wait for the stream's lock",
+            std::time::Duration::from_secs(10),
+            || async {
+                let waiting: i64 = sqlx::query_scalar(
+                    "select count(*) from pg_locks where locktype = 'advisory' and not granted",
+                )
+                .fetch_one(&self.db.pool)
+                .await
+                .unwrap();
+                (waiting > 0).then_some(())
+            },
+        )
+        .await;
+    }
+
     /// The keys recorded in flight (stored ahead of their event, which has
     /// not committed), sorted.
     pub async fn blobs_in_flight(&self) -> Vec<String> {
