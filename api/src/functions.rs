@@ -1,14 +1,13 @@
 //! `/v1/namespaces/{ns}/functions`: create, list, get, update (PUT),
 //! delete, upload.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde::Deserialize;
 use serde_json::json;
+use sless_api_types::{CreateFunction, UpdateFunction};
 use sless_domain::archive;
 use sless_domain::{
     Aggregate, DomainError, Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName,
@@ -29,36 +28,6 @@ use crate::json::parse_json;
 use crate::path::PathParams;
 use crate::quota::Demand;
 use crate::versions::version_demand;
-
-/// The body of `POST /v1/namespaces/{ns}/functions`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateFunction {
-    /// A DNS-1123 label of at most 40 characters, starting with a letter.
-    #[schema(pattern = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")]
-    pub name: String,
-    /// `python3.11`, `nodejs20` or `go1.23`.
-    #[schema(pattern = r"^(python3\.11|nodejs20|go1\.23)$")]
-    pub runtime: String,
-    /// `module.function` (Python, Node.js) or `package.Function` (Go).
-    #[schema(min_length = 3)]
-    pub entrypoint: String,
-    #[serde(default = "default_memory")]
-    #[schema(minimum = 64, maximum = 4096)]
-    pub memory_mb: u32,
-    #[serde(default = "default_timeout")]
-    #[schema(minimum = 1, maximum = 900)]
-    pub timeout_sec: u32,
-    #[serde(default)]
-    pub env_vars: BTreeMap<String, String>,
-}
-
-fn default_memory() -> u32 {
-    128
-}
-fn default_timeout() -> u32 {
-    30
-}
 
 fn parse_name(name: &str) -> ApiResult<FunctionName> {
     FunctionName::parse(name).map_err(ApiError::from)
@@ -166,41 +135,22 @@ pub async fn get(
     Ok(Answered::new(StatusCode::OK, view).etag(f.stream_version))
 }
 
-/// The body of `PUT /v1/namespaces/{ns}/functions/{name}`: the fields to
-/// change. A field left out keeps its value; `env_vars`, when given,
-/// replaces the whole environment. `name`, when given, must be the path's.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct UpdateFunction {
-    #[schema(pattern = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")]
-    pub name: Option<String>,
-    #[schema(pattern = r"^(python3\.11|nodejs20|go1\.23)$")]
-    pub runtime: Option<String>,
-    #[schema(min_length = 3)]
-    pub entrypoint: Option<String>,
-    #[schema(minimum = 64, maximum = 4096)]
-    pub memory_mb: Option<u32>,
-    #[schema(minimum = 1, maximum = 900)]
-    pub timeout_sec: Option<u32>,
-    pub env_vars: Option<BTreeMap<String, String>>,
-}
-
-impl UpdateFunction {
-    /// The spec `current` becomes with these changes.
-    fn apply_to(&self, current: &FunctionSpec) -> ApiResult<FunctionSpec> {
-        let runtime = match &self.runtime {
+/// The spec `current` becomes with the changes of `update`.
+fn apply_update(update: &UpdateFunction, current: &FunctionSpec) -> ApiResult<FunctionSpec> {
+    {
+        let runtime = match &update.runtime {
             Some(r) => r.parse::<Runtime>()?,
             None => current.runtime,
         };
         Ok(FunctionSpec {
             runtime,
-            entrypoint: self
+            entrypoint: update
                 .entrypoint
                 .clone()
                 .unwrap_or_else(|| current.entrypoint.clone()),
-            memory_mb: self.memory_mb.unwrap_or(current.memory_mb),
-            timeout_sec: self.timeout_sec.unwrap_or(current.timeout_sec),
-            env_vars: self
+            memory_mb: update.memory_mb.unwrap_or(current.memory_mb),
+            timeout_sec: update.timeout_sec.unwrap_or(current.timeout_sec),
+            env_vars: update
                 .env_vars
                 .clone()
                 .unwrap_or_else(|| current.env_vars.clone()),
@@ -341,7 +291,7 @@ impl Handler<Function> for ChangeSpec {
         let Some(spec) = current.spec.as_ref().filter(|_| current.exists()) else {
             return Err(function_not_found(&self.target));
         };
-        let spec = self.req.apply_to(spec)?;
+        let spec = apply_update(&self.req, spec)?;
         // Refused before anything is stored for it.
         spec.validate()?;
         let rebuilt = self.rebuilt_for(state, current, &spec).await?;

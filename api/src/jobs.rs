@@ -10,8 +10,8 @@
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
 use serde_json::{Value, json};
+use sless_api_types::CreateJob;
 use sless_domain::job::{self, Job, JobCommand, JobEvent, JobSpec, JobStatus, Output};
 use sless_domain::{Aggregate, DomainError, FunctionKey, JobName, Namespace};
 use sless_store::eventlog::{self, Appended, Loaded};
@@ -28,23 +28,6 @@ use crate::function;
 use crate::json::parse_json;
 use crate::path::PathParams;
 use crate::quota::Demand;
-
-/// The body of `POST /v1/namespaces/{ns}/jobs`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateJob {
-    #[schema(pattern = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")]
-    pub name: String,
-    /// The function it runs.
-    #[schema(pattern = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")]
-    pub function: String,
-    /// What the handler receives as `json` (and as JSON text in `body`).
-    #[serde(default)]
-    pub input: serde_json::Value,
-    /// How long the run may take, in seconds (default: the function's `timeout_sec`).
-    #[schema(minimum = 1, maximum = 86400)]
-    pub timeout_sec: Option<u32>,
-}
 
 /// A job named in the path: a name that cannot be a job's is not found.
 fn path_name(name: &str) -> ApiResult<JobName> {

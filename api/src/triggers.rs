@@ -14,8 +14,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
 use serde_json::{Value, json};
+use sless_api_types::{CreateTrigger, PatchTrigger};
 use sless_domain::cron::Cron;
 use sless_domain::trigger::{
     self, Trigger, TriggerCommand, TriggerEvent, TriggerFields, TriggerKind, TriggerSpec,
@@ -38,34 +38,6 @@ use crate::quota::Demand;
 
 /// How many of a cron trigger's runs its document shows.
 pub const RUNS_SHOWN: i64 = 10;
-
-/// The body of `POST /v1/namespaces/{ns}/triggers`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateTrigger {
-    #[schema(pattern = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")]
-    pub name: String,
-    /// The function it runs.
-    #[schema(pattern = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")]
-    pub function: String,
-    /// `http` or `cron`.
-    #[serde(rename = "type")]
-    #[schema(pattern = r"^(http|cron)$")]
-    pub kind: String,
-    /// A cron trigger's schedule (five fields), required for `cron`.
-    pub schedule: Option<String>,
-    /// The IANA time zone a cron schedule is read in (default UTC).
-    pub timezone: Option<String>,
-    /// Default true.
-    pub enabled: Option<bool>,
-}
-
-/// The body of `PATCH /v1/namespaces/{ns}/triggers/{name}`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PatchTrigger {
-    pub enabled: bool,
-}
 
 /// A trigger named in the path: a name that cannot be a trigger's is not found.
 fn path_name(name: &str) -> ApiResult<TriggerName> {

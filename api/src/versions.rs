@@ -11,8 +11,8 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::json;
+use sless_api_types::Rollback;
 use sless_domain::source::read_context;
 use sless_domain::{
     Aggregate, Function, FunctionCommand, FunctionEvent, FunctionKey, SourceVersion, prune_versions,
@@ -241,15 +241,6 @@ pub async fn diff(
         "diff_bytes": diff.diff_bytes,
         "diff_limit": DIFF_LIMIT,
     })))
-}
-
-/// The body of `POST .../rollback`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Rollback {
-    /// The version to make live again.
-    #[schema(minimum = 1)]
-    pub version: u32,
 }
 
 /// `POST .../rollback`: appends `FunctionRolledBack`; a worker builds (or

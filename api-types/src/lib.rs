@@ -1,0 +1,10 @@
+//! The documents of the sless REST API: the bodies its commands take
+//! (`requests`) and the answers its routes give (`views`). The API
+//! documents its routes with these types and the client (`sless-client`)
+//! reads and writes them, so the two cannot drift apart.
+
+pub mod requests;
+pub mod views;
+
+pub use requests::*;
+pub use views::*;

@@ -1,0 +1,1 @@
+//! A typed client of the sless REST API.
