@@ -143,7 +143,7 @@ fn maintenance(state: &AppState) -> ApiResult<&dyn Maintenance> {
     })
 }
 
-#[utoipa::path(post, path = "/admin/replay", tag = "admin",
+#[utoipa::path(post, path = "/admin/replay", operation_id = "startReplay", tag = "admin",
     summary = "Rebuild the read models from the log (admin tokens only)",
     request_body(content = Option<ReplayRequest>, description = "`{\"verify\": true}` only compares; left out, a replay"),
     responses((status = 202, description = "Started; follow it at `GET /v1/admin/replay`", body = ReplayView)))]
@@ -171,7 +171,7 @@ pub async fn start_replay(
         .into_response())
 }
 
-#[utoipa::path(get, path = "/admin/replay", tag = "admin",
+#[utoipa::path(get, path = "/admin/replay", operation_id = "getLastReplay", tag = "admin",
     summary = "The last replay: its state, progress and checksums (admin tokens only)",
     responses((status = 200, description = "The last replay", body = ReplayView)))]
 pub async fn last_replay(
@@ -186,7 +186,7 @@ pub async fn last_replay(
     }
 }
 
-#[utoipa::path(post, path = "/admin/reconcile", tag = "admin",
+#[utoipa::path(post, path = "/admin/reconcile", operation_id = "reconcileAllFunctions", tag = "admin",
     summary = "Enqueue a reconcile of every function (admin tokens only)",
     responses((status = 202, description = "Enqueued", body = Reconciling)))]
 pub async fn reconcile(

@@ -331,7 +331,7 @@ async fn page(state: &AppState, filter: &Filter, p: &Params) -> ApiResult<Json<V
 }
 
 /// `GET /v1/namespaces/{ns}/events`.
-#[utoipa::path(get, path = "/namespaces/{ns}/events", tag = "events",
+#[utoipa::path(get, path = "/namespaces/{ns}/events", operation_id = "listNamespaceEvents", tag = "events",
     summary = "The namespace's audit log, a page at a time",
     description = "Every event of the namespace: who (`actor`, the token's `sub` or `system:<role>`) \
         changed what (`stream`, `type`, `data`), when (`time`) and in which request (`request_id`). \
@@ -362,7 +362,7 @@ pub async fn list(
 }
 
 /// `GET /v1/events`: every namespace's audit log, for admins.
-#[utoipa::path(get, path = "/events", tag = "events",
+#[utoipa::path(get, path = "/events", operation_id = "listEvents", tag = "events",
     summary = "The audit log of every namespace (admin tokens only)",
     description = "As `/v1/namespaces/{ns}/events`, across namespaces; `namespace` narrows it to one. \
         A token without the admin claim gets 403.",
@@ -404,7 +404,7 @@ pub async fn list_all(
 }
 
 /// `GET /v1/namespaces/{ns}/events/stream`.
-#[utoipa::path(get, path = "/namespaces/{ns}/events/stream", tag = "events",
+#[utoipa::path(get, path = "/namespaces/{ns}/events/stream", operation_id = "tailEvents", tag = "events",
     summary = "Follow the namespace's audit log live (Server-Sent Events)",
     description = "Each event's `id` is where to resume after it, its `event` the event type and its \
         `data` the entry as the list shows it. Starts with what commits from now on (and possibly a few \

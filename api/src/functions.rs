@@ -33,7 +33,7 @@ fn parse_name(name: &str) -> ApiResult<FunctionName> {
     FunctionName::parse(name).map_err(ApiError::from)
 }
 
-#[utoipa::path(post, path = "/namespaces/{ns}/functions", tag = "functions",
+#[utoipa::path(post, path = "/namespaces/{ns}/functions", operation_id = "createFunction", tag = "functions",
     summary = "Create a function",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
     request_body = CreateFunction,
@@ -90,7 +90,7 @@ impl Handler<Function> for Create {
     }
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/functions", tag = "functions",
+#[utoipa::path(get, path = "/namespaces/{ns}/functions", operation_id = "listFunctions", tag = "functions",
     summary = "List the namespace's functions",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")),
     responses((status = 200, description = "The functions", body = crate::openapi::FunctionList)))]
@@ -108,7 +108,7 @@ pub async fn list(
     Ok(Json(json!({ "items": items })))
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}", tag = "functions",
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}", operation_id = "getFunction", tag = "functions",
     summary = "Get a function",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function")),
     responses((status = 200, description = "The function", body = crate::openapi::FunctionView)))]
@@ -201,7 +201,7 @@ async fn rebuild_for_runtime(
 /// current source again for the new runtime, which becomes the next version
 /// (`FunctionUploaded` in the same append) and is built before it deploys.
 /// A spec that changes nothing answers 200 and appends nothing.
-#[utoipa::path(put, path = "/namespaces/{ns}/functions/{name}", tag = "functions",
+#[utoipa::path(put, path = "/namespaces/{ns}/functions/{name}", operation_id = "updateFunction", tag = "functions",
     summary = "Change a function's spec; a deployed function is redeployed",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
     request_body = UpdateFunction,
@@ -339,7 +339,7 @@ impl Handler<Function> for ChangeSpec {
 /// The function is gone from list and get at once (404), its invoke URL
 /// answers 404, and the name may be created again; the stream goes on, and
 /// so do its version numbers.
-#[utoipa::path(delete, path = "/namespaces/{ns}/functions/{name}", tag = "functions",
+#[utoipa::path(delete, path = "/namespaces/{ns}/functions/{name}", operation_id = "deleteFunction", tag = "functions",
     summary = "Delete a function; its name may be created again",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
     responses((status = 202, description = "Accepted: it stops running next", body = crate::openapi::Deleted)))]

@@ -8,13 +8,13 @@ use serde_json::json;
 
 use crate::AppState;
 
-#[utoipa::path(get, path = "/healthz", tag = "meta", summary = "The process is up",
+#[utoipa::path(get, path = "/healthz", operation_id = "healthz", tag = "meta", summary = "The process is up",
     responses((status = 200, description = "Up", body = crate::openapi::Health)))]
 pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
 
-#[utoipa::path(get, path = "/readyz", tag = "meta", summary = "The database answers and its migrations are current",
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "meta", summary = "The database answers and its migrations are current",
     responses(
         (status = 200, description = "Ready", body = crate::openapi::Readiness),
         (status = 503, description = "Not ready, or the database is unavailable", content(

@@ -439,7 +439,7 @@ fn view(r: &Invocation) -> Value {
 /// `GET /v1/namespaces/{ns}/functions/{name}/invocations`: one page of a
 /// function's records, newest first, and the cursor of the next page (null
 /// on the last).
-#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/invocations", tag = "functions",
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/invocations", operation_id = "listInvocations", tag = "functions",
     summary = "The function's invocation records, newest first",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Records per page (default 100)"),

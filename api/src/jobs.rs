@@ -240,7 +240,7 @@ fn exists_answer(doc: &Doc) -> ApiError {
 /// `POST /v1/namespaces/{ns}/jobs`: appends `JobRequested` for the
 /// function's current version and enqueues its run; 202 with the job. A
 /// namespace with its quota of jobs pending or running gets 409.
-#[utoipa::path(post, path = "/namespaces/{ns}/jobs", tag = "jobs",
+#[utoipa::path(post, path = "/namespaces/{ns}/jobs", operation_id = "createJob", tag = "jobs",
     summary = "Create a one-shot job",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
     request_body = CreateJob,
@@ -347,7 +347,7 @@ impl Handler<Job> for Create {
     }
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/jobs/{name}", tag = "jobs",
+#[utoipa::path(get, path = "/namespaces/{ns}/jobs/{name}", operation_id = "getJob", tag = "jobs",
     summary = "Get a job (status, output)",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job")),
     responses((status = 200, description = "The job", body = crate::openapi::JobView)))]
@@ -376,7 +376,7 @@ pub async fn get(
 
 /// `DELETE /v1/namespaces/{ns}/jobs/{name}`: appends `JobDeleted`; a
 /// running job is stopped by the worker running it. 202; the name is free again.
-#[utoipa::path(delete, path = "/namespaces/{ns}/jobs/{name}", tag = "jobs",
+#[utoipa::path(delete, path = "/namespaces/{ns}/jobs/{name}", operation_id = "deleteJob", tag = "jobs",
     summary = "Delete a job; a running one is stopped",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
     responses((status = 202, description = "Deleted: a running job stops next", body = crate::openapi::Removed)))]

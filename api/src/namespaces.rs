@@ -25,7 +25,7 @@ use crate::command::{
 use crate::error::ApiResult;
 use crate::path::PathParams;
 
-#[utoipa::path(post, path = "/namespaces/{ns}/ensure", tag = "namespaces",
+#[utoipa::path(post, path = "/namespaces/{ns}/ensure", operation_id = "ensureNamespace", tag = "namespaces",
     summary = "Create the namespace if it does not exist (idempotent)",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")),
     responses((status = 200, description = "The namespace exists", body = crate::openapi::Ensured)))]

@@ -7,6 +7,11 @@
 //! documented, nor documented without being served. What every route of a
 //! kind shares is added here, in `finish`: the bearer scheme on `/v1`, and
 //! the problem documents (see `error`) each route can answer.
+//!
+//! Every operation has an `operationId` of its own, which client
+//! generators name their calls after: the handler's `operation_id`, and
+//! for the `/fn` routes (one handler for every method) that with the
+//! method (`invokeFunctionPost`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,6 +39,7 @@ pub const BEARER: &str = "bearer";
 #[utoipa::path(
     get,
     path = "/openapi.json",
+    operation_id = "getOpenApiDocument",
     tag = "meta",
     responses((status = 200, description = "The OpenAPI 3.1 document of this API", content_type = "application/json")),
 )]
@@ -210,8 +216,9 @@ fn operations(item: &mut PathItem) -> [(&'static str, Option<&mut Operation>); 8
 }
 
 /// Completes the document the router collected: info, the bearer scheme
-/// on `/v1`, every route's problem answers, and OpenAPI's spelling of the
-/// proxy's wildcard segment.
+/// on `/v1`, every route's problem answers, an operation of its own for
+/// each method of a `/fn` route, and OpenAPI's spelling of the proxy's
+/// wildcard segment.
 pub fn finish(mut doc: OpenApi) -> OpenApi {
     doc.info = InfoBuilder::new()
         .title("sless")
@@ -247,11 +254,8 @@ pub fn finish(mut doc: OpenApi) -> OpenApi {
             if path.starts_with("/v1/") {
                 op.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
             }
-            if path.starts_with("/fn/")
-                && let Some(body) = op.request_body.as_mut()
-            {
-                // The proxy passes on whatever comes, nothing included.
-                body.required = Some(Required::False);
+            if path.starts_with("/fn/") {
+                invoke_operation(method, op);
             }
             conditional(method, &path, op);
             let has_body = op.request_body.is_some();
@@ -266,6 +270,24 @@ pub fn finish(mut doc: OpenApi) -> OpenApi {
         doc.paths.paths.insert(path, item);
     }
     doc
+}
+
+/// One method of a `/fn` route, which one handler serves for every method
+/// of `proxy::METHODS`: its operation id is the route's with the method
+/// (`invokeFunction` and `post`: `invokeFunctionPost`), so that each is an
+/// operation of its own, and its body is optional (the proxy passes on
+/// whatever comes, nothing included).
+fn invoke_operation(method: &str, op: &mut Operation) {
+    let route = op
+        .operation_id
+        .take()
+        .unwrap_or_else(|| "invoke".to_owned());
+    // The methods are `operations`' names: lowercase ASCII.
+    let (first, rest) = method.split_at(1);
+    op.operation_id = Some(format!("{route}{}{rest}", first.to_ascii_uppercase()));
+    if let Some(body) = op.request_body.as_mut() {
+        body.required = Some(Required::False);
+    }
 }
 
 /// What a route does with entity tags: a function, trigger or job is

@@ -100,25 +100,30 @@ pub const METHODS: axum::routing::MethodFilter = axum::routing::MethodFilter::GE
     .or(axum::routing::MethodFilter::DELETE)
     .or(axum::routing::MethodFilter::OPTIONS);
 
-#[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}", tag = "invoke", summary = "Invoke a function (no auth)",
+/// `/fn/{ns}/{name}`: the function at its root path. Each method is an
+/// operation of its own in the document, its id this one's and the method's
+/// (`invokeFunctionGet`: `openapi::finish`).
+#[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}", operation_id = "invokeFunction", tag = "invoke", summary = "Invoke a function (no auth)",
     params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function")),
-    request_body(content = crate::openapi::AnyBody, content_type = "*/*", description = "Passed to the function as is"),
+    request_body(content = crate::openapi::AnyBody, content_type = "application/octet-stream", description = "Passed to the function as is, under the Content-Type it was sent with: any content type is passed through, not only this one"),
     responses((status = "default", description = "The function's answer, as it gave it")))]
 pub async fn invoke_root(State(state): State<AppState>, req: Request) -> Response {
     invoke(state, req).await
 }
 
-#[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}/", tag = "invoke", summary = "Invoke a function (no auth)",
+/// `/fn/{ns}/{name}/`: the same, as a function that serves a directory sees it.
+#[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}/", operation_id = "invokeFunctionSlash", tag = "invoke", summary = "Invoke a function at its root path, with a trailing slash (no auth)",
     params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function")),
-    request_body(content = crate::openapi::AnyBody, content_type = "*/*", description = "Passed to the function as is"),
+    request_body(content = crate::openapi::AnyBody, content_type = "application/octet-stream", description = "Passed to the function as is, under the Content-Type it was sent with: any content type is passed through, not only this one"),
     responses((status = "default", description = "The function's answer, as it gave it")))]
 pub async fn invoke_root_slash(State(state): State<AppState>, req: Request) -> Response {
     invoke(state, req).await
 }
 
-#[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}/{*rest}", tag = "invoke", summary = "Invoke a function at a sub-path (no auth)",
+/// `/fn/{ns}/{name}/{*rest}`: the function at a path of its own.
+#[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}/{*rest}", operation_id = "invokeFunctionPath", tag = "invoke", summary = "Invoke a function at a sub-path (no auth)",
     params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function"), ("rest" = String, Path, description = "The path the function sees, after its prefix")),
-    request_body(content = crate::openapi::AnyBody, content_type = "*/*", description = "Passed to the function as is"),
+    request_body(content = crate::openapi::AnyBody, content_type = "application/octet-stream", description = "Passed to the function as is, under the Content-Type it was sent with: any content type is passed through, not only this one"),
     responses((status = "default", description = "The function's answer, as it gave it")))]
 pub async fn invoke_path(State(state): State<AppState>, req: Request) -> Response {
     invoke(state, req).await

@@ -35,7 +35,7 @@ fn file_view(f: &SourceFile) -> serde_json::Value {
     v
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/source", tag = "functions",
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/source", operation_id = "getFunctionSource", tag = "functions",
     summary = "The current version's source files",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function")),
     responses((status = 200, description = "The source files, text inlined up to a limit", body = crate::openapi::SourceView)))]

@@ -198,7 +198,7 @@ fn reconcile_of(ns: &Namespace, spec: &TriggerSpec) -> String {
     FunctionKey::new(ns.clone(), spec.function.clone()).queue_key()
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/triggers", tag = "triggers",
+#[utoipa::path(get, path = "/namespaces/{ns}/triggers", operation_id = "listTriggers", tag = "triggers",
     summary = "List triggers",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")),
     responses((status = 200, description = "The namespace's triggers, by name", body = crate::openapi::TriggerList)))]
@@ -226,7 +226,7 @@ pub async fn list(
 /// `POST /v1/namespaces/{ns}/triggers`: appends `TriggerCreated`; 201 with
 /// the trigger. The function must exist; a name that is taken is 409, and
 /// so is a namespace at its triggers quota.
-#[utoipa::path(post, path = "/namespaces/{ns}/triggers", tag = "triggers",
+#[utoipa::path(post, path = "/namespaces/{ns}/triggers", operation_id = "createTrigger", tag = "triggers",
     summary = "Create a trigger",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
     request_body = CreateTrigger,
@@ -307,7 +307,7 @@ impl Handler<Trigger> for Create {
     }
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers",
+#[utoipa::path(get, path = "/namespaces/{ns}/triggers/{name}", operation_id = "getTrigger", tag = "triggers",
     summary = "Get a trigger (a cron trigger with its next tick and last runs)",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger")),
     responses((status = 200, description = "The trigger", body = crate::openapi::TriggerView)))]
@@ -336,7 +336,7 @@ pub async fn get(
 /// `PATCH /v1/namespaces/{ns}/triggers/{name}` `{"enabled": bool}`:
 /// appends `TriggerToggled`, or nothing when it is in that state already;
 /// 200 with the trigger either way.
-#[utoipa::path(patch, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers",
+#[utoipa::path(patch, path = "/namespaces/{ns}/triggers/{name}", operation_id = "patchTrigger", tag = "triggers",
     summary = "Enable or disable a trigger",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
     request_body = PatchTrigger,
@@ -404,7 +404,7 @@ impl Handler<Trigger> for Toggle {
 
 /// `DELETE /v1/namespaces/{ns}/triggers/{name}`: appends `TriggerDeleted`;
 /// 202 (an http trigger's function is reconciled next). The name is free again.
-#[utoipa::path(delete, path = "/namespaces/{ns}/triggers/{name}", tag = "triggers",
+#[utoipa::path(delete, path = "/namespaces/{ns}/triggers/{name}", operation_id = "deleteTrigger", tag = "triggers",
     summary = "Delete a trigger",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
     responses((status = 202, description = "Deleted", body = crate::openapi::Removed)))]

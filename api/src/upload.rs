@@ -84,6 +84,10 @@ fn busy(wait: Duration) -> Response {
     res
 }
 
+/// The body is a zip sent as `application/zip` (or Windows'
+/// `application/x-zip-compressed`), or as `application/octet-stream`, what
+/// generated clients and most tools send bytes as; the same checks follow
+/// either way. Anything else is 415.
 fn check_zip_content_type(headers: &HeaderMap) -> ApiResult<()> {
     let ct = headers
         .get(header::CONTENT_TYPE)
@@ -106,17 +110,18 @@ fn check_zip_content_type(headers: &HeaderMap) -> ApiResult<()> {
             "unsupported-media-type",
             "Unsupported media type",
             format!(
-                "upload the zip as the raw body with Content-Type: application/zip (got {ct:?})"
+                "upload the zip as the raw body with Content-Type: application/zip or \
+                 application/octet-stream (got {ct:?})"
             ),
         )
         .with_field("Content-Type"))
     }
 }
 
-#[utoipa::path(post, path = "/namespaces/{ns}/functions/{name}/upload", tag = "functions",
+#[utoipa::path(post, path = "/namespaces/{ns}/functions/{name}/upload", operation_id = "uploadFunctionSource", tag = "functions",
     summary = "Upload the function's source as a zip; a build follows",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
-    request_body(content = crate::openapi::ZipArchive, content_type = "application/zip", description = "The source directory, zipped"),
+    request_body(content((crate::openapi::ZipArchive = "application/zip"), (crate::openapi::ZipArchive = "application/octet-stream")), description = "The source directory, zipped, as the raw body: `application/zip` or `application/octet-stream`, checked alike"),
     responses(
         (status = 200, description = "The same zip as the current version: nothing changed", body = crate::openapi::Uploaded),
         (status = 202, description = "Accepted: a new version, built next", body = crate::openapi::Uploaded)))]

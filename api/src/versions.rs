@@ -9,7 +9,7 @@
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sless_api_types::Rollback;
@@ -121,7 +121,7 @@ fn item(v: &readmodel::VersionRow, f: &Function) -> serde_json::Value {
     })
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions", tag = "versions",
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions", operation_id = "listFunctionVersions", tag = "versions",
     summary = "Every kept version of the function's source, newest first",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function")),
     responses((status = 200, description = "The versions; `live` marks the one users want running", body = crate::openapi::VersionList)))]
@@ -152,7 +152,7 @@ pub async fn list(
     })))
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{version}/source", tag = "versions",
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{version}/source", operation_id = "getFunctionVersionSource", tag = "versions",
     summary = "One version's source files",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("version" = u32, Path, description = "The version number")),
     responses((status = 200, description = "The files, text inlined up to a limit", body = crate::openapi::SourceView)))]
@@ -167,14 +167,17 @@ pub async fn source(
     Ok(Json(crate::source::files_of(&state, &key, version).await?))
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{version}/archive", tag = "versions",
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{version}/archive", operation_id = "getFunctionVersionArchive", tag = "versions",
     summary = "One version's zip, byte for byte as it was uploaded",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("version" = u32, Path, description = "The version number")),
-    responses((status = 200, description = "The zip", content_type = "application/zip", body = crate::openapi::ZipArchive)))]
+    responses((status = 200, description = "The zip: `application/zip`, or `application/octet-stream` when `Accept` asks for that and not for a zip", content(
+        (crate::openapi::ZipArchive = "application/zip"),
+        (crate::openapi::ZipArchive = "application/octet-stream")))))]
 pub async fn archive(
     State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name, v)): PathParams<(String, String, String)>,
+    headers: HeaderMap,
 ) -> ApiResult<Response> {
     let key = path_key(&caller, &ns, &name)?;
     let f = existing(&state, &key).await?;
@@ -189,7 +192,7 @@ pub async fn archive(
     let h = res.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("application/zip"),
+        HeaderValue::from_static(archive_media_type(&headers)),
     );
     h.insert(
         header::CONTENT_DISPOSITION,
@@ -202,7 +205,33 @@ pub async fn archive(
     Ok(res)
 }
 
-#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{from}/diff/{to}", tag = "versions",
+/// The media type a version's zip is answered as: `application/zip`,
+/// unless `Accept` names `application/octet-stream` and no zip type (what a
+/// client that takes bytes of any kind asks for).
+fn archive_media_type(headers: &HeaderMap) -> &'static str {
+    const ZIP: &str = "application/zip";
+    const BYTES: &str = "application/octet-stream";
+    let ranges = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|r| {
+            r.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+    let (mut zip, mut bytes) = (false, false);
+    for range in ranges {
+        zip |= range == ZIP || range == "application/x-zip-compressed";
+        bytes |= range == BYTES;
+    }
+    if bytes && !zip { BYTES } else { ZIP }
+}
+
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{from}/diff/{to}", operation_id = "diffFunctionVersions", tag = "versions",
     summary = "What changed from one version to another: files added, removed and modified, with unified diffs",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("from" = u32, Path, description = "The version compared from"), ("to" = u32, Path, description = "The version compared to")),
     responses((status = 200, description = "The files that differ, by path", body = crate::openapi::VersionDiff)))]
@@ -246,7 +275,7 @@ pub async fn diff(
 /// `POST .../rollback`: appends `FunctionRolledBack`; a worker builds (or
 /// reuses the build of) that version and deploys it. Rolling back to the
 /// live version answers 200 and appends nothing.
-#[utoipa::path(post, path = "/namespaces/{ns}/functions/{name}/rollback", tag = "versions",
+#[utoipa::path(post, path = "/namespaces/{ns}/functions/{name}/rollback", operation_id = "rollbackFunction", tag = "versions",
     summary = "Make an earlier version live again",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
     request_body = Rollback,

@@ -1,9 +1,11 @@
 //! `GET /openapi.json`: an OpenAPI 3.1 document that lists every route of
 //! SEED.md's API, and nothing the router does not serve.
 
+use std::collections::BTreeMap;
+
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::support::*;
 
@@ -58,6 +60,19 @@ fn operations(doc: &Value) -> Vec<(String, String, Value)> {
         }
     }
     out
+}
+
+/// `schema`, or the component it refers to.
+fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema["$ref"].as_str() {
+        Some(r) => {
+            let name = r
+                .strip_prefix("#/components/schemas/")
+                .expect("a schema ref");
+            &doc["components"]["schemas"][name]
+        }
+        None => schema,
+    }
 }
 
 /// `path` with sample values for its parameters.
@@ -140,11 +155,15 @@ async fn the_document_is_openapi_3_1_and_lists_every_route() {
         .iter()
         .find(|(m, p, _)| m == "post" && p.ends_with("/upload"))
         .expect("upload");
-    assert!(
-        upload.2["requestBody"]["content"].get(ZIP).is_some(),
-        "the upload takes a zip: {}",
-        upload.2["requestBody"]
-    );
+    for content_type in [ZIP, "application/octet-stream"] {
+        assert!(
+            upload.2["requestBody"]["content"]
+                .get(content_type)
+                .is_some(),
+            "the upload takes a zip as {content_type}: {}",
+            upload.2["requestBody"]
+        );
+    }
     let invocations = ops
         .iter()
         .find(|(_, p, _)| p.ends_with("/invocations"))
@@ -163,6 +182,173 @@ async fn the_document_is_openapi_3_1_and_lists_every_route() {
     ] {
         assert!(params.contains(&expected), "{expected:?} in {params:?}");
     }
+}
+
+/// Client generators name a call after its operation's `operationId`, and
+/// OpenAPI requires them unique: two operations that share one become one
+/// call of the generated client, doing one of the two.
+#[tokio::test]
+async fn every_operation_has_an_operation_id_of_its_own() {
+    let env = Env::new().await;
+    let doc = document(&env).await;
+    let ops = operations(&doc);
+    assert!(ops.len() > 30, "{} operations", ops.len());
+    let mut by_id: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut without = Vec::new();
+    for (m, p, op) in &ops {
+        match op["operationId"].as_str() {
+            Some(id) if !id.is_empty() => by_id.entry(id).or_default().push(format!("{m} {p}")),
+            _ => without.push(format!("{m} {p}")),
+        }
+    }
+    assert!(
+        without.is_empty(),
+        "operations without an operationId: {without:?}"
+    );
+    let shared: Vec<_> = by_id.iter().filter(|(_, ops)| ops.len() > 1).collect();
+    assert!(
+        shared.is_empty(),
+        "operationIds shared by several operations: {shared:?}"
+    );
+    // camelCase: what generators turn into each language's own spelling.
+    for id in by_id.keys() {
+        assert!(
+            id.starts_with(|c: char| c.is_ascii_lowercase())
+                && id.chars().all(|c| c.is_ascii_alphanumeric()),
+            "operationId {id:?} is not camelCase"
+        );
+    }
+    for (m, p, id) in [
+        ("get", "/v1/namespaces/{ns}/functions", "listFunctions"),
+        (
+            "post",
+            "/v1/namespaces/{ns}/functions/{name}/upload",
+            "uploadFunctionSource",
+        ),
+        ("get", "/fn/{ns}/{name}", "invokeFunctionGet"),
+        ("post", "/fn/{ns}/{name}/{rest}", "invokeFunctionPathPost"),
+    ] {
+        assert_eq!(doc["paths"][p][m]["operationId"], id, "{m} {p}");
+    }
+}
+
+/// The `/fn` operations, one per method of one handler: each named for
+/// its method, tagged `invoke` (a generator can leave them out), on the
+/// functions' origin, with a body of bytes that may be left out.
+#[tokio::test]
+async fn the_invoke_operations_are_tagged_and_take_any_body_as_bytes() {
+    let env = Env::new().await;
+    let doc = document(&env).await;
+    let invoke: Vec<_> = operations(&doc)
+        .into_iter()
+        .filter(|(_, p, _)| p.starts_with("/fn/"))
+        .collect();
+    assert_eq!(invoke.len(), 3 * METHODS.len());
+    for (m, p, op) in &invoke {
+        assert_eq!(op["tags"], json!(["invoke"]), "{m} {p}");
+        let id = op["operationId"].as_str().unwrap_or_default();
+        assert!(
+            id.to_ascii_lowercase().ends_with(m.as_str()),
+            "{m} {p}: the operationId {id:?} names the method"
+        );
+        let body = &op["requestBody"];
+        assert_eq!(body["required"], false, "{m} {p}: {body}");
+        let schema = resolve(&doc, &body["content"]["application/octet-stream"]["schema"]);
+        assert_eq!(
+            (&schema["type"], &schema["format"]),
+            (&json!("string"), &json!("binary")),
+            "{m} {p}: bytes, {body}"
+        );
+        assert!(
+            body["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("any content type")),
+            "{m} {p}: says any content type is passed through: {body}"
+        );
+        assert_eq!(
+            doc["paths"][p]["servers"][0]["url"], "{fn_url}",
+            "{p} is on the functions' origin"
+        );
+    }
+}
+
+/// A version's zip is documented as `application/zip` and, for clients
+/// that take bytes of any kind, `application/octet-stream`: each is what
+/// the route answers when asked for it with `Accept`, and a zip without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_archive_is_served_as_each_media_type_the_document_lists() {
+    let env = Env::new().await;
+    let doc = document(&env).await;
+    let path = "/v1/namespaces/{ns}/functions/{name}/versions/{version}/archive";
+    let listed: Vec<&str> = doc["paths"][path]["get"]["responses"]["200"]["content"]
+        .as_object()
+        .expect("the archive's content")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed.contains(&ZIP), "{listed:?}");
+
+    assert_eq!(env.create(SUB, "hello").await.status, StatusCode::CREATED);
+    let zip = handler_zip("v1");
+    assert_eq!(
+        env.upload(SUB, "hello", &zip).await.status,
+        StatusCode::ACCEPTED
+    );
+    let uri = path
+        .replace("{ns}", &ns(SUB))
+        .replace("{name}", "hello")
+        .replace("{version}", "1");
+    for media_type in &listed {
+        assert_eq!(
+            archive_as(&env, &uri, Some(media_type), &zip).await,
+            *media_type,
+            "Accept {media_type}"
+        );
+    }
+    assert_eq!(
+        archive_as(&env, &uri, None, &zip).await,
+        ZIP,
+        "without Accept"
+    );
+    assert_eq!(archive_as(&env, &uri, Some("*/*"), &zip).await, ZIP);
+    assert_eq!(
+        archive_as(
+            &env,
+            &uri,
+            Some("application/zip, application/octet-stream;q=0.5"),
+            &zip
+        )
+        .await,
+        ZIP
+    );
+}
+
+/// GETs the archive at `uri` with `accept`, checks it is `zip`, and
+/// returns its content type.
+async fn archive_as(env: &Env, uri: &str, accept: Option<&str>, zip: &[u8]) -> String {
+    use tower::ServiceExt;
+    let mut req = request(Method::GET, uri, Some(&token(SUB)));
+    if let Some(accept) = accept {
+        req = req.header(header::ACCEPT, accept);
+    }
+    let res = env
+        .app
+        .clone()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "Accept {accept:?}");
+    let ct = res.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(&body[..], zip, "Accept {accept:?}: the zip as uploaded");
+    ct
 }
 
 /// The router's own answer to a path or method it does not serve.

@@ -249,3 +249,121 @@ async fn an_upload_that_finds_no_turn_is_503_with_retry_after_and_writes_nothing
         "the turn is given back"
     );
 }
+
+const OCTET_STREAM: &str = "application/octet-stream";
+
+/// What generated clients send bytes as: the same checks and answers as a
+/// zip sent as `application/zip`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_sent_as_octet_stream_is_checked_and_answered_as_a_zip_is() {
+    let env = Env::new().await;
+    let ns = ns(SUB);
+    let tok = token(SUB);
+    assert_eq!(env.create(SUB, "bytes").await.status, StatusCode::CREATED);
+    let upload = |body: Vec<u8>, content_type: &str| {
+        send(
+            &env.app,
+            post_zip(&upload_uri(&ns, "bytes"), Some(&tok), body, content_type),
+        )
+    };
+
+    let zip = handler_zip("v1");
+    let first = upload(zip.clone(), OCTET_STREAM).await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{}", first.body);
+    assert_eq!(first.body["version"], 1);
+    assert_eq!(first.body["sha256"], sha256_hex(&zip).as_str());
+    assert_eq!(first.body["files"], 2);
+    assert_eq!(
+        env.s3
+            .blobs()
+            .get(&format!("blobs/zips/{}.zip", sha256_hex(&zip)))
+            .await
+            .unwrap(),
+        zip,
+        "stored byte for byte"
+    );
+    assert_eq!(
+        env.events_of_type(SUB, "bytes", "FunctionUploaded")
+            .await
+            .len(),
+        1
+    );
+
+    // The same bytes as a zip: the same version, unchanged.
+    let same = upload(zip.clone(), ZIP).await;
+    assert_eq!(same.status, StatusCode::OK, "{}", same.body);
+    assert_eq!(same.body["unchanged"], true);
+    assert_eq!(same.body["version"], 1);
+
+    // Not a zip, or a zip that is no function, is refused alike.
+    let before = env.counts().await;
+    let not_a_zip = upload(b"this is not a zip file".to_vec(), OCTET_STREAM).await;
+    not_a_zip.assert_problem(
+        "octet-stream, not a zip",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-archive",
+    );
+    assert_eq!(not_a_zip.field(), Some("body"));
+    let as_zip = upload(b"this is not a zip file".to_vec(), ZIP).await;
+    assert_eq!(as_zip.body["type"], not_a_zip.body["type"]);
+    assert_eq!(as_zip.body["detail"], not_a_zip.body["detail"]);
+    let escaping = zip_of(&[("handler.py", b"x = 1\n"), ("../evil.py", b"x = 2\n")]);
+    let escaping_bytes = upload(escaping.clone(), OCTET_STREAM).await;
+    let escaping_zip = upload(escaping, ZIP).await;
+    assert_eq!(
+        escaping_bytes.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        escaping_bytes.body
+    );
+    assert_eq!(escaping_bytes.body, escaping_zip.body);
+    assert_eq!(
+        env.counts().await,
+        before,
+        "a refused upload writes nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_of_another_content_type_is_still_415_and_writes_nothing() {
+    let env = Env::new().await;
+    let ns = ns(SUB);
+    let tok = token(SUB);
+    assert_eq!(env.create(SUB, "typed").await.status, StatusCode::CREATED);
+    let before = env.counts().await;
+    for content_type in [
+        "application/json",
+        "text/plain",
+        "application/x-tar",
+        "multipart/form-data; boundary=x",
+        "",
+    ] {
+        let a = send(
+            &env.app,
+            post_zip(
+                &upload_uri(&ns, "typed"),
+                Some(&tok),
+                handler_zip("v1"),
+                content_type,
+            ),
+        )
+        .await;
+        let what = format!("Content-Type {content_type:?}");
+        a.assert_problem(
+            &what,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+        );
+        assert_eq!(a.field(), Some("Content-Type"), "{what}");
+        let detail = a.body["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains(ZIP) && detail.contains(OCTET_STREAM),
+            "{what}: the detail names what is taken: {detail}"
+        );
+    }
+    assert_eq!(
+        env.counts().await,
+        before,
+        "a refused upload writes nothing"
+    );
+}
