@@ -1,8 +1,11 @@
 //! The `sless` binary: wires the crates into roles. `sless dev` runs every
 //! role in one process with embedded PostgreSQL and S3; `sless api`,
 //! `worker`, `projector` and `migrate` run one role each for scale;
-//! `replay` and `reconcile` are operations (see `ops`).
+//! `replay` and `reconcile` are operations (see `ops`). The rest are the
+//! user commands (`deploy`, `ls`, `invoke`, ...), a command line over the
+//! typed client of the API (see `cli`).
 
+mod cli;
 mod config;
 mod drivers;
 mod embedded;
@@ -16,13 +19,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "sless", version, about = "Event-sourced serverless functions")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    global: cli::Global,
 }
 
 #[derive(Subcommand)]
@@ -98,6 +103,8 @@ enum Command {
     /// generated from this binary (docs/kubernetes.md).
     #[command(hide = true)]
     Manifests(manifests::Args),
+    #[command(flatten)]
+    User(cli::UserCommand),
 }
 
 /// The database an operation acts on.
@@ -147,6 +154,14 @@ fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     if let Command::Manifests(args) = &cli.command {
         return manifests::run(args);
+    }
+    if let Command::User(command) = cli.command {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let env = config::Cli::from_env();
+        return Ok(rt.block_on(cli::run(command, cli.global, env, Cli::command())));
     }
     let host = config::Host::from_env();
     // An operation prints what it does itself; its long statements (a
@@ -234,7 +249,9 @@ fn main() -> anyhow::Result<ExitCode> {
                     .context("an HS256 token")?;
                 println!("{token}");
             }
-            Command::Manifests(_) => unreachable!("handled before the runtime starts"),
+            Command::Manifests(_) | Command::User(_) => {
+                unreachable!("handled before the runtime starts")
+            }
         }
         Ok(ExitCode::SUCCESS)
     })

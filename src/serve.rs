@@ -272,6 +272,17 @@ fn announce(
     let ns = Namespace::for_subject(sub);
     let url = format!("http://{addr}");
     let info = json!({ "url": url, "fn_url": fn_url, "token": token, "namespace": ns });
+    // The `dev` profile (before dev.json, which says the instance is up):
+    // the user commands talk to this instance.
+    let profile = token.as_deref().map(|token| {
+        match crate::cli::profile::save_dev(&crate::config::Cli::from_env(), &url, token) {
+            Ok(file) => format!(
+                "the `sless` commands use it: profile `dev` in {}",
+                file.display()
+            ),
+            Err(e) => format!("(the `dev` profile could not be written: {e:#})"),
+        }
+    });
     let path = data_dir.join("dev.json");
     let tmp = data_dir.join("dev.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;
@@ -292,9 +303,12 @@ fn announce(
          functions: {fn_url}/fn/{ns}/{{name}}\n\
          namespace: {ns}\n\
          token:     {token}\n\
-         (also in {})\n\n\
-         try:\n  curl -H \"Authorization: Bearer {token}\" {url}/v1/namespaces/{ns}/functions\n",
-        path.display()
+         (also in {})\n\
+         {}\n\n\
+         try:\n  sless deploy examples/hello-python && sless invoke hello\n  \
+         curl -H \"Authorization: Bearer {token}\" {url}/v1/namespaces/{ns}/functions\n",
+        path.display(),
+        profile.unwrap_or_default()
     );
     Ok(())
 }

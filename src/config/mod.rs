@@ -11,6 +11,7 @@
 //! - [`Local`] (`local`, with its sandbox in `sandbox`): the local driver;
 //! - [`Kube`] (`kube`): the Kubernetes driver;
 //! - [`Dev`] (`dev`): the embedded PostgreSQL;
+//! - [`Cli`] (`cli`): the user commands' endpoint, token and profile;
 //! - [`Host`] (`host`): the machine's own variables (`PATH`, `USER`,
 //!   `RUST_LOG`) and the environment child processes inherit from.
 //!
@@ -20,6 +21,7 @@
 //! from `SLESS_FN_LISTEN`, `SLESS_FN_URL` and `SLESS_DATA_DIR` (`main.rs`).
 
 mod api;
+mod cli;
 mod dev;
 mod host;
 mod kube;
@@ -31,6 +33,7 @@ mod tokens;
 mod worker;
 
 pub use api::{Api, fn_url};
+pub use cli::Cli;
 pub use dev::Dev;
 pub use host::Host;
 pub use kube::Kube;

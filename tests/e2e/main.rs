@@ -1,5 +1,6 @@
 //! End-to-end tests: the real `sless` binary, started as a process.
 
+mod cli;
 mod dev;
 mod edge;
 mod history;
@@ -7,6 +8,7 @@ mod job_slots;
 mod jobs;
 mod orphans;
 mod platform;
+mod python_client;
 mod replay;
 mod runtimes;
 mod sandbox;

@@ -8,8 +8,19 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// The binary, with a configuration directory of its own (where `sless
+/// dev` writes its `dev` profile), so a test never touches the profiles
+/// of whoever runs it.
 pub fn sless() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sless"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sless"));
+    cmd.env("XDG_CONFIG_HOME", config_home());
+    cmd
+}
+
+/// The configuration directory of the test binary's `sless` processes.
+pub fn config_home() -> &'static Path {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| sless_testkit::scratch_dir("config"))
 }
 
 /// A child process that is killed (SIGKILL) if the test ends early.

@@ -1,0 +1,399 @@
+//! `sless deploy DIR`: creates or updates the function from a directory
+//! (and its optional `sless.toml`), uploads the directory packed the same
+//! way every time, and follows the build to Ready. `sless rollback` follows
+//! its deploy the same way.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Deserialize;
+use sless_client::package::{PackLimits, zip_dir};
+use sless_client::{Client, CreateFunction, EventFilter, UpdateFunction};
+
+use super::follow::{Watch, secs};
+use super::output::{Failure, Out};
+
+/// The file in a function's directory that `deploy` reads.
+pub const MANIFEST: &str = "sless.toml";
+
+#[derive(Args, Debug)]
+pub struct DeployArgs {
+    /// The function's directory.
+    pub dir: PathBuf,
+    /// The function's name (default: sless.toml's, else the directory's).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// `python3.11`, `nodejs20` or `go1.23` (default: sless.toml's, else
+    /// guessed from the files: requirements.txt or *.py, package.json or
+    /// *.js, go.mod).
+    #[arg(long)]
+    pub runtime: Option<String>,
+    /// `module.function` (Python, Node.js) or `package.Function` (Go);
+    /// default: sless.toml's, else `handler.handle` (`handler.Handle`).
+    #[arg(long)]
+    pub entrypoint: Option<String>,
+    /// An environment variable, `K=V` (repeat); replaces sless.toml's env.
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Memory limit in MiB.
+    #[arg(long)]
+    pub memory: Option<u32>,
+    /// Seconds a call may take.
+    #[arg(long = "timeout-sec", alias = "fn-timeout")]
+    pub timeout_sec: Option<u32>,
+    /// Do not wait for the build and deploy.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait for Ready, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// List the files packed.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+/// `sless.toml`: what `deploy` takes from the directory itself.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Manifest {
+    name: Option<String>,
+    runtime: Option<String>,
+    entrypoint: Option<String>,
+    memory_mb: Option<u32>,
+    timeout_sec: Option<u32>,
+    env: Option<BTreeMap<String, String>>,
+}
+
+/// The function a directory describes.
+struct Wanted {
+    name: String,
+    runtime: String,
+    entrypoint: String,
+    memory_mb: Option<u32>,
+    timeout_sec: Option<u32>,
+    env: Option<BTreeMap<String, String>>,
+}
+
+fn wanted(args: &DeployArgs) -> Result<Wanted, Failure> {
+    let dir = &args.dir;
+    if !dir.is_dir() {
+        return Err(Failure::usage(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    let manifest_path = dir.join(MANIFEST);
+    let manifest: Manifest = match std::fs::read_to_string(&manifest_path) {
+        Ok(text) => toml::from_str(&text).map_err(|e| {
+            Failure::usage(format!(
+                "{} does not read: {}",
+                manifest_path.display(),
+                e.message()
+            ))
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Manifest::default(),
+        Err(e) => {
+            return Err(Failure::usage(format!(
+                "cannot read {}: {e}",
+                manifest_path.display()
+            )));
+        }
+    };
+    let name = match args.name.clone().or(manifest.name) {
+        Some(n) => n,
+        None => name_of_dir(dir)?,
+    };
+    let runtime = match args.runtime.clone().or(manifest.runtime) {
+        Some(r) => r,
+        None => runtime_of_dir(dir)?,
+    };
+    let entrypoint = args
+        .entrypoint
+        .clone()
+        .or(manifest.entrypoint)
+        .unwrap_or_else(|| {
+            if runtime.starts_with("go") {
+                "handler.Handle".into()
+            } else {
+                "handler.handle".into()
+            }
+        });
+    let env = if args.env.is_empty() {
+        manifest.env
+    } else {
+        let mut env = BTreeMap::new();
+        for pair in &args.env {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| Failure::usage(format!("--env {pair:?} is not K=V")))?;
+            env.insert(k.to_owned(), v.to_owned());
+        }
+        Some(env)
+    };
+    Ok(Wanted {
+        name,
+        runtime,
+        entrypoint,
+        memory_mb: args.memory.or(manifest.memory_mb),
+        timeout_sec: args.timeout_sec.or(manifest.timeout_sec),
+        env,
+    })
+}
+
+/// A function name from a directory's: `hello_World` → `hello-world`.
+fn name_of_dir(dir: &Path) -> Result<String, Failure> {
+    let base = std::fs::canonicalize(dir)
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let name: String = base
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let name = name.trim_matches('-').to_owned();
+    if sless_domain::FunctionName::parse(&name).is_err() {
+        return Err(Failure::usage(format!(
+            "{base:?} is not a function name; pass --name or set `name` in {MANIFEST}"
+        )));
+    }
+    Ok(name)
+}
+
+fn runtime_of_dir(dir: &Path) -> Result<String, Failure> {
+    let has = |f: &str| dir.join(f).exists();
+    let has_ext = |ext: &str| {
+        std::fs::read_dir(dir).is_ok_and(|mut entries| {
+            entries.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == ext)))
+        })
+    };
+    if has("go.mod") {
+        Ok("go1.23".into())
+    } else if has("package.json") || has_ext("js") {
+        Ok("nodejs20".into())
+    } else if has("requirements.txt") || has_ext("py") {
+        Ok("python3.11".into())
+    } else {
+        Err(Failure::usage(format!(
+            "cannot tell the runtime of {}: pass --runtime python3.11|nodejs20|go1.23 \
+             or set `runtime` in {MANIFEST}",
+            dir.display()
+        )))
+    }
+}
+
+/// The fields of `wanted` that differ from the function's now.
+fn change_of(w: &Wanted, f: &sless_client::types::FunctionView) -> UpdateFunction {
+    let differs = |now: &Option<String>, want: &str| now.as_deref() != Some(want);
+    UpdateFunction {
+        name: None,
+        runtime: differs(&f.runtime, &w.runtime).then(|| w.runtime.clone()),
+        entrypoint: differs(&f.entrypoint, &w.entrypoint).then(|| w.entrypoint.clone()),
+        memory_mb: w.memory_mb.filter(|m| f.memory_mb != Some(*m)),
+        timeout_sec: w.timeout_sec.filter(|t| f.timeout_sec != Some(*t)),
+        env_vars: w.env.clone().filter(|e| f.env_vars.as_ref() != Some(e)),
+    }
+}
+
+fn is_empty(c: &UpdateFunction) -> bool {
+    c.runtime.is_none()
+        && c.entrypoint.is_none()
+        && c.memory_mb.is_none()
+        && c.timeout_sec.is_none()
+        && c.env_vars.is_none()
+}
+
+pub async fn deploy(client: &Client, out: &Out, args: DeployArgs) -> Result<(), Failure> {
+    let started = Instant::now();
+    let w = wanted(&args)?;
+    // Packed before anything is sent: a directory that cannot be
+    // uploaded changes nothing.
+    let dir = args.dir.clone();
+    let packed = tokio::task::spawn_blocking(move || zip_dir(&dir, &PackLimits::default()))
+        .await
+        .map_err(|e| Failure::failed(format!("packing failed: {e}")))?
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    if args.verbose && !out.quiet {
+        for path in &packed.paths {
+            eprintln!("  + {path}");
+        }
+    }
+    // Followed from before the first change: nothing it causes is missed.
+    let filter = EventFilter {
+        function: Some(w.name.clone()),
+        ..EventFilter::default()
+    };
+    let tail = client.tail_events(&filter).await?;
+    let (created, spec_changed, runtime_changed) = match client.get_function(&w.name).await {
+        Ok(f) => {
+            let change = change_of(&w, &f);
+            if is_empty(&change) {
+                (false, false, false)
+            } else {
+                let runtime = change.runtime.is_some();
+                client.update_function(&w.name, &change).await?;
+                (false, true, runtime)
+            }
+        }
+        Err(e) if e.is_not_found() => {
+            let defaults: CreateFunction = serde_json::from_value(serde_json::json!({
+                "name": w.name, "runtime": w.runtime, "entrypoint": w.entrypoint,
+            }))
+            .expect("the defaults of a create");
+            client
+                .create_function(&CreateFunction {
+                    memory_mb: w.memory_mb.unwrap_or(defaults.memory_mb),
+                    timeout_sec: w.timeout_sec.unwrap_or(defaults.timeout_sec),
+                    env_vars: w.env.clone().unwrap_or_default(),
+                    ..defaults
+                })
+                .await?;
+            (true, false, false)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let uploaded = client.upload(&w.name, packed.bytes.clone()).await?;
+    let unchanged = uploaded.unchanged == Some(true);
+    let version = uploaded.version;
+    let headline = if unchanged {
+        format!("{} version {version}: source unchanged", w.name)
+    } else {
+        format!(
+            "{} version {version}: uploaded {} files, {}",
+            w.name,
+            packed.files,
+            size(packed.bytes.len() as u64)
+        )
+    };
+    if unchanged && !spec_changed {
+        // Nothing changed: say where the version is.
+        let f = client.get_function(&w.name).await?;
+        return report_unchanged(out, &w.name, version, &f, started);
+    }
+    if args.no_wait {
+        if out.json() {
+            out.document(&serde_json::json!({
+                "name": w.name, "version": version, "created": created,
+                "unchanged": unchanged, "status_url": uploaded.status_url,
+            }));
+        } else {
+            out.note(&format!(
+                "{headline}; follow it with `sless get {}`",
+                w.name
+            ));
+        }
+        return Ok(());
+    }
+    let watch = Watch {
+        client,
+        out,
+        name: &w.name,
+        version,
+        builds: !unchanged || runtime_changed,
+        started,
+        timeout: Duration::from_secs(args.timeout),
+        headline,
+    };
+    let followed = watch.run(tail).await?;
+    finish(client, out, &w.name, created, unchanged, followed).await
+}
+
+fn report_unchanged(
+    out: &Out,
+    name: &str,
+    version: u32,
+    f: &sless_client::types::FunctionView,
+    started: Instant,
+) -> Result<(), Failure> {
+    if out.json() {
+        out.document(&serde_json::json!({
+            "name": name, "version": version, "unchanged": true, "phase": f.phase,
+            "url": f.url, "seconds": secs(started.elapsed()),
+        }));
+    } else {
+        out.note(&format!(
+            "{name}: unchanged (version {version}, {})",
+            out.phase(&f.phase)
+        ));
+    }
+    if f.phase == "Failed" {
+        return Err(Failure::failed(format!(
+            "{name} version {version} failed: {}",
+            f.last_error.as_deref().unwrap_or("no error recorded")
+        )));
+    }
+    Ok(())
+}
+
+async fn finish(
+    client: &Client,
+    out: &Out,
+    name: &str,
+    created: bool,
+    unchanged: bool,
+    followed: super::follow::Followed,
+) -> Result<(), Failure> {
+    let f = client.get_function(name).await?;
+    if out.json() {
+        out.document(&serde_json::json!({
+            "name": name, "version": followed.version, "created": created,
+            "unchanged": unchanged, "phase": "Ready", "url": f.url,
+            "seconds": followed.seconds, "steps": followed.steps,
+        }));
+    } else {
+        out.note(&format!("url: {}", f.url));
+    }
+    Ok(())
+}
+
+/// `sless rollback NAME V`: makes V live again and follows its deploy.
+pub async fn rollback(
+    client: &Client,
+    out: &Out,
+    name: &str,
+    version: u32,
+    no_wait: bool,
+) -> Result<(), Failure> {
+    let started = Instant::now();
+    let filter = EventFilter {
+        function: Some(name.to_owned()),
+        ..EventFilter::default()
+    };
+    let tail = client.tail_events(&filter).await?;
+    let f = client.rollback(name, version).await?;
+    if f.unchanged == Some(true) || no_wait {
+        if out.json() {
+            out.document(&f.doc);
+        } else if f.unchanged == Some(true) {
+            out.note(&format!("{name}: version {version} is live already"));
+        } else {
+            out.note(&format!("{name}: rolling back to version {version}"));
+        }
+        return Ok(());
+    }
+    let watch = Watch {
+        client,
+        out,
+        name,
+        version,
+        builds: false,
+        started,
+        timeout: Duration::from_secs(600),
+        headline: format!("{name}: rolling back to version {version}"),
+    };
+    let followed = watch.run(tail).await?;
+    finish(client, out, name, false, false, followed).await
+}
+
+/// `1.2 KiB`.
+pub fn size(bytes: u64) -> String {
+    if bytes < 1024 {
+        format!("{bytes} B")
+    } else if bytes < 1024 * 1024 {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+    }
+}

@@ -1,0 +1,227 @@
+//! The user commands (`sless deploy`, `invoke`, `ls`, ...) against a real
+//! `sless dev`, through the `dev` profile it writes, as a user runs them.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crate::dev::{start_dev_configured, stop_dev};
+use crate::sless;
+
+/// One user's world: a `sless dev` and the configuration directory its
+/// `dev` profile is written to.
+struct User {
+    config: PathBuf,
+}
+
+impl User {
+    /// Runs `sless ARGS` as this user (stdout not a terminal).
+    fn run(&self, args: &[&str]) -> Output {
+        let mut cmd = sless();
+        cmd.env("XDG_CONFIG_HOME", &self.config)
+            .env_remove("SLESS_ENDPOINT")
+            .env_remove("SLESS_TOKEN")
+            .env_remove("SLESS_PROFILE")
+            .args(args);
+        let out = cmd.output().expect("running sless");
+        eprintln!(
+            "$ sless {}\n{}{}(exit {:?})",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            out.status.code()
+        );
+        out
+    }
+
+    /// Runs it, expecting the exit code; answers stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        self.expect(args, 0).0
+    }
+
+    fn expect(&self, args: &[&str], code: i32) -> (String, String) {
+        let out = self.run(args);
+        assert_eq!(out.status.code(), Some(code), "sless {}", args.join(" "));
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let text = self.ok(&all);
+        serde_json::from_str(&text).unwrap_or_else(|e| {
+            panic!("sless {} -o json is not JSON ({e}): {text}", args.join(" "))
+        })
+    }
+}
+
+fn write(dir: &Path, files: &[(&str, &str)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    for (name, content) in files {
+        std::fs::write(dir.join(name), content).unwrap();
+    }
+}
+
+const HANDLER_V1: &str = "def handle(event):\n    return {\"v\": 1}\n";
+const HANDLER_V2: &str = "def handle(event):\n    return {\"v\": 2}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_deploys_invokes_diffs_and_rolls_back_with_the_command_line_only() {
+    let root = sless_testkit::scratch_dir("cli");
+    let config = root.join("config");
+    let data = root.join("data");
+    let (proc, _) = start_dev_configured(
+        &data,
+        "log",
+        &[],
+        &[("XDG_CONFIG_HOME", config.to_str().unwrap())],
+    )
+    .await;
+    let user = User {
+        config: config.clone(),
+    };
+    // `sless dev` wrote the profile, readable by its owner only.
+    let profile = config.join("sless/config.toml");
+    let mode = std::fs::metadata(&profile).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", profile.display());
+
+    let app = root.join("app");
+    write(
+        &app,
+        &[
+            ("handler.py", HANDLER_V1),
+            ("sless.toml", "name = \"app\"\n"),
+        ],
+    );
+    let (stdout, _) = user.expect(&["deploy", app.to_str().unwrap()], 0);
+    assert!(
+        stdout.contains("queued") && stdout.contains("Ready"),
+        "{stdout}"
+    );
+    let answer = user.ok(&["invoke", "app"]);
+    assert_eq!(answer.trim(), r#"{"v": 1}"#);
+
+    // The same directory again: unchanged, no version added.
+    let again = user.json(&["deploy", app.to_str().unwrap()]);
+    assert_eq!(again["unchanged"], true, "{again}");
+    assert_eq!(again["version"], 1);
+    let versions = user.json(&["versions", "app"]);
+    assert_eq!(versions["items"].as_array().unwrap().len(), 1, "{versions}");
+
+    // A change: version 2, then the diff between them, and a rollback.
+    write(&app, &[("handler.py", HANDLER_V2)]);
+    let deployed = user.json(&["deploy", app.to_str().unwrap()]);
+    assert_eq!(
+        (deployed["version"].as_u64(), deployed["phase"].as_str()),
+        (Some(2), Some("Ready"))
+    );
+    assert_eq!(user.ok(&["invoke", "app"]).trim(), r#"{"v": 2}"#);
+    let diff = user.ok(&["diff", "app", "1", "2"]);
+    assert!(
+        diff.contains("-    return {\"v\": 1}") && diff.contains("+    return {\"v\": 2}"),
+        "{diff}"
+    );
+    assert!(!diff.contains('\x1b'), "no colours when piped: {diff}");
+    user.ok(&["rollback", "app", "1"]);
+    assert_eq!(user.ok(&["invoke", "app"]).trim(), r#"{"v": 1}"#);
+    let source = user.ok(&["source", "app", "--version", "2", "handler.py"]);
+    assert_eq!(source, HANDLER_V2);
+
+    // Every reading command has a JSON form.
+    for args in [
+        &["ls"][..],
+        &["get", "app"],
+        &["versions", "app"],
+        &["source", "app"],
+        &["diff", "app", "1", "2"],
+        &["events", "--function", "app"],
+        &["logs", "app"],
+        &["build-log", "app", "--version", "2"],
+        &["trigger", "ls"],
+        &["invoke", "app"],
+    ] {
+        user.json(args);
+    }
+    let log = user.ok(&["build-log", "app", "--version", "2"]);
+    assert!(!log.trim().is_empty(), "the build log of version 2 is kept");
+
+    // A job runs and exits with its status.
+    let job = user.json(&["job", "run", "app", "--input", "{\"x\": 1}", "--wait"]);
+    assert_eq!(job["status"], "Succeeded", "{job}");
+
+    // Errors: not found, a refused token, no server.
+    let (_, stderr) = user.expect(&["get", "missing"], 4);
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains("missing"),
+        "{stderr}"
+    );
+    let (_, stderr) = user.expect(&["ls", "--token", "not.a.token"], 2);
+    assert!(stderr.contains("token"), "{stderr}");
+    let wrong = sless_api::issue_hs256(
+        b"some-other-secret-0123456789abcdef",
+        "dev",
+        std::time::Duration::from_secs(60),
+    );
+    let (_, stderr) = user.expect(&["ls", "--token", &wrong], 3);
+    assert!(stderr.contains("refused the token"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    let (_, stderr) = user.expect(&["ls", "--endpoint", "http://127.0.0.1:9"], 6);
+    assert!(
+        stderr.contains("http://127.0.0.1:9") && stderr.contains("sless dev"),
+        "{stderr}"
+    );
+    let (_, stderr) = user.expect(&["ls", "--profile", "nope"], 2);
+    assert!(stderr.contains("nope"), "{stderr}");
+
+    user.ok(&["rm", "app"]);
+    user.expect(&["get", "app"], 4);
+    stop_dev(proc, &data).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_that_fails_exits_1_with_pips_error_and_a_directory_that_cannot_be_packed_sends_nothing()
+ {
+    let root = sless_testkit::scratch_dir("cli-fail");
+    let config = root.join("config");
+    let data = root.join("data");
+    let (proc, _) = start_dev_configured(
+        &data,
+        "log",
+        &[],
+        &[("XDG_CONFIG_HOME", config.to_str().unwrap())],
+    )
+    .await;
+    let user = User { config };
+
+    let broken = root.join("broken");
+    write(
+        &broken,
+        &[
+            ("handler.py", HANDLER_V1),
+            ("requirements.txt", "this is not a requirement ===\n"),
+        ],
+    );
+    let (_, stderr) = user.expect(&["deploy", broken.to_str().unwrap()], 1);
+    assert!(
+        stderr.contains("the build of broken version 1 failed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.to_lowercase().contains("requirement"),
+        "pip's error: {stderr}"
+    );
+
+    // A symlink out of the tree: refused before anything is sent.
+    let outside = root.join("secret.txt");
+    std::fs::write(&outside, "secret").unwrap();
+    let leaky = root.join("leaky");
+    write(&leaky, &[("handler.py", HANDLER_V1)]);
+    std::os::unix::fs::symlink(&outside, leaky.join("secret.txt")).unwrap();
+    let (_, stderr) = user.expect(&["deploy", leaky.to_str().unwrap()], 2);
+    assert!(stderr.contains("secret.txt"), "{stderr}");
+    user.expect(&["get", "leaky"], 4);
+    stop_dev(proc, &data).await;
+}
