@@ -64,6 +64,11 @@ pub const MAX_TYPES: usize = 50;
 pub const MAX_VALUE_LEN: usize = 512;
 /// How often a tail looks for new events.
 pub const POLL_EVERY: Duration = Duration::from_millis(250);
+/// How often a tail reads while events are coming: for `BURST` after the
+/// last one it sent (what one change causes — an upload's build and deploy —
+/// comes in bursts, and its follower sees each step within this).
+pub const BURST_POLL_EVERY: Duration = Duration::from_millis(20);
+pub const BURST: Duration = Duration::from_secs(5);
 /// The most events a tail reads at once; a full read is followed by the
 /// next at once.
 pub const TAIL_BATCH: u32 = 500;
@@ -464,6 +469,8 @@ pub async fn tail(
         announced_at: Instant::now(),
         pending: VecDeque::new(),
         read_at_once: true,
+        // A client that starts following is often about to cause events.
+        sent_at: Some(Instant::now()),
     };
     let events =
         futures_util::stream::unfold(tailer, Tailer::next).take_until(state.tails.closed());
@@ -482,6 +489,9 @@ struct Tailer {
     pending: VecDeque<Entry>,
     /// Read without waiting first (the start, or after a full read).
     read_at_once: bool,
+    /// When the last event was sent, or the tail started (reads come faster
+    /// for `BURST` after).
+    sent_at: Option<Instant>,
 }
 
 impl Tailer {
@@ -492,6 +502,7 @@ impl Tailer {
                 let event = sse_event(&e);
                 self.announced = Some(e.checkpoint());
                 self.announced_at = Instant::now();
+                self.sent_at = Some(self.announced_at);
                 return Some((Ok(event), self));
             }
             let moved_on = self.announced != Some(self.at);
@@ -512,7 +523,8 @@ impl Tailer {
                 return Some((Ok(event), self));
             }
             if !std::mem::take(&mut self.read_at_once) {
-                tokio::time::sleep(POLL_EVERY).await;
+                let busy = self.sent_at.is_some_and(|at| at.elapsed() < BURST);
+                tokio::time::sleep(if busy { BURST_POLL_EVERY } else { POLL_EVERY }).await;
             }
             match self.read().await {
                 Ok(tail) => {
