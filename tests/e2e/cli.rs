@@ -139,14 +139,44 @@ async fn a_user_deploys_invokes_diffs_and_rolls_back_with_the_command_line_only(
         &["diff", "app", "1", "2"],
         &["events", "--function", "app"],
         &["logs", "app"],
-        &["build-log", "app", "--version", "2"],
         &["trigger", "ls"],
         &["invoke", "app"],
     ] {
         user.json(args);
     }
-    let log = user.ok(&["build-log", "app", "--version", "2"]);
-    assert!(!log.trim().is_empty(), "the build log of version 2 is kept");
+
+    // `logs --follow` shows a call made after it started.
+    let mut follower = std::process::Command::new(env!("CARGO_BIN_EXE_sless"))
+        .env("XDG_CONFIG_HOME", &config)
+        .args(["logs", "app", "--follow", "-o", "json", "--since", "0s"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = follower.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    user.ok(&["invoke", "app", "--path", "/after"]);
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("logs --follow prints the call within 30 s");
+    follower.kill().ok();
+    follower.wait().ok();
+    let record: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        (record["function"].as_str(), record["status"].as_u64()),
+        (Some("app"), Some(200)),
+        "{line}"
+    );
 
     // A job runs and exits with its status.
     let job = user.json(&["job", "run", "app", "--input", "{\"x\": 1}", "--wait"]);
