@@ -228,7 +228,7 @@ pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyh
     }
     let recorder = state.invocations.clone();
     let http = listeners.serve(state, &stop);
-    announce(&data_dir, addr, &fn_url, &auth, dev)?;
+    announce(&data_dir, addr, &fn_url, &auth, &pool, dev).await?;
 
     stop_signal().await;
     eprintln!("stopping sless");
@@ -258,11 +258,12 @@ pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyh
 /// Prints how to reach this instance and writes `dev.json`. For `dev` with
 /// HS256 it signs a token for the user `dev`; otherwise tokens come from
 /// whoever holds the signing keys (`token` is null).
-fn announce(
+async fn announce(
     data_dir: &Path,
     addr: SocketAddr,
     fn_url: &str,
     auth: &Auth,
+    pool: &PgPool,
     dev: bool,
 ) -> anyhow::Result<()> {
     let sub = DEV_USER;
@@ -271,7 +272,18 @@ fn announce(
         .flatten();
     let ns = Namespace::for_subject(sub);
     let url = format!("http://{addr}");
-    let info = json!({ "url": url, "fn_url": fn_url, "token": token, "namespace": ns });
+    // The console's sign-in link: a one-time code, never the token, in the URL.
+    let console = match token.as_deref().map(|t| auth.verify(t)) {
+        Some(Ok(caller)) => {
+            let code =
+                sless_api::console::issue_code(pool, &caller, Duration::from_secs(86_400)).await?;
+            Some(format!("{url}/console/sign-in?code={code}"))
+        }
+        _ => None,
+    };
+    let info = json!({
+        "url": url, "fn_url": fn_url, "token": token, "namespace": ns, "console": console,
+    });
     // The `dev` profile (before dev.json, which says the instance is up):
     // the user commands talk to this instance.
     let profile = token.as_deref().map(|token| {
@@ -301,16 +313,50 @@ fn announce(
     println!(
         "sless is running at {url}\n\
          functions: {fn_url}/fn/{ns}/{{name}}\n\
+         console:   {} (signs in once, within a day)\n\
          namespace: {ns}\n\
          token:     {token}\n\
          (also in {})\n\
          {}\n\n\
          try:\n  sless deploy examples/hello-python && sless invoke hello\n  \
-         curl -H \"Authorization: Bearer {token}\" {url}/v1/namespaces/{ns}/functions\n",
+         curl -H \"Authorization: Bearer {token}\" {url}/v1/namespaces/{ns}/functions\n\n\
+         {}",
+        console.as_deref().unwrap_or("-"),
         path.display(),
-        profile.unwrap_or_default()
+        profile.unwrap_or_default(),
+        terraform_setup(data_dir, &url, &token),
     );
     Ok(())
+}
+
+/// Terraform's settings for this instance: a CLI configuration that uses
+/// the provider built beside this binary (`terraform.rc` in the data
+/// directory), and the provider block to paste.
+fn terraform_setup(data_dir: &Path, url: &str, token: &str) -> String {
+    let provider_dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .filter(|dir| dir.join("terraform-provider-sless").is_file());
+    let Some(provider_dir) = provider_dir else {
+        return "terraform: build the provider (`cargo build -p sless-terraform`) \
+                and see docs/terraform.md\n"
+            .to_owned();
+    };
+    let rc = data_dir.join("terraform.rc");
+    let text = format!(
+        "# Written by sless dev: Terraform uses the provider built beside it.\n\
+         provider_installation {{\n  dev_overrides {{\n    \"sless.dev/sless/sless\" = {:?}\n  }}\n  direct {{}}\n}}\n",
+        provider_dir.display().to_string()
+    );
+    if let Err(e) = std::fs::write(&rc, text) {
+        return format!("terraform: (could not write {}: {e})\n", rc.display());
+    }
+    format!(
+        "terraform (examples/terraform, docs/terraform.md):\n  \
+         export TF_CLI_CONFIG_FILE={} SLESS_ENDPOINT={url} SLESS_TOKEN={token}\n  \
+         or in main.tf:\n    provider \"sless\" {{\n      endpoint = \"{url}\"\n      token    = \"{token}\"\n    }}\n",
+        rc.display()
+    )
 }
 
 /// The API's state with the proxy limits, invocation retention, upload

@@ -244,6 +244,13 @@ pub struct InvocationView {
     /// The run's stream for a job or cron run (`job/{ns}/{name}`,
     /// `cron/{ns}/{trigger}/{unix seconds}`); null for a call through `/fn`.
     pub run: Option<String>,
+    /// A call through `/fn`: its method (null for runs, and for calls
+    /// recorded before it was kept).
+    #[serde(default)]
+    pub method: Option<String>,
+    /// A call through `/fn`: its path below the function, without the query.
+    #[serde(default)]
+    pub path: Option<String>,
 }
 
 /// One page of invocation records, newest first.

@@ -104,7 +104,7 @@ impl Tails {
         self.stop.send_replace(true);
     }
 
-    fn closed(&self) -> impl Future<Output = ()> + Send + use<> {
+    pub(crate) fn closed(&self) -> impl Future<Output = ()> + Send + use<> {
         let mut rx = self.stop.subscribe();
         async move {
             let _ = rx.wait_for(|closed| *closed).await;

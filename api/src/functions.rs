@@ -19,6 +19,7 @@ use sless_store::{blobs, jobs as log};
 
 use crate::AppState;
 use crate::auth::Caller;
+use crate::catch_up;
 use crate::command::{self, Answered, Current, Decided, Handler, Opened, Plan, RequestContext};
 use crate::error::{ApiError, ApiResult};
 use crate::function::{
@@ -108,6 +109,10 @@ pub async fn list(
     Ok(Json(json!({ "items": items })))
 }
 
+/// How long a read of a function waits for the read model to show the
+/// function's last event.
+const READ_YOUR_WRITES: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}", operation_id = "getFunction", tag = "functions",
     summary = "Get a function",
     params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function")),
@@ -118,11 +123,26 @@ pub async fn get(
     PathParams((ns, name)): PathParams<(String, String)>,
 ) -> ApiResult<Answered> {
     let key = path_key(&caller, &ns, &name)?;
-    if let Some(row) =
-        readmodel::function_row(&state.pool, key.namespace.as_str(), key.name.as_str()).await?
-    {
-        // The ETag is the stream's version, which the row may lag.
+    let row_of = || readmodel::function_row(&state.pool, key.namespace.as_str(), key.name.as_str());
+    if let Some(mut row) = row_of().await? {
         let version = log::log_version(&state.pool, &key.stream()).await?;
+        // A client reads what it has just done: a row behind the log is
+        // given a moment to catch up. The answer comes from the row, as the
+        // invoke proxy sees it, so a function shown Ready here is served
+        // there.
+        if row.stream_version < version {
+            catch_up::until_shown(READ_YOUR_WRITES, || async {
+                matches!(row_of().await, Ok(Some(r)) if r.stream_version >= version)
+            })
+            .await;
+            if let Some(r) = row_of().await? {
+                row = r;
+            }
+        }
+        // A delete the read model has not applied yet is a 404 already.
+        if row.stream_version < version && !load(&state, &key).await?.exists() {
+            return Err(function_not_found(&key));
+        }
         let view = view_of_row(state.fn_url.as_deref(), &row);
         return Ok(Answered::new(StatusCode::OK, view).etag(version));
     }

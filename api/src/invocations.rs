@@ -433,6 +433,8 @@ fn view(r: &Invocation) -> Value {
         "request_id": r.request_id,
         "origin": r.origin,
         "run": r.run,
+        "method": r.method,
+        "path": r.path,
     })
 }
 

@@ -19,7 +19,9 @@
 
 pub mod admin;
 pub mod auth;
+pub mod build_log;
 pub mod command;
+pub mod console;
 pub mod crashes;
 pub mod error;
 pub mod events;
@@ -42,6 +44,7 @@ pub mod upload;
 pub mod versions;
 
 mod breaker;
+mod catch_up;
 mod deadlines;
 mod fallback;
 
@@ -89,6 +92,8 @@ pub struct AppState {
     pub quotas: quota::Quotas,
     /// The audit log's live tails, ended together at shutdown.
     pub tails: events::Tails,
+    /// The LISTEN that wakes followers of build logs.
+    pub build_logs: build_log::Watch,
     /// Replays for the admin routes, filled by the binary (`admin`); `None`
     /// answers them 501.
     pub maintenance: Option<Arc<dyn admin::Maintenance>>,
@@ -123,6 +128,7 @@ impl AppState {
             keep_versions: DEFAULT_KEEP_VERSIONS,
             quotas: quota::Quotas::UNLIMITED,
             tails: events::Tails::default(),
+            build_logs: build_log::Watch::default(),
             maintenance: None,
             fn_url: None,
             only_namespace: None,
@@ -171,6 +177,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(versions::source).layer(answer_within(Duration::ZERO, false)))
         .routes(routes!(versions::archive).layer(answer_within(Duration::ZERO, false)))
         .routes(routes!(versions::diff).layer(answer_within(Duration::ZERO, false)))
+        // A followed log answers once it starts; the lines follow in the body.
+        .routes(routes!(build_log::get).layer(answer_within(Duration::ZERO, false)))
         .routes(
             routes!(upload::upload)
                 .layer(DefaultBodyLimit::max(upload_limit))
@@ -195,7 +203,10 @@ pub fn router(state: AppState) -> Router {
         .expect("the OpenAPI document serializes")
         .into();
     // On this origin `/fn/...` only points at the functions' origin.
-    let router = router.layer(Extension(doc)).fallback(api_fallback);
+    let router = router
+        .merge(console::routes())
+        .layer(Extension(doc))
+        .fallback(api_fallback);
     finish(router, state)
 }
 

@@ -76,7 +76,7 @@ pub(crate) fn version_demand(
 }
 
 /// A function that exists, read from its stream.
-async fn existing(state: &AppState, key: &FunctionKey) -> ApiResult<Function> {
+pub(crate) async fn existing(state: &AppState, key: &FunctionKey) -> ApiResult<Function> {
     let f = load(state, key).await?;
     if !f.exists() {
         return Err(function_not_found(key));
@@ -86,7 +86,11 @@ async fn existing(state: &AppState, key: &FunctionKey) -> ApiResult<Function> {
 
 /// Version `v` (a path segment) of `f`: 404 when it is not a number, never
 /// existed, or was pruned.
-fn version_of<'f>(f: &'f Function, key: &FunctionKey, v: &str) -> ApiResult<&'f SourceVersion> {
+pub(crate) fn version_of<'f>(
+    f: &'f Function,
+    key: &FunctionKey,
+    v: &str,
+) -> ApiResult<&'f SourceVersion> {
     let number = v.parse::<u32>().ok().filter(|n| *n >= 1);
     if let Some(found) = number.and_then(|n| f.version(n)) {
         return Ok(found);

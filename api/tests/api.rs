@@ -9,8 +9,11 @@ mod api {
     mod auth;
     mod bad_input;
     mod bad_input_routes;
+    mod build_logs;
     mod concurrency;
     mod conditional;
+    mod console;
+    mod console_pages;
     mod delete;
     mod events;
     mod events_plan;
@@ -28,6 +31,7 @@ mod api {
     mod routes;
     mod serving;
     mod source;
+    mod sse;
     mod tenancy;
     mod triggers;
     mod update;

@@ -29,24 +29,30 @@ pub async fn run(server: &Server, args: ApiArgs) -> anyhow::Result<serde_json::V
     SlessDev::measured(server, &args.dev, async |dev| measure(dev, &args).await).await
 }
 
-fn name(i: usize) -> String {
+pub fn name(i: usize) -> String {
     format!("f-{i:05}")
 }
 
-async fn measure(dev: &SlessDev, args: &ApiArgs) -> anyhow::Result<serde_json::Value> {
+/// Creates `items` functions (`name(i)`), `concurrency` at a time; the
+/// seconds it took.
+pub async fn fill(dev: &SlessDev, items: usize, concurrency: usize) -> anyhow::Result<f64> {
     let started = Instant::now();
     let next = AtomicUsize::new(0);
     let creator = || async {
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= args.items {
+            if i >= items {
                 return anyhow::Ok(());
             }
             dev.create(&name(i)).await?;
         }
     };
-    try_join_all((0..args.concurrency.max(1)).map(|_| creator())).await?;
-    let create_s = started.elapsed().as_secs_f64();
+    try_join_all((0..concurrency.max(1)).map(|_| creator())).await?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+async fn measure(dev: &SlessDev, args: &ApiArgs) -> anyhow::Result<serde_json::Value> {
+    let create_s = fill(dev, args.items, args.concurrency).await?;
     let list_url = dev.v1("/functions");
     let items = args.items;
     let listed_bytes = wait_for(

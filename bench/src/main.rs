@@ -7,6 +7,7 @@
 
 mod api;
 mod append;
+mod console;
 mod jail;
 mod lag;
 mod nginx;
@@ -53,6 +54,9 @@ enum Command {
     Proxy(proxy::ProxyArgs),
     /// Control-plane API: list and get with 1,000 functions in a namespace.
     Api(api::ApiArgs),
+    /// The web console: the namespace page with 1,000 functions and a
+    /// function page with a 200-file source.
+    Console(console::ConsoleArgs),
     /// Upload→Ready of a python function without dependencies; p50/p99.
     UploadReady(upload::UploadArgs),
     /// What the sandbox adds to a process's start: the same program started
@@ -222,6 +226,7 @@ fn main() -> anyhow::Result<()> {
             Command::Projector(args) => projector::run(&server, args).await,
             Command::Proxy(args) => proxy::run(&server, args).await,
             Command::Api(args) => api::run(&server, args).await,
+            Command::Console(args) => console::run(&server, args).await,
             Command::UploadReady(args) => upload::run(&server, args).await,
             Command::Jail(args) => jail::run(args),
         };

@@ -97,6 +97,27 @@ impl EventStream {
         }
     }
 
+    /// The next event before `deadline`: [`Error::Timeout`] (naming
+    /// `within`, the whole wait) once it has passed, [`Error::Connect`]
+    /// when the API ended the stream.
+    pub async fn next_by(
+        &mut self,
+        deadline: tokio::time::Instant,
+        within: std::time::Duration,
+    ) -> Result<EventEntry> {
+        match tokio::time::timeout_at(deadline, self.next()).await {
+            Err(_) => Err(Error::Timeout {
+                endpoint: self.client.endpoint().to_owned(),
+                seconds: within.as_secs(),
+            }),
+            Ok(None) => Err(Error::Connect {
+                endpoint: self.client.endpoint().to_owned(),
+                message: "the audit log's stream ended".into(),
+            }),
+            Ok(Some(event)) => event,
+        }
+    }
+
     /// Where the stream is: the id to resume after.
     pub fn last_id(&self) -> Option<&str> {
         self.last_id.as_deref()

@@ -62,17 +62,7 @@ impl Client {
             if job.status == "Succeeded" || job.status == "Failed" {
                 return Ok(job);
             }
-            match tokio::time::timeout_at(deadline, tail.next()).await {
-                Err(_) => return Err(timed_out()),
-                Ok(None) => {
-                    return Err(Error::Connect {
-                        endpoint: self.endpoint().to_owned(),
-                        message: "the audit log's stream ended".into(),
-                    });
-                }
-                Ok(Some(Err(e))) => return Err(e),
-                Ok(Some(Ok(_))) => {}
-            }
+            tail.next_by(deadline, within).await?;
         }
     }
 }

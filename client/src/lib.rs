@@ -22,6 +22,7 @@
 
 pub mod error;
 pub mod package;
+pub mod rollout;
 
 mod events;
 mod functions;

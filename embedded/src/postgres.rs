@@ -129,10 +129,8 @@ impl PrivatePostgres {
             let host = host.clone();
             blocking(move || prepare(&opts, &host)).await?
         };
-        // The socket file is `.s.PGSQL.{port}`: its whole path must fit a
-        // sockaddr_un (108 bytes with the NUL).
-        let socket = (wants_socket && prepared.pgsock.as_os_str().len() + 17 < 108)
-            .then(|| prepared.pgsock.clone());
+        let socket =
+            (wants_socket && socket_fits(&prepared.pgsock)).then(|| prepared.pgsock.clone());
         if wants_socket && socket.is_none() {
             tracing::warn!(dir = %prepared.pgsock.display(), "the socket's path is too long; PostgreSQL listens on TCP on 127.0.0.1");
         }
@@ -501,7 +499,15 @@ pub fn url(password: &str, port: u16, socket: Option<&Path>, database: &str) -> 
     }
 }
 
+/// True when a socket in `dir` (`.s.PGSQL.{port}`) fits a sockaddr_un:
+/// 108 bytes with the NUL.
+fn socket_fits(dir: &Path) -> bool {
+    dir.as_os_str().len() + 17 < 108
+}
+
 /// Builds the postmaster command line; output is appended to the log.
+/// Without a socket directory short enough, the server makes no socket
+/// (PostgreSQL gives up when it can make none of those it is told to).
 fn postgres_command(
     p: &Prepared,
     port: u16,
@@ -528,7 +534,11 @@ fn postgres_command(
             "listen_addresses={}",
             if socket_only { "" } else { "127.0.0.1" }
         ),
-        format!("unix_socket_directories=\"{}\"", p.pgsock.display()),
+        if socket_fits(&p.pgsock) {
+            format!("unix_socket_directories=\"{}\"", p.pgsock.display())
+        } else {
+            "unix_socket_directories=".to_owned()
+        },
         "max_connections=300".to_owned(),
         "idle_in_transaction_session_timeout=60s".to_owned(),
     ];

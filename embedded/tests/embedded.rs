@@ -494,6 +494,22 @@ async fn a_socket_only_cluster_listens_on_no_tcp_port() {
     pg.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_cluster_whose_socket_path_is_too_long_listens_on_tcp() {
+    let dir = temp_dir();
+    // `.../pgsock/.s.PGSQL.{port}` would not fit a socket address.
+    let data_dir = dir
+        .path()
+        .join("d".repeat(100 - dir.path().as_os_str().len()));
+    let mut opts = PostgresOptions::new(&data_dir);
+    opts.socket_only = true;
+    let pg = start(opts).await.unwrap();
+    let url = pg.url("postgres");
+    assert!(!url.contains("?host="), "{url}");
+    assert_eq!(query_one(&url).await, 1);
+    pg.stop().await.unwrap();
+}
+
 fn pg_password(data_dir: &std::path::Path) -> String {
     std::fs::read_to_string(data_dir.join("pg-password"))
         .unwrap()

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Deserialize;
 use sless_client::package::{PackLimits, zip_dir};
-use sless_client::{Client, CreateFunction, EventFilter, UpdateFunction};
+use sless_client::{Client, CreateFunction, UpdateFunction};
 
 use super::follow::{Watch, secs};
 use super::output::{Failure, Out};
@@ -221,11 +221,7 @@ pub async fn deploy(client: &Client, out: &Out, args: DeployArgs) -> Result<(), 
         }
     }
     // Followed from before the first change: nothing it causes is missed.
-    let filter = EventFilter {
-        function: Some(w.name.clone()),
-        ..EventFilter::default()
-    };
-    let tail = client.tail_events(&filter).await?;
+    let tail = client.tail_function(&w.name).await?;
     let (created, spec_changed, runtime_changed) = match client.get_function(&w.name).await {
         Ok(f) => {
             let change = change_of(&w, &f);
@@ -261,9 +257,10 @@ pub async fn deploy(client: &Client, out: &Out, args: DeployArgs) -> Result<(), 
         format!("{} version {version}: source unchanged", w.name)
     } else {
         format!(
-            "{} version {version}: uploaded {} files, {}",
+            "{} version {version}: uploaded {} file{}, {}",
             w.name,
             packed.files,
+            if packed.files == 1 { "" } else { "s" },
             size(packed.bytes.len() as u64)
         )
     };
@@ -357,11 +354,7 @@ pub async fn rollback(
     no_wait: bool,
 ) -> Result<(), Failure> {
     let started = Instant::now();
-    let filter = EventFilter {
-        function: Some(name.to_owned()),
-        ..EventFilter::default()
-    };
-    let tail = client.tail_events(&filter).await?;
+    let tail = client.tail_function(name).await?;
     let f = client.rollback(name, version).await?;
     if f.unchanged == Some(true) || no_wait {
         if out.json() {

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use sless_client::{BuildLogEvent, Client, EventStream};
+use sless_client::{BuildLogEvent, Client, EventStream, rollout};
 use tokio::sync::mpsc;
 
 use super::output::{Failure, Out};
@@ -120,26 +120,23 @@ impl Watch<'_> {
                             "the API ended the audit log's stream",
                         )),
                     };
-                    let version = event.data.get("version").and_then(|v| v.as_u64());
-                    let ours = version == Some(u64::from(self.version));
-                    match event.event_type.as_str() {
-                        "BuildStarted" if ours => self.enter(&mut state, Step::Building),
-                        "BuildSucceeded" if ours => self.enter(&mut state, Step::Deploying),
-                        "FunctionDeployed" if ours => {
+                    match rollout::Step::of(&event, self.version) {
+                        Some(rollout::Step::Building) => self.enter(&mut state, Step::Building),
+                        Some(rollout::Step::Deploying) => self.enter(&mut state, Step::Deploying),
+                        Some(rollout::Step::Ready) => {
                             self.enter(&mut state, Step::Ready);
                             return Ok(self.followed(&state));
                         }
-                        "BuildFailed" | "DeployFailed" if ours => {
-                            let error = text(&event.data, "error");
-                            let tail = text(&event.data, "log_tail");
+                        Some(rollout::Step::Failed { stage, error, log_tail }) => {
                             self.clear(&mut state);
-                            return Err(self.failure(&state, &event.event_type, error, tail).await);
+                            let stage = stage.unwrap_or(rollout::Stage::Build);
+                            return Err(self.failure(&state, stage, error, log_tail).await);
                         }
-                        "FunctionDeleted" => {
+                        Some(rollout::Step::Deleted) => {
                             self.clear(&mut state);
                             return Err(Failure::failed(format!("{} was deleted", self.name)));
                         }
-                        _ => {}
+                        None => {}
                     }
                 }
                 line = lines.recv(), if log_open => match line {
@@ -266,12 +263,14 @@ impl Watch<'_> {
 
     /// The failure of a build or deploy: its error, then the tail of its
     /// log (the event's, else the stored build log's).
-    async fn failure(&self, state: &State, kind: &str, error: String, tail: String) -> Failure {
-        let what = if kind == "BuildFailed" {
-            "build"
-        } else {
-            "deploy"
-        };
+    async fn failure(
+        &self,
+        state: &State,
+        stage: rollout::Stage,
+        error: String,
+        tail: String,
+    ) -> Failure {
+        let what = stage.as_str();
         let mut failure = Failure::failed(format!(
             "the {what} of {} version {} failed: {error}",
             self.name, self.version
@@ -292,13 +291,6 @@ impl Watch<'_> {
         }
         failure
     }
-}
-
-fn text(data: &serde_json::Value, key: &str) -> String {
-    data.get(key)
-        .and_then(|v| v.as_str())
-        .unwrap_or_default()
-        .to_owned()
 }
 
 pub fn secs(d: Duration) -> f64 {

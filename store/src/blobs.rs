@@ -209,3 +209,12 @@ pub fn zip_key(sha256: &str) -> String {
 pub fn context_key(sha256: &str) -> String {
     format!("blobs/contexts/{sha256}.tar.gz")
 }
+
+/// The key of a version's build log. Not content-addressed: one object per
+/// version of a function (a version number is never given twice, deletes
+/// and pruning included), replaced by a later build of the same version,
+/// and deleted with the version's row of `build_logs` when retention
+/// prunes it.
+pub fn build_log_key(namespace: &str, name: &str, version: u32) -> String {
+    format!("blobs/build-logs/{namespace}/{name}/v{version}.log")
+}

@@ -40,6 +40,10 @@ pub struct Invocation {
     /// The run's stream, for a job or cron run (`job/{ns}/{name}`,
     /// `cron/{ns}/{trigger}/{unix seconds}`).
     pub run: Option<String>,
+    /// A call through `/fn`: its method, and its path below the function
+    /// (no query).
+    pub method: Option<String>,
+    pub path: Option<String>,
 }
 
 /// A new record id for a call that started at `started_at`: a UUIDv7 of that
@@ -115,6 +119,8 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
     let mut request_ids = Vec::with_capacity(n);
     let mut origins = Vec::with_capacity(n);
     let mut runs = Vec::with_capacity(n);
+    let mut methods = Vec::with_capacity(n);
+    let mut paths = Vec::with_capacity(n);
     for r in records {
         ids.push(r.id);
         namespaces.push(r.namespace.as_str());
@@ -131,15 +137,19 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
         request_ids.push(r.request_id.as_str());
         origins.push(r.origin.as_str());
         runs.push(r.run.as_deref());
+        methods.push(r.method.as_deref());
+        paths.push(r.path.as_deref());
     }
     let done = sqlx::query(
         "insert into invocations
            (id, namespace, function, version, started_at, duration_us, status,
-            bytes_in, bytes_out, cold, error, request_id, origin, run, error_kind)
+            bytes_in, bytes_out, cold, error, request_id, origin, run, error_kind,
+            method, path)
          select * from unnest($1::uuid[], $2::text[], $3::text[], $4::int4[],
                               $5::timestamptz[], $6::int8[], $7::int2[], $8::int8[],
                               $9::int8[], $10::bool[], $11::text[], $12::text[],
-                              $13::text[], $14::text[], $15::text[])
+                              $13::text[], $14::text[], $15::text[], $16::text[],
+                              $17::text[])
          on conflict (id) do nothing",
     )
     .bind(ids)
@@ -157,13 +167,16 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
     .bind(origins)
     .bind(runs)
     .bind(error_kinds)
+    .bind(methods)
+    .bind(paths)
     .execute(exec)
     .await?;
     Ok(done.rows_affected())
 }
 
 const COLUMNS: &str = "id, namespace, function, version, started_at, duration_us, status, \
-                       bytes_in, bytes_out, cold, error, error_kind, request_id, origin, run";
+                       bytes_in, bytes_out, cold, error, error_kind, request_id, origin, run, \
+                       method, path";
 
 fn record_of(r: sqlx::postgres::PgRow) -> Invocation {
     Invocation {
@@ -182,6 +195,8 @@ fn record_of(r: sqlx::postgres::PgRow) -> Invocation {
         request_id: r.get("request_id"),
         origin: r.get("origin"),
         run: r.get("run"),
+        method: r.get("method"),
+        path: r.get("path"),
     }
 }
 
@@ -226,6 +241,43 @@ pub async fn page<'e>(
         }
     };
     Ok(rows.into_iter().map(record_of).collect())
+}
+
+/// How many calls a function had since a time, and how many of them failed
+/// (a 5xx answer, or none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counts {
+    pub function: String,
+    pub calls: i64,
+    pub errors: i64,
+}
+
+/// The calls of the functions `names` of a namespace since `since`.
+pub async fn counts_since<'e>(
+    exec: impl PgExecutor<'e>,
+    namespace: &str,
+    names: &[String],
+    since: DateTime<Utc>,
+) -> Result<Vec<Counts>> {
+    let rows = sqlx::query(
+        "select function, count(*) as calls,
+                count(*) filter (where status >= 500 or error is not null) as errors
+         from invocations where namespace = $1 and function = any($2) and started_at >= $3
+         group by function",
+    )
+    .bind(namespace)
+    .bind(names)
+    .bind(since)
+    .fetch_all(exec)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Counts {
+            function: r.get("function"),
+            calls: r.get("calls"),
+            errors: r.get("errors"),
+        })
+        .collect())
 }
 
 /// Deletes up to `limit` records that started before `before` (to the

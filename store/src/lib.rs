@@ -11,6 +11,8 @@
 
 pub mod audit;
 pub mod blobs;
+pub mod build_logs;
+pub mod console;
 pub mod crashes;
 pub mod eventlog;
 pub mod idempotency;

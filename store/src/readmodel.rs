@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sless_domain::{Function, FunctionSpec, Phase, Runtime};
-use sqlx::{PgExecutor, Row};
+use sqlx::{PgExecutor, PgPool, Row};
 
 use crate::{Error, Result};
 
@@ -163,6 +163,33 @@ pub async fn function_rows<'e>(
     rows.into_iter().map(row_of).collect()
 }
 
+/// One page of a namespace's functions by name (`limit` from `offset`),
+/// and how many it has in all.
+pub async fn function_rows_page(
+    pool: &PgPool,
+    namespace: &str,
+    offset: usize,
+    limit: usize,
+) -> Result<(Vec<FunctionRow>, usize)> {
+    let total: i64 = sqlx::query_scalar(
+        "select count(*) from functions where namespace = $1 and phase <> 'Deleted'",
+    )
+    .bind(namespace)
+    .fetch_one(pool)
+    .await?;
+    let rows = sqlx::query(
+        "select * from functions where namespace = $1 and phase <> 'Deleted'
+         order by name limit $2 offset $3",
+    )
+    .bind(namespace)
+    .bind(limit as i64)
+    .bind(offset as i64)
+    .fetch_all(pool)
+    .await?;
+    let rows = rows.into_iter().map(row_of).collect::<Result<_>>()?;
+    Ok((rows, total.max(0) as usize))
+}
+
 /// One kept version of a function, as `function_versions` holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct VersionRow {
@@ -205,6 +232,44 @@ pub async fn version_rows<'e>(
             context_sha256: r.get("context_sha256"),
             context_key: r.get("context_key"),
             runtime: r.get("runtime"),
+            uploaded_by: r.get("uploaded_by"),
+            uploaded_at: r.get("uploaded_at"),
+        })
+        .collect())
+}
+
+/// The upload of a function's live version: which, by whom, when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveUpload {
+    pub function: String,
+    pub version: u32,
+    pub uploaded_by: Option<String>,
+    pub uploaded_at: DateTime<Utc>,
+}
+
+/// The live version's upload of the functions `names` of a namespace (those
+/// that have one).
+pub async fn live_uploads<'e>(
+    exec: impl PgExecutor<'e>,
+    namespace: &str,
+    names: &[String],
+) -> Result<Vec<LiveUpload>> {
+    let rows = sqlx::query(
+        "select f.name, v.version, v.uploaded_by, v.uploaded_at
+         from functions f
+         join function_versions v
+           on v.namespace = f.namespace and v.name = f.name and v.version = f.current_version
+         where f.namespace = $1 and f.name = any($2) and f.phase <> 'Deleted'",
+    )
+    .bind(namespace)
+    .bind(names)
+    .fetch_all(exec)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| LiveUpload {
+            function: r.get("name"),
+            version: r.get::<i32, _>("version") as u32,
             uploaded_by: r.get("uploaded_by"),
             uploaded_at: r.get("uploaded_at"),
         })

@@ -119,6 +119,32 @@ async fn a_user_deploys_invokes_diffs_and_rolls_back_with_the_command_line_only(
         (Some(2), Some("Ready"))
     );
     assert_eq!(user.ok(&["invoke", "app"]).trim(), r#"{"v": 2}"#);
+    // Version 2's build log: plain, as JSON, and followed after the build
+    // ended (every line, then the end).
+    let log = user.ok(&["build-log", "app", "--version", "2"]);
+    assert!(
+        log.starts_with("sless: unpacked ") && log.ends_with("sless: build complete\n"),
+        "{log}"
+    );
+    let doc = user.json(&["build-log", "app", "--version", "2"]);
+    assert_eq!(doc["log"].as_str(), Some(log.as_str()), "{doc}");
+    let followed = user.ok(&[
+        "build-log",
+        "app",
+        "--version",
+        "2",
+        "--follow",
+        "-o",
+        "json",
+    ]);
+    let records: Vec<serde_json::Value> = followed
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (end, lines) = records.split_last().expect("records");
+    assert_eq!(end["end"], "succeeded", "{followed}");
+    let texts: Vec<&str> = lines.iter().map(|r| r["line"].as_str().unwrap()).collect();
+    assert_eq!(texts, log.lines().collect::<Vec<_>>());
     let diff = user.ok(&["diff", "app", "1", "2"]);
     assert!(
         diff.contains("-    return {\"v\": 1}") && diff.contains("+    return {\"v\": 2}"),
@@ -244,6 +270,20 @@ async fn a_build_that_fails_exits_1_with_pips_error_and_a_directory_that_cannot_
         "pip's error: {stderr}"
     );
 
+    // The whole log stays, for the command and for its follower.
+    let log = user.ok(&["build-log", "broken"]);
+    assert!(
+        log.to_lowercase().contains("requirement")
+            && log.contains("sless: pip install failed (exit "),
+        "{log}"
+    );
+    let (followed, stderr) = user.expect(&["build-log", "broken", "--follow"], 1);
+    assert_eq!(followed, log, "the followed log is the stored one");
+    assert!(
+        stderr.contains("the build of broken version 1 failed"),
+        "{stderr}"
+    );
+
     // A symlink out of the tree: refused before anything is sent.
     let outside = root.join("secret.txt");
     std::fs::write(&outside, "secret").unwrap();
@@ -253,5 +293,75 @@ async fn a_build_that_fails_exits_1_with_pips_error_and_a_directory_that_cannot_
     let (_, stderr) = user.expect(&["deploy", leaky.to_str().unwrap()], 2);
     assert!(stderr.contains("secret.txt"), "{stderr}");
     user.expect(&["get", "leaky"], 4);
+    stop_dev(proc, &data).await;
+}
+
+/// A package whose install prints one line, waits two seconds, and prints
+/// another: a build that is still running when its first line is written.
+const SLOW_PACKAGE: &str = r#"{
+  "name": "slow",
+  "version": "1.0.0",
+  "private": true,
+  "scripts": {
+    "postinstall": "node -e \"console.log('slow: first'); setTimeout(() => console.log('slow: second'), 2000)\""
+  }
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_prints_each_build_log_line_while_the_build_runs() {
+    let root = sless_testkit::scratch_dir("cli-live");
+    let config = root.join("config");
+    let data = root.join("data");
+    let (proc, _) = start_dev_configured(
+        &data,
+        "log",
+        &[],
+        &[("XDG_CONFIG_HOME", config.to_str().unwrap())],
+    )
+    .await;
+    let app = root.join("slow");
+    write(
+        &app,
+        &[
+            (
+                "handler.js",
+                "exports.handle = async () => ({ ok: true });\n",
+            ),
+            ("package.json", SLOW_PACKAGE),
+        ],
+    );
+    let mut deploy = std::process::Command::new(env!("CARGO_BIN_EXE_sless"))
+        .env("XDG_CONFIG_HOME", &config)
+        .args(["deploy", app.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = deploy.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .map(|line| (std::time::Instant::now(), line))
+            .collect::<Vec<_>>()
+    });
+    let status = deploy.wait().unwrap();
+    let lines = reader.join().unwrap();
+    let shown: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+    assert!(status.success(), "{shown:#?}");
+    let at = |text: &str| {
+        lines
+            .iter()
+            .find(|(_, l)| l.starts_with("  | ") && l.ends_with(text))
+            .map(|(t, _)| *t)
+            .unwrap_or_else(|| panic!("{text:?} is shown: {shown:#?}"))
+    };
+    let (first, second) = (at("slow: first"), at("slow: second"));
+    assert!(
+        second.duration_since(first) >= std::time::Duration::from_millis(1500),
+        "the first line came {:?} before the second, not as the build wrote it: {shown:#?}",
+        second.duration_since(first)
+    );
     stop_dev(proc, &data).await;
 }

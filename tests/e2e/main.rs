@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `sless` binary, started as a process.
 
 mod cli;
+mod console;
 mod dev;
 mod edge;
 mod history;
@@ -14,6 +15,7 @@ mod runtimes;
 mod sandbox;
 #[path = "../support/mod.rs"]
 mod support;
+mod terraform;
 mod triggers;
 mod worker_kill;
 

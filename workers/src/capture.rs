@@ -4,6 +4,8 @@
 //! out, marked by a line that says how much, and a cut never splits a
 //! UTF-8 character. The local driver pushes a run's pipes through it as
 //! they come; the Kubernetes driver pushes a pod's log, read back whole.
+//! A build's log (`crate::build_log`) is kept the same way, with a limit of
+//! its own.
 
 use crate::driver::{Captured, JOB_OUTPUT_LIMIT};
 
@@ -16,7 +18,7 @@ pub(crate) fn captured(bytes: &[u8]) -> Captured {
 
 /// One stream's output: its first `limit / 2` bytes, its last `limit / 2`
 /// bytes, and how many there were.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Capture {
     limit: usize,
     head: Vec<u8>,

@@ -1,15 +1,18 @@
 //! Deleting blobs nothing uses: the blob of a pruned version once no kept
-//! version uses it (a `CollectBlob` item), and orphans, blobs an upload
-//! stored whose event never came (the worker's periodic sweep).
-//! `sless_store::retention` has the protocol, `sless_store::orphans` the
-//! records orphans are found by.
+//! version uses it (a `CollectBlob` item), orphans, blobs an upload
+//! stored whose event never came (the worker's periodic sweep), and the
+//! build logs of pruned versions (the reconciler, once the function has
+//! converged). `sless_store::retention` has the protocol,
+//! `sless_store::orphans` the records orphans are found by, and
+//! `sless_store::build_logs` the rows build logs are found by.
 
 use std::time::Duration;
 
+use sless_domain::{Function, FunctionKey};
 use sless_store::PgPool;
-use sless_store::blobs::BlobStore;
+use sless_store::blobs::{self, BlobStore};
 use sless_store::queue::WorkItem;
-use sless_store::{eventlog, orphans, readmodel, retention};
+use sless_store::{build_logs, eventlog, orphans, readmodel, retention};
 use sqlx::PgConnection;
 
 use crate::{HandlerError, HandlerResult};
@@ -130,4 +133,30 @@ pub async fn sweep_orphans(
         }
     }
     Ok(swept)
+}
+
+/// Deletes the build log (its object, then its row) of every version of
+/// `key` that has one and that `f`, the function as its stream has it, no
+/// longer keeps. A build log is a version's own (its key names the
+/// version, and a number is never given twice), so no lock is needed: a
+/// pruned version is never built again, and a build of it that was still
+/// running when it was pruned is left until it ends, or its worker has
+/// been silent for `build_log::SILENT_AFTER`. Returns how many went.
+pub async fn build_logs_of_pruned(
+    pool: &PgPool,
+    blobs: &BlobStore,
+    key: &FunctionKey,
+    f: &Function,
+) -> sless_store::Result<usize> {
+    let (ns, name) = (key.namespace.as_str(), key.name.as_str());
+    let kept: Vec<u32> = f.versions.iter().map(|v| v.version).collect();
+    let pruned =
+        build_logs::not_kept(pool, ns, name, &kept, crate::build_log::SILENT_AFTER).await?;
+    for version in &pruned {
+        blobs
+            .delete(&blobs::build_log_key(ns, name, *version))
+            .await?;
+        build_logs::forget(pool, ns, name, *version).await?;
+    }
+    Ok(pruned.len())
 }

@@ -2,13 +2,16 @@
 //! two drivers implement it: the local driver (processes on loopback, each
 //! in a jail; `crate::local`) and the Kubernetes driver (Deployments, Jobs
 //! and CronJobs; `crate::kube`). What both keep of a run's output is
-//! `crate::capture`'s.
+//! `crate::capture`'s; a build's output goes to its `BuildLog`
+//! (`crate::build_log`).
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
 use sless_domain::{FunctionKey, Runtime};
+
+pub use crate::build_log::BuildLog;
 
 /// Everything a driver needs to turn a build context into a runnable artifact.
 #[derive(Debug, Clone)]
@@ -26,6 +29,10 @@ pub struct BuildRequest {
     /// A driver whose artifacts cannot change once built (an image pinned
     /// by its digest) returns it without building again.
     pub built: Option<Artifact>,
+    /// Where the build's output goes as it is printed (`crate::build_log`):
+    /// the steps' output and sless's own notes about them. A build that
+    /// runs nothing (found cached, or `built`) pushes nothing.
+    pub log: BuildLog,
 }
 
 /// The result of a build: something `deploy` can run.

@@ -19,7 +19,9 @@ use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::invocations::{self, Invocation};
 use sless_store::queue::{self, WorkItem};
 
-use crate::driver::{Artifact, BuildRequest, Captured, Driver, DriverError, JobOutput, JobRequest};
+use crate::driver::{
+    Artifact, BuildLog, BuildRequest, Captured, Driver, DriverError, JobOutput, JobRequest,
+};
 use crate::reconcile::Reconciler;
 use crate::{HandlerError, HandlerResult};
 
@@ -238,6 +240,8 @@ impl<D: Driver> Reconciler<D> {
             request_id: format!("work-{}", item.id),
             origin: origin.to_owned(),
             run: Some(item.key.clone()),
+            method: None,
+            path: None,
         };
         if let Err(e) = invocations::insert(&self.pool, &[record]).await {
             tracing::warn!(error = %e, "recording the run as an invocation failed");
@@ -289,6 +293,9 @@ impl<D: Driver> Reconciler<D> {
                     .get(&request.version)
                     .cloned()
                     .map(|reference| Artifact { reference }),
+                // The version's build log is its reconcile's build; this
+                // one (normally found cached) is the run's business only.
+                log: BuildLog::default(),
             })
             .await
         {

@@ -5,6 +5,7 @@
 //! never import the API or the projector. What they learn, they append to
 //! the log as events.
 
+pub mod build_log;
 mod capture;
 pub mod collect;
 pub mod crashes;

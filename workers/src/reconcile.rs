@@ -11,6 +11,12 @@
 //! deleted function, or one with nothing uploaded, has whatever runs for it
 //! removed, and so has a function with http triggers none of which is
 //! enabled (`FunctionStopped`).
+//!
+//! Each build it asks the driver for is recorded (`crate::build_log`):
+//! its log is in the database while it runs and in S3 once it ended,
+//! before `BuildSucceeded` or `BuildFailed` (which carries the log's
+//! tail) is appended. A converged function's pruned versions lose their
+//! build logs here too.
 
 use sless_domain::{Function, FunctionEvent, FunctionKey};
 use sless_store::PgPool;
@@ -19,6 +25,7 @@ use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::queue::{self, WorkItem};
 use sless_store::trigger_index;
 
+use crate::build_log::Recording;
 use crate::driver::{Artifact, BuildRequest, CronRequest, DeployRequest, Driver, DriverError};
 use crate::{HandlerError, HandlerResult};
 
@@ -105,10 +112,28 @@ impl<D: Driver> Reconciler<D> {
             let state = load(&self.pool, &key).await?;
             match self.step(item, &key, &state).await? {
                 Some(Recorded::Done) | Some(Recorded::Stale) => continue,
-                None => return self.sync_cron(&key, &state).await,
+                None => {
+                    self.collect_build_logs(&key, &state).await;
+                    return self.sync_cron(&key, &state).await;
+                }
             }
         }
         Ok(())
+    }
+
+    /// Deletes the build logs of the versions retention pruned (an upload
+    /// that prunes enqueues this reconcile). A failure is left to the
+    /// next reconcile of the function.
+    async fn collect_build_logs(&self, key: &FunctionKey, state: &Function) {
+        match crate::collect::build_logs_of_pruned(&self.pool, &self.blobs, key, state).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(function = %key.queue_key(), n, "deleted the build logs of pruned versions")
+            }
+            Err(e) => {
+                tracing::warn!(function = %key.queue_key(), error = %e, "deleting the build logs of pruned versions failed")
+            }
+        }
     }
 
     /// For a driver that runs cron triggers itself: makes them the
@@ -261,6 +286,11 @@ impl<D: Driver> Reconciler<D> {
             .get(&current.context_key)
             .await
             .map_err(HandlerError::retry)?;
+        // The build's log: written down while it runs, stored when it ends,
+        // before the event that says how it ended.
+        let recording = Recording::start(&self.pool, key, current.version)
+            .await
+            .map_err(HandlerError::retry)?;
         let build = self
             .driver
             .build(BuildRequest {
@@ -275,8 +305,13 @@ impl<D: Driver> Reconciler<D> {
                     .get(&current.version)
                     .cloned()
                     .map(|reference| Artifact { reference }),
+                log: recording.log(),
             })
             .await;
+        recording
+            .finish(&self.pool, &self.blobs, &build)
+            .await
+            .map_err(HandlerError::retry)?;
         let artifact = match build {
             Ok(a) => a,
             Err(DriverError::Build { message, log_tail }) => {

@@ -110,6 +110,10 @@ impl Default for WorkerConfig {
 /// Most orphan blobs one sweep looks at; the next sweep takes the rest.
 const ORPHANS_PER_SWEEP: i64 = 1000;
 
+/// The error of a build whose worker went silent, as its log's end says.
+const ABANDONED_BUILD: &str =
+    "the build's worker stopped reporting (it died or lost the database); the build is tried again";
+
 /// Called as each item starts, on the worker's task (keep it cheap): for
 /// metrics and benchmarks.
 pub type StartObserver = Arc<dyn Fn(&WorkItem) + Send + Sync>;
@@ -415,10 +419,11 @@ impl<D: Driver> Worker<D> {
         }
     }
 
-    /// Deletes orphan blobs every `orphan_sweep`, until shutdown. Every
-    /// worker sweeps; they never wait for each other (see
-    /// `collect::sweep_orphans`), and with nothing to do a sweep is one
-    /// index probe.
+    /// Deletes orphan blobs every `orphan_sweep`, until shutdown, and ends
+    /// the build logs of builds whose worker went silent. Every worker
+    /// sweeps; they never wait for each other (see
+    /// `collect::sweep_orphans`), and with nothing to do a sweep is two
+    /// index probes.
     async fn sweep_orphans(self, mut shutdown: watch::Receiver<bool>) {
         let mut every = tokio::time::interval(self.config.orphan_sweep);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -446,6 +451,20 @@ impl<D: Driver> Worker<D> {
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "orphan sweep failed"),
                 }
+            }
+            // Builds whose worker died: their attempt ends, its chunks go.
+            match sless_store::build_logs::abandon_silent(
+                &r.pool,
+                crate::build_log::SILENT_AFTER,
+                ABANDONED_BUILD,
+            )
+            .await
+            {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(n, "ended the build logs of builds whose worker went silent")
+                }
+                Err(e) => tracing::warn!(error = %e, "ending abandoned build logs failed"),
             }
         }
     }

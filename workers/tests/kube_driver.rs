@@ -97,6 +97,7 @@ pub async fn build_req(c: &Cluster, k: &FunctionKey, version: u32, n: u8) -> Bui
         context_key,
         context,
         built: None,
+        log: Default::default(),
     }
 }
 
@@ -134,6 +135,9 @@ async fn a_build_runs_kaniko_with_the_context_behind_a_presigned_url_and_is_not_
     let req = build_req(&c, &k, 1, 1).await;
     let artifact = c.driver.build(req.clone()).await.unwrap();
     assert_eq!(artifact.reference, image_of(1, 1));
+    // kaniko's log is the build's log.
+    let log = req.log.text();
+    assert!(log.contains(&format!("Pushed {}", tag_of(1, 1))), "{log:?}");
 
     let jobs = c.objects(
         "batch/v1",
@@ -183,6 +187,7 @@ async fn a_build_runs_kaniko_with_the_context_behind_a_presigned_url_and_is_not_
         .driver
         .build(BuildRequest {
             built: Some(artifact.clone()),
+            log: Default::default(),
             ..req.clone()
         })
         .await
@@ -209,16 +214,17 @@ async fn a_failed_build_reports_the_reason_and_the_log_tail() {
             }
         });
     let k = key("hello");
-    let err = c
-        .driver
-        .build(build_req(&c, &k, 1, 2).await)
-        .await
-        .unwrap_err();
+    let req = build_req(&c, &k, 1, 2).await;
+    let log = req.log.clone();
+    let err = c.driver.build(req).await.unwrap_err();
     let DriverError::Build { message, log_tail } = err else {
         panic!("{err:?}");
     };
     assert!(message.contains("failed"), "{message}");
     assert!(log_tail.contains("No matching distribution"), "{log_tail}");
+    let log = log.text();
+    assert!(log.starts_with("step 3/4\n"), "the whole log: {log:?}");
+    assert!(log.contains("No matching distribution"), "{log:?}");
 
     // Asked again (a job of that version, a rollback to it), it builds
     // again rather than answering with the old failure.

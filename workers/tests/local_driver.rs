@@ -99,6 +99,7 @@ fn build_req(key: &FunctionKey, version: u32, sha: String, context: Vec<u8>) -> 
         context_sha256: sha,
         context,
         built: None,
+        log: Default::default(),
     }
 }
 

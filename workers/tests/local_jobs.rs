@@ -131,6 +131,7 @@ fn build_req(k: &FunctionKey, runtime: Runtime, n: u32, files: &[(&str, &str)]) 
         context_sha256: sha,
         context: context(files),
         built: None,
+        log: Default::default(),
     }
 }
 

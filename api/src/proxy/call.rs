@@ -57,6 +57,9 @@ pub struct Call {
     pub timeout: Duration,
     pub cold: bool,
     pub request_id: String,
+    /// What was asked: the method, and the path below the function.
+    pub method: String,
+    pub path: String,
 }
 
 impl Call {
@@ -109,6 +112,8 @@ impl Call {
             request_id: self.request_id,
             origin: "http".into(),
             run: None,
+            method: Some(self.method),
+            path: Some(self.path),
         };
         self.recorder.record(record);
     }

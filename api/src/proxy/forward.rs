@@ -108,6 +108,12 @@ pub(super) async fn forward(
         timeout: Duration::ZERO,
         cold: false,
         request_id: request_id.to_str().unwrap_or_default().to_owned(),
+        method: parts.method.to_string(),
+        path: if suffix.is_empty() {
+            "/".to_owned()
+        } else {
+            suffix.to_owned()
+        },
     };
     // A request without a body can be sent again if its endpoint went away.
     let replayable = body.size_hint().exact() == Some(0);

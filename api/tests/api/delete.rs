@@ -263,3 +263,37 @@ async fn a_deleted_functions_invoke_url_answers_404() {
     .await;
     answer.assert_problem("invoke after delete", StatusCode::NOT_FOUND, "not-found");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_is_a_404_before_the_projector_applies_it() {
+    let env = Env::new().await;
+    let (ns, tok) = (ns(SUB), token(SUB));
+    assert_eq!(env.create(SUB, "laggy").await.status, StatusCode::CREATED);
+    env.catch_up().await;
+    assert_eq!(del(&env, "laggy").await.status, StatusCode::ACCEPTED);
+    let gone = env.send(get(&function_uri(&ns, "laggy"), Some(&tok))).await;
+    gone.assert_problem(
+        "get before the delete is projected",
+        StatusCode::NOT_FOUND,
+        "not-found",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_right_after_a_change_waits_for_the_read_model_to_show_it() {
+    let env = Env::new().await;
+    let (ns, tok) = (ns(SUB), token(SUB));
+    assert_eq!(env.create(SUB, "fresh").await.status, StatusCode::CREATED);
+    env.catch_up().await;
+    let uri = function_uri(&ns, "fresh");
+    let changed = env
+        .send(put_json(&uri, Some(&tok), r#"{"memory_mb": 256}"#))
+        .await;
+    assert_eq!(changed.status, StatusCode::ACCEPTED, "{}", changed.body);
+    // The read starts before the projector applies the change; it answers
+    // with the change all the same.
+    let read = env.send(get(&uri, Some(&tok)));
+    let (read, ()) = tokio::join!(read, env.catch_up());
+    assert_eq!(read.status, StatusCode::OK, "{}", read.body);
+    assert_eq!(read.body["memory_mb"], json!(256), "{}", read.body);
+}

@@ -3,18 +3,13 @@
 
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{Method, StatusCode};
-use http_body_util::BodyExt;
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tower::ServiceExt;
 
 use super::events::{ALICE, BOB, append, append_in, events_uri};
+use super::sse;
 use super::support::*;
 
-/// One message of an event stream.
+/// One message of the tail, its data parsed.
 #[derive(Debug, Default, Clone)]
 struct Message {
     id: Option<String>,
@@ -22,20 +17,17 @@ struct Message {
     data: Option<Value>,
 }
 
-/// Reads an event stream as a client does: all the time, on a task of its
-/// own (a body nobody reads is never polled, and its tail would not run),
-/// handing each message over as it comes. Dropping it is the client going
-/// away.
-struct Tail {
-    messages: mpsc::UnboundedReceiver<Message>,
-    reader: JoinHandle<()>,
-}
-
-impl Drop for Tail {
-    fn drop(&mut self) {
-        self.reader.abort();
+impl From<sse::Message> for Message {
+    fn from(m: sse::Message) -> Message {
+        Message {
+            id: m.id,
+            event: m.event,
+            data: m.data.map(|d| serde_json::from_str(&d).expect("JSON data")),
+        }
     }
 }
+
+struct Tail(sse::Stream);
 
 impl Tail {
     /// Opens the tail at `uri`; the answer must be a 200 event stream.
@@ -44,27 +36,12 @@ impl Tail {
     }
 
     async fn open_on(app: &axum::Router, uri: &str, last_event_id: Option<&str>) -> Tail {
-        let mut req = request(Method::GET, uri, Some(&token(ALICE)));
-        if let Some(id) = last_event_id {
-            req = req.header("last-event-id", id);
-        }
-        let res = app
-            .clone()
-            .oneshot(req.body(Body::empty()).unwrap())
-            .await
-            .unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
-        assert_eq!(res.headers()["content-type"], "text/event-stream");
-        let (tx, messages) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(read_messages(res.into_body(), tx));
-        Tail { messages, reader }
+        Tail(sse::Stream::open(app, uri, ALICE, last_event_id).await)
     }
 
     /// The next message; None when the stream has ended.
     async fn message(&mut self) -> Option<Message> {
-        tokio::time::timeout(Duration::from_secs(30), self.messages.recv())
-            .await
-            .expect("the tail sends within 30 s")
+        self.0.next().await.map(Message::from)
     }
 
     /// The next message that carries an event (not only an id).
@@ -73,38 +50,6 @@ impl Tail {
             let m = self.message().await.expect("the tail goes on");
             if m.data.is_some() {
                 return m;
-            }
-        }
-    }
-}
-
-/// Parses the body into messages until it ends; comments are skipped.
-async fn read_messages(mut body: Body, tx: mpsc::UnboundedSender<Message>) {
-    let mut buf = String::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.expect("reading the tail").into_data() else {
-            continue;
-        };
-        buf.push_str(std::str::from_utf8(&data).unwrap());
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let mut m = Message::default();
-            let mut seen = false;
-            for line in block.lines() {
-                let Some((name, value)) = line.split_once(':') else {
-                    continue;
-                };
-                let value = value.strip_prefix(' ').unwrap_or(value);
-                match name {
-                    "id" => m.id = Some(value.to_owned()),
-                    "event" => m.event = Some(value.to_owned()),
-                    "data" => m.data = Some(serde_json::from_str(value).expect("JSON data")),
-                    _ => continue,
-                }
-                seen = true;
-            }
-            if seen && tx.send(m).is_err() {
-                return;
             }
         }
     }
@@ -140,7 +85,7 @@ async fn the_tail_delivers_events_in_commit_order_and_resumes_after_the_last_id(
     // before it, while an older transaction in the cluster (another test's)
     // still ran: the one before the tail, here. Never with A or B yet.
     let mut early = Vec::new();
-    while let Ok(m) = tail.messages.try_recv() {
+    while let Some(m) = tail.0.try_next().map(Message::from) {
         if m.data.is_some() {
             early.push(m.event.clone().unwrap());
         }

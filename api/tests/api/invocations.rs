@@ -68,6 +68,8 @@ fn record_at(name: &str, at: DateTime<Utc>, status: u16) -> Invocation {
         request_id: format!("req-{}", at.timestamp_micros()),
         origin: "http".into(),
         run: None,
+        method: Some("GET".into()),
+        path: Some("/".into()),
     }
 }
 
@@ -110,6 +112,10 @@ async fn a_call_leaves_a_record_of_what_it_did() {
     assert_eq!(r["request_id"], "call-one");
     assert_eq!(r["origin"], "http", "a call through the proxy");
     assert_eq!(r["run"], Value::Null);
+    assert_eq!(
+        (r["method"].as_str(), r["path"].as_str()),
+        (Some("POST"), Some("/some/where"))
+    );
     assert!(r["duration_ms"].as_f64().unwrap() > 0.0);
     let started: DateTime<Utc> = r["started_at"].as_str().unwrap().parse().unwrap();
     assert!(started >= before && started <= Utc::now(), "{started}");

@@ -48,7 +48,7 @@ async fn uploaded(env: &Env, sub: &str, name: &str) {
 }
 
 /// Appends what a worker appends while it runs a job.
-async fn worker_appends(env: &Env, sub: &str, name: &str, events: &[JobEvent]) {
+pub async fn worker_appends(env: &Env, sub: &str, name: &str, events: &[JobEvent]) {
     let stream = job_stream(sub, name);
     let at = eventlog::read_stream(&env.db.pool, &stream)
         .await
@@ -64,7 +64,7 @@ async fn worker_appends(env: &Env, sub: &str, name: &str, events: &[JobEvent]) {
     tx.commit().await.unwrap();
 }
 
-fn succeeded(stdout: &str) -> JobEvent {
+pub fn succeeded(stdout: &str) -> JobEvent {
     JobEvent::JobSucceeded {
         exit_code: 0,
         stdout: Output {

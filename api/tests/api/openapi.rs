@@ -435,14 +435,19 @@ async fn every_documented_operation_is_routed_and_no_other_method_is() {
 }
 
 /// Routes are added to the routers only with `routes!`, which documents
-/// them: the routers' source adds none any other way.
+/// them: the routers' source adds none any other way. The one exception is
+/// the console's pages (`console::routes()`: HTML for browsers under
+/// `/console` and the seed's plain text under `/funcs`, none of them an
+/// operation of the API), which `console_routes_are_pages_outside_the_api`
+/// checks.
 #[test]
 fn the_router_adds_routes_only_documented() {
     let src = include_str!("../../src/lib.rs");
     for router in ["pub fn router(", "pub fn fn_router(", "fn function_routes("] {
         let start = src.find(router).expect("the router function");
         let end = start + src[start..].find("\n}\n").expect("its end");
-        let body = &src[start..end];
+        let body = src[start..end].replace(".merge(console::routes())", "");
+        let body = body.as_str();
         for undocumented in [".route(", ".route_service(", ".nest_service(", ".merge("] {
             assert!(
                 !body.contains(undocumented),
@@ -450,5 +455,24 @@ fn the_router_adds_routes_only_documented() {
                  use `.routes(routes!(handler))` with a `#[utoipa::path]` on the handler"
             );
         }
+    }
+}
+
+/// The console's routes are pages outside the API: none under `/v1`, and
+/// none in the OpenAPI document.
+#[test]
+fn console_routes_are_pages_outside_the_api() {
+    let src = include_str!("../../src/console.rs");
+    let routes: Vec<&str> = src
+        .split(".route(")
+        .skip(1)
+        .filter_map(|r| r.split('"').nth(1))
+        .collect();
+    assert!(routes.len() > 10, "{routes:?}");
+    for r in &routes {
+        assert!(
+            r.starts_with("/console") || r.starts_with("/funcs/"),
+            "{r} is not a console page"
+        );
     }
 }

@@ -12,7 +12,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, LogParams, PostParams};
 
 use super::Inner;
 use super::api::{self, JobEnd, infra, is_status, job_end, log_tail};
@@ -22,6 +22,9 @@ use crate::driver::{Artifact, BuildRequest, DriverError};
 
 /// Lines of a failed build's log kept in `BuildFailed`.
 const LOG_TAIL_LINES: i64 = 60;
+
+/// Most bytes of a build pod's log read for the build log.
+const LOG_READ_LIMIT: i64 = 8 * 1024 * 1024;
 
 /// How much longer than the build's own deadline the driver waits for the
 /// Job to say how it ended.
@@ -85,6 +88,7 @@ pub(super) async fn build(inner: &Inner, req: BuildRequest) -> Result<Artifact, 
     api::delete(&secrets, &name)
         .await
         .map_err(infra("deleting a build's context secret"))?;
+    record_log(inner, &req).await;
     if ended.succeeded {
         return pushed(inner, &req, &name).await;
     }
@@ -218,6 +222,31 @@ async fn failed(inner: &Inner, req: &BuildRequest, name: &str, ended: JobEnd) ->
     DriverError::Build {
         message: why,
         log_tail,
+    }
+}
+
+/// Pushes the log of the build's newest pod (kaniko's output) into the
+/// request's build log, read once the build ended (as much as
+/// [`LOG_READ_LIMIT`]; the build log keeps its own limit's first and last
+/// halves of that).
+async fn record_log(inner: &Inner, req: &BuildRequest) {
+    let Some(pod) = build_pods(inner, req).await.into_iter().next() else {
+        req.log
+            .note("sless: the build's pod is gone, so its log cannot be read");
+        return;
+    };
+    let pods = Api::<Pod>::namespaced(inner.client.clone(), &inner.settings.build_namespace);
+    let params = LogParams {
+        container: Some(BUILD_CONTAINER.to_owned()),
+        limit_bytes: Some(LOG_READ_LIMIT),
+        ..LogParams::default()
+    };
+    match pods.logs(&pod.name_any(), &params).await {
+        Ok(text) => req.log.push(text.as_bytes()),
+        Err(e) => req.log.note(&format!(
+            "sless: reading the log of pod {}: {e}",
+            pod.name_any()
+        )),
     }
 }
 

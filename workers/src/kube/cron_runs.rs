@@ -169,6 +169,8 @@ impl CronRunRecorder {
             request_id: format!("cronjob-{}", job.name_any()),
             origin: "cron".to_owned(),
             run: Some(stream.clone()),
+            method: None,
+            path: None,
         };
         let finish = [JobCommand::Finish { attempt: 1, result }];
         if !self.append(&ns, &stream, &state, &finish).await? {

@@ -8,6 +8,13 @@
 //!   into `code/node_modules/`;
 //! - go1.23: the wrapper compiled together with the user's package into
 //!   `bin/function` (see [`go`]).
+//!
+//! What the steps print (stdout and stderr through one pipe, so in the
+//! order it was written) and sless's own notes go, as they come, to the
+//! build log on this machine (`logs/builds/{ns}/{name}/{sha}.log`, copied
+//! into the finished build as `build.log`) and to the request's
+//! `BuildLog`, which the reconciler records. A build found cached prints
+//! nothing.
 
 mod go;
 
@@ -18,16 +25,19 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use std::os::fd::OwnedFd;
+
 use flate2::read::GzDecoder;
 use sless_domain::Runtime;
 use sless_sandbox::{Identity, Limits, Mount};
 use tar::{Archive, EntryType};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
 
 use super::Jails;
 use super::process::{Spawner, describe_exit, inherited_env, signal_group};
 use super::sandbox::{self, JailParts, Launch};
-use crate::driver::{Artifact, BuildRequest, DriverError};
+use crate::driver::{Artifact, BuildLog, BuildRequest, DriverError};
 
 /// Marks a finished build directory.
 pub(crate) const COMPLETE_MARKER: &str = ".complete";
@@ -45,6 +55,11 @@ const STALE_TMP_AGE: Duration = Duration::from_secs(30 * 60);
 const TMP_INFIX: &str = ".tmp-";
 /// The scratch directory of a build's steps (`TMPDIR`), removed after.
 const SCRATCH: &str = ".tmp";
+/// How long a step's output is still read after the step is gone (a
+/// process it left behind outside a jail may hold the pipe open).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// The build log's last line, once the build is in place.
+const BUILD_COMPLETE: &str = "sless: build complete\n";
 
 /// The programs builds run, and where their caches live.
 #[derive(Debug, Clone)]
@@ -92,6 +107,9 @@ pub(crate) struct Steps<'a> {
     /// The build log on the host (outside `dir`: a step may replace
     /// anything inside it).
     log: PathBuf,
+    /// The build's log as the reconciler records it: everything written to
+    /// `log` goes here too, as it comes.
+    out: BuildLog,
     /// In a jail: its user and the namespace's cache directory on the host.
     jail: Option<(Identity, PathBuf)>,
 }
@@ -193,13 +211,11 @@ impl Steps<'_> {
         }
     }
 
-    /// Runs one step (`what`, e.g. "pip install") with its output appended
-    /// to the build log, killing it after [`STEP_TIMEOUT`].
+    /// Runs one step (`what`, e.g. "pip install") with its output (stdout
+    /// and stderr together) appended to the build log as it comes, killing
+    /// it after [`STEP_TIMEOUT`].
     pub(crate) async fn run(&self, what: &str, launch: Launch) -> Result<(), DriverError> {
-        let (stdout, stderr) = self.log_files().await?;
-        let (ok, _) = self
-            .spawn_and_wait(what, launch, Stdio::from(stdout), Stdio::from(stderr), None)
-            .await?;
+        let (ok, _) = self.spawn_and_wait(what, launch, false, None).await?;
         match ok {
             Ok(()) => Ok(()),
             Err(message) => Err(self.failed(message).await),
@@ -214,52 +230,70 @@ impl Steps<'_> {
         launch: Launch,
         input: Option<Vec<u8>>,
     ) -> Result<String, DriverError> {
-        let (_, stderr) = self.log_files().await?;
-        let (ok, stdout) = self
-            .spawn_and_wait(what, launch, Stdio::piped(), Stdio::from(stderr), input)
-            .await?;
+        let (ok, stdout) = self.spawn_and_wait(what, launch, true, input).await?;
         match ok {
             Ok(()) => Ok(stdout),
             Err(message) => Err(self.failed(message).await),
         }
     }
 
-    async fn log_files(&self) -> Result<(std::fs::File, std::fs::File), DriverError> {
-        let log_path = self.log.clone();
-        tokio::task::spawn_blocking(move || -> io::Result<_> {
-            let log = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)?;
-            let log2 = log.try_clone()?;
-            Ok((log, log2))
-        })
-        .await
-        .map_err(|e| infra("build task", e))?
-        .map_err(|e| infra("opening the build log", e))
+    /// Copies what a step writes to its output pipe into the build log,
+    /// file and [`BuildLog`], until every writer has closed it.
+    async fn copy_output(&self, mut output: pipe::Receiver, mut file: tokio::fs::File) {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match output.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    // The file is the log of the last attempt on this
+                    // machine; losing a piece of it is not worth failing
+                    // the build for.
+                    let _ = file.write_all(&buf[..n]).await;
+                    self.out.push(&buf[..n]);
+                }
+            }
+        }
     }
 
     /// Spawns a step and waits for it: `Ok(Err(message))` when it failed.
+    /// Its stderr, and its stdout unless it is the `answer` (returned),
+    /// go to the build log through one pipe, in the order they were written.
     async fn spawn_and_wait(
         &self,
         what: &str,
         launch: Launch,
-        stdout: Stdio,
-        stderr: Stdio,
+        answer: bool,
         input: Option<Vec<u8>>,
     ) -> Result<(Result<(), String>, String), DriverError> {
         let sandbox::Command {
             mut command,
             pending,
         } = launch.command()?;
+        let file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .await
+            .map_err(|e| infra("opening the build log", e))?;
+        let pipe_error = |e| infra("making the build log's pipe", e);
+        let (reader, writer) = io::pipe().map_err(pipe_error)?;
+        let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(pipe_error)?;
         command
             .stdin(if input.is_some() {
                 Stdio::piped()
             } else {
                 Stdio::null()
             })
-            .stdout(stdout)
-            .stderr(stderr);
+            .stderr(Stdio::from(writer.try_clone().map_err(pipe_error)?));
+        if answer {
+            command.stdout(Stdio::piped());
+            drop(writer);
+        } else {
+            command.stdout(Stdio::from(writer));
+        }
+        // The command, and with it this process's ends of the pipe, is
+        // dropped once the step is spawned: the pipe ends when the step's
+        // processes are gone.
         let program = launch.program.to_string_lossy().into_owned();
         let spawned = self.builder.spawner.spawn(command, true).await;
         let jail = pending.map(sless_sandbox::Pending::spawned);
@@ -273,15 +307,26 @@ impl Steps<'_> {
         let stdout = child.stdout.take();
         let reading = async {
             if let Some(mut o) = stdout {
-                use tokio::io::AsyncReadExt;
                 let mut bytes = Vec::new();
                 let _ = o.read_to_end(&mut bytes).await;
                 out = String::from_utf8_lossy(&bytes).into_owned();
             }
         };
+        let copying = self.copy_output(output, file);
+        tokio::pin!(copying);
+        let mut copied = false;
         let waited = tokio::time::timeout(STEP_TIMEOUT, async {
-            reading.await;
-            child.wait().await
+            let step = async {
+                reading.await;
+                child.wait().await
+            };
+            tokio::pin!(step);
+            loop {
+                tokio::select! {
+                    ended = &mut step => break ended,
+                    () = &mut copying, if !copied => copied = true,
+                }
+            }
         })
         .await;
         let jailed = jail.is_some();
@@ -313,6 +358,11 @@ impl Steps<'_> {
             }
         };
         drop(jail);
+        if !copied {
+            // What the step wrote last; a process it left behind (outside
+            // a jail) may hold the pipe open.
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, &mut copying).await;
+        }
         Ok((result, out))
     }
 
@@ -327,6 +377,7 @@ impl Steps<'_> {
 
     /// Appends a line of sless's own to the build log.
     pub(crate) async fn note(&self, text: String) -> Result<(), DriverError> {
+        self.out.push(text.as_bytes());
         let log = self.log.clone();
         tokio::task::spawn_blocking(move || append_log(&log, &text))
             .await
@@ -445,15 +496,21 @@ pub(crate) async fn build(
         .await
         .map_err(|e| infra("build task", e))??
     };
-    let Some(mut tmp) = prepared else {
-        return Ok(artifact); // cached
+    let Some((mut tmp, files)) = prepared else {
+        return Ok(artifact); // cached: nothing was built, nothing to log
     };
     let steps = Steps {
         builder,
         dir: tmp.path.clone(),
         log: log.clone(),
+        out: req.log.clone(),
         jail: identity.map(|id| (id, cache)),
     };
+    steps
+        .note(format!(
+            "sless: unpacked {files} files of build context {sha}\n"
+        ))
+        .await?;
 
     let step = match req.runtime {
         Runtime::Python311 => python_deps(&steps).await,
@@ -473,13 +530,15 @@ pub(crate) async fn build(
         .await
         .map_err(|e| infra("build task", e))??;
     tmp.keep = true;
+    req.log.push(BUILD_COMPLETE.as_bytes());
     Ok(artifact)
 }
 
 /// Returns `None` when the build exists already, else a fresh temporary
-/// directory with the context unpacked into `code/` and a new log. In a
-/// jail the directory is handed to the build's user (`jail`: its identity
-/// and the namespace's cache directory, made if missing).
+/// directory with the context unpacked into `code/` (and how many files it
+/// has) and a new, empty log. In a jail the directory is handed to the
+/// build's user (`jail`: its identity and the namespace's cache directory,
+/// made if missing).
 fn prepare(
     parent: &Path,
     final_dir: &Path,
@@ -487,7 +546,7 @@ fn prepare(
     sha: &str,
     context: &[u8],
     jail: Option<(Identity, &Path)>,
-) -> Result<Option<TmpDir>, DriverError> {
+) -> Result<Option<(TmpDir, usize)>, DriverError> {
     if final_dir.join(COMPLETE_MARKER).is_file() {
         return Ok(None);
     }
@@ -509,11 +568,7 @@ fn prepare(
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir).map_err(|e| infra("creating the build log", e))?;
     }
-    std::fs::write(
-        log,
-        format!("sless: unpacked {files} files of build context {sha}\n"),
-    )
-    .map_err(|e| infra("writing the build log", e))?;
+    std::fs::write(log, "").map_err(|e| infra("writing the build log", e))?;
     if let Some((identity, cache)) = jail {
         if !cache.is_dir() {
             std::fs::create_dir_all(cache.join("home"))
@@ -524,7 +579,7 @@ fn prepare(
         sandbox::hand_over(&tmp.path, Some(identity))
             .map_err(|e| infra("handing the build directory to its user", e))?;
     }
-    Ok(Some(tmp))
+    Ok(Some((tmp, files)))
 }
 
 /// Removes `*.tmp-*` directories below `parent` older than `min_age`
@@ -655,7 +710,11 @@ async fn python_deps(steps: &Steps<'_>) -> Result<(), DriverError> {
         args,
         "code",
         &["PIP_"],
-        vec![("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned())],
+        vec![
+            ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
+            // pip's lines reach the build log as it prints them.
+            ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
+        ],
         &[],
     );
     steps.run("pip install", step).await
@@ -709,7 +768,7 @@ fn finish(tmp: &Path, final_dir: &Path, log: &Path, jailed: bool) -> Result<(), 
         sandbox::hand_over(tmp, None).map_err(|e| infra("taking the build back", e))?;
     }
     let _ = std::fs::remove_dir_all(tmp.join(SCRATCH));
-    append_log(log, "sless: build complete\n").map_err(|e| infra("writing the build log", e))?;
+    append_log(log, BUILD_COMPLETE).map_err(|e| infra("writing the build log", e))?;
     for (name, contents) in [
         (BUILD_LOG, std::fs::read(log).unwrap_or_default()),
         (COMPLETE_MARKER, Vec::new()),

@@ -37,6 +37,7 @@ async fn the_deployment_runs_the_digest_kaniko_reported() {
     // not trusted: the build runs again and gives the digest.
     let old = BuildRequest {
         built: Some(Artifact { reference: tag }),
+        log: Default::default(),
         ..build_req(&c, &k, 1, 7).await
     };
     assert_eq!(c.driver.build(old).await.unwrap().reference, pinned);

@@ -54,7 +54,15 @@ struct Toolchain {
 /// written by a step, as the build's user.
 pub(super) async fn build(steps: &Steps<'_>) -> Result<(), DriverError> {
     let tools = steps.builder.tools;
-    let go = toolchain(tools).await?;
+    let go = match toolchain(tools).await {
+        Ok(go) => go,
+        Err(e) => {
+            if let DriverError::Build { log_tail, .. } = &e {
+                steps.note(format!("sless: {log_tail}\n")).await?;
+            }
+            return Err(e);
+        }
+    };
     steps
         .note(format!(
             "sless: building with {} ({})\n",

@@ -56,6 +56,7 @@ fn build_request(key: FunctionKey) -> BuildRequest {
         context_key: format!("blobs/contexts/{SHA}.tar.gz"),
         context: Vec::new(),
         built: None,
+        log: Default::default(),
     }
 }
 

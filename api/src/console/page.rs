@@ -1,0 +1,128 @@
+//! The frame of every console page: the document, the navigation of the
+//! signed-in namespace, and pages for refusals and failures. Pages are
+//! written with maud, which escapes every value put into them.
+
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use maud::{DOCTYPE, Markup, html};
+
+use super::session::Session;
+use crate::error::ApiError;
+
+/// A page to answer with.
+pub struct Page {
+    pub status: StatusCode,
+    pub markup: Markup,
+}
+
+impl Page {
+    /// A page without the signed-in navigation (sign-in, refusals).
+    pub fn bare(title: &str, body: Markup) -> Page {
+        Page {
+            status: StatusCode::OK,
+            markup: document(title, html! { main { (body) } }),
+        }
+    }
+
+    /// A page of namespace `ns`, with the navigation and the sign-out form.
+    pub fn of(session: &Session, ns: &str, title: &str, body: Markup) -> Page {
+        let nav = html! {
+            header {
+                nav {
+                    a.brand href={ "/console/ns/" (ns) } { "sless" }
+                    a href={ "/console/ns/" (ns) } { "Functions" }
+                    a href={ "/console/ns/" (ns) "/events" } { "Audit log" }
+                    span.who { (session.caller.sub) " · " code { (ns) } }
+                    @if session.caller.admin {
+                        form.switch method="get" action="/console/switch" {
+                            label for="switch-ns" { "Namespace" }
+                            input id="switch-ns" name="ns" value=(ns) size="24";
+                            button type="submit" { "Open" }
+                        }
+                    }
+                    form.sign-out method="post" action="/console/sign-out" {
+                        input type="hidden" name="csrf" value=(session.csrf);
+                        button type="submit" { "Sign out" }
+                    }
+                }
+            }
+        };
+        Page {
+            status: StatusCode::OK,
+            markup: document(title, html! { (nav) main { (body) } }),
+        }
+    }
+}
+
+impl IntoResponse for Page {
+    fn into_response(self) -> Response {
+        (self.status, Html(self.markup.into_string())).into_response()
+    }
+}
+
+fn document(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · sless" }
+                link rel="stylesheet" href=(super::assets::CSS_PATH);
+                script src=(super::assets::JS_PATH) defer {}
+            }
+            body { (body) }
+        }
+    }
+}
+
+/// A refusal, as a page.
+pub fn refused(status: StatusCode, title: &str, detail: &str) -> Response {
+    let mut page = Page::bare(
+        title,
+        html! {
+            h1 { (title) }
+            p { (detail) }
+            p { a href="/console" { "Back to the console" } }
+        },
+    );
+    page.status = status;
+    page.into_response()
+}
+
+/// An error of the API's, as a page with its status (another tenant's
+/// namespace or function is a 404 like any that does not exist).
+pub fn failure(e: ApiError) -> Response {
+    let title = match e.status {
+        StatusCode::NOT_FOUND => "Not found",
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => "Not allowed",
+        s if s.is_client_error() => "Refused",
+        _ => "Something failed",
+    };
+    refused(e.status, title, &e.detail)
+}
+
+/// A phase, in colour and in words.
+pub fn phase(phase: &str) -> Markup {
+    let class = match phase {
+        "Ready" => "ready",
+        "Failed" => "failed",
+        "Building" | "Pending" => "busy",
+        _ => "other",
+    };
+    html! { span class={ "phase " (class) } { (phase) } }
+}
+
+/// `s` percent-encoded for a URL: letters, digits and `-_.~` as they are,
+/// and `/` too when `keep_slash` (a path of several segments).
+pub fn encode(s: &str, keep_slash: bool) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b'/' if keep_slash => "/".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

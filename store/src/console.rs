@@ -1,0 +1,129 @@
+//! The web console's sessions and one-time sign-in codes
+//! (`console_sessions`, `console_codes`). Only hashes of the secrets are
+//! kept: a session id or a code read from the database cannot be used.
+
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+use sqlx::{PgExecutor, Row};
+
+use crate::Result;
+
+/// Whom a session or a code acts as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub sub: String,
+    pub namespace: String,
+    pub admin: bool,
+}
+
+/// A live session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub principal: Principal,
+    /// The token every form of the session carries.
+    pub csrf: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+fn hash(secret: &str) -> Vec<u8> {
+    Sha256::digest(secret.as_bytes()).to_vec()
+}
+
+/// Records a session whose cookie holds `id`.
+pub async fn create_session<'e>(
+    exec: impl PgExecutor<'e>,
+    id: &str,
+    session: &Session,
+) -> Result<()> {
+    sqlx::query(
+        "insert into console_sessions (id_hash, sub, namespace, admin, csrf, expires_at)
+         values ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(hash(id))
+    .bind(&session.principal.sub)
+    .bind(&session.principal.namespace)
+    .bind(session.principal.admin)
+    .bind(&session.csrf)
+    .bind(session.expires_at)
+    .execute(exec)
+    .await?;
+    Ok(())
+}
+
+/// The session of `id`, unless it has ended.
+pub async fn session<'e>(exec: impl PgExecutor<'e>, id: &str) -> Result<Option<Session>> {
+    let row = sqlx::query(
+        "select sub, namespace, admin, csrf, expires_at from console_sessions
+         where id_hash = $1 and expires_at > now()",
+    )
+    .bind(hash(id))
+    .fetch_optional(exec)
+    .await?;
+    Ok(row.map(|r| Session {
+        principal: Principal {
+            sub: r.get("sub"),
+            namespace: r.get("namespace"),
+            admin: r.get("admin"),
+        },
+        csrf: r.get("csrf"),
+        expires_at: r.get("expires_at"),
+    }))
+}
+
+/// Ends the session of `id` (and any that have ended on their own).
+pub async fn end_session<'e>(exec: impl PgExecutor<'e>, id: &str) -> Result<()> {
+    sqlx::query("delete from console_sessions where id_hash = $1 or expires_at < now()")
+        .bind(hash(id))
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// Records a one-time code that signs in as `principal` until `expires_at`.
+pub async fn create_code<'e>(
+    exec: impl PgExecutor<'e>,
+    code: &str,
+    principal: &Principal,
+    expires_at: DateTime<Utc>,
+) -> Result<()> {
+    sqlx::query(
+        "insert into console_codes (code_hash, sub, namespace, admin, expires_at)
+         values ($1, $2, $3, $4, $5)",
+    )
+    .bind(hash(code))
+    .bind(&principal.sub)
+    .bind(&principal.namespace)
+    .bind(principal.admin)
+    .bind(expires_at)
+    .execute(exec)
+    .await?;
+    Ok(())
+}
+
+/// Takes the code: whom it signs in as, once; `None` when it is unknown,
+/// used or has ended.
+pub async fn take_code<'e>(
+    exec: impl PgExecutor<'e>,
+    code: &str,
+) -> Result<Option<(Principal, DateTime<Utc>)>> {
+    let row = sqlx::query(
+        "delete from console_codes where code_hash = $1
+         returning sub, namespace, admin, expires_at",
+    )
+    .bind(hash(code))
+    .fetch_optional(exec)
+    .await?;
+    Ok(row.and_then(|r| {
+        let expires_at: DateTime<Utc> = r.get("expires_at");
+        (expires_at > Utc::now()).then(|| {
+            (
+                Principal {
+                    sub: r.get("sub"),
+                    namespace: r.get("namespace"),
+                    admin: r.get("admin"),
+                },
+                expires_at,
+            )
+        })
+    }))
+}
