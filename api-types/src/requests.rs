@@ -27,6 +27,12 @@ pub struct CreateFunction {
     pub timeout_sec: u32,
     #[serde(default)]
     pub env_vars: BTreeMap<String, String>,
+    /// Seconds without a call after which the function is stopped (scaled
+    /// to zero); the next call starts it again. `0`: never. Left out: the
+    /// platform's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 604800)]
+    pub scale_to_zero_after_sec: Option<u32>,
 }
 
 /// The body of `PUT /v1/namespaces/{ns}/functions/{name}`: the fields to
@@ -52,6 +58,9 @@ pub struct UpdateFunction {
     pub timeout_sec: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub env_vars: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 604800)]
+    pub scale_to_zero_after_sec: Option<u32>,
 }
 
 /// The body of `POST /v1/namespaces/{ns}/triggers`.

@@ -56,8 +56,17 @@ pub struct FunctionView {
     pub memory_mb: Option<u32>,
     pub timeout_sec: Option<u32>,
     pub env_vars: Option<BTreeMap<String, String>>,
-    /// `Pending`, `Building`, `Ready`, `Failed` or `Deleted`.
+    /// Seconds without a call after which it is scaled to zero (`0`:
+    /// never); null: the platform's default.
+    #[serde(default)]
+    pub scale_to_zero_after_sec: Option<u32>,
+    /// `Pending`, `Building`, `Ready`, `Failed` or `Deleted`. A function
+    /// scaled to zero stays `Ready`, with `instances` 0.
     pub phase: String,
+    /// How many instances run now: 1 while it serves, 0 before its first
+    /// deploy and while it is scaled to zero.
+    #[serde(default)]
+    pub instances: Option<u32>,
     /// The latest uploaded version, null before the first upload.
     pub version: Option<u32>,
     /// The version that runs, null while none does.
@@ -251,6 +260,15 @@ pub struct InvocationView {
     /// A call through `/fn`: its path below the function, without the query.
     #[serde(default)]
     pub path: Option<String>,
+    /// A call that found its function scaled to zero: how long it was held
+    /// until an instance served; the first call is the rest of
+    /// `duration_ms`. Null for every other call.
+    #[serde(default)]
+    pub activation_ms: Option<f64>,
+    /// Of `activation_ms`, how long the worker took to start the instance
+    /// (from `FunctionScaledUp` to `FunctionDeployed` in the log).
+    #[serde(default)]
+    pub instance_start_ms: Option<f64>,
 }
 
 /// One page of invocation records, newest first.

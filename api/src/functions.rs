@@ -54,6 +54,7 @@ pub async fn create(
         memory_mb: req.memory_mb,
         timeout_sec: req.timeout_sec,
         env_vars: req.env_vars,
+        scale_to_zero_after_sec: req.scale_to_zero_after_sec,
     };
     let key = FunctionKey::new(namespace, name);
     let mut create = Create {
@@ -174,6 +175,9 @@ fn apply_update(update: &UpdateFunction, current: &FunctionSpec) -> ApiResult<Fu
                 .env_vars
                 .clone()
                 .unwrap_or_else(|| current.env_vars.clone()),
+            scale_to_zero_after_sec: update
+                .scale_to_zero_after_sec
+                .or(current.scale_to_zero_after_sec),
         })
     }
 }

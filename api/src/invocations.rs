@@ -435,6 +435,8 @@ fn view(r: &Invocation) -> Value {
         "run": r.run,
         "method": r.method,
         "path": r.path,
+        "activation_ms": r.activation.map(|d| d.as_micros() as f64 / 1000.0),
+        "instance_start_ms": r.instance_start.map(|d| d.as_micros() as f64 / 1000.0),
     })
 }
 

@@ -78,6 +78,7 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::invocations::{self, X_REQUEST_ID};
 
+mod activation;
 mod admission;
 mod body;
 mod call;

@@ -57,6 +57,7 @@ fn hello_spec(name: &str) -> CreateFunction {
         memory_mb: 128,
         timeout_sec: 30,
         env_vars: Default::default(),
+        scale_to_zero_after_sec: None,
     }
 }
 

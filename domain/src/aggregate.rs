@@ -319,6 +319,7 @@ mod tests {
             memory_mb: 128,
             timeout_sec: 30,
             env_vars: Default::default(),
+            scale_to_zero_after_sec: None,
         };
         let created = FunctionEvent::FunctionCreated { spec: spec.clone() };
         let f = given::<Function>(&[])

@@ -90,6 +90,19 @@ pub enum FunctionEvent {
         version: u32,
         reason: String,
     },
+    /// No call reached the function for its idle window
+    /// (`scale_to_zero_after_sec`): what runs is stopped, and the next call
+    /// starts it again (`FunctionScaledUp`). Its phase stays `Ready`;
+    /// `version` is the version that serves again when called.
+    FunctionScaledToZero {
+        version: u32,
+        reason: String,
+    },
+    /// A call reached a function scaled to zero: an instance is started
+    /// (the reconciler deploys `deployed_version` again).
+    FunctionScaledUp {
+        reason: String,
+    },
     /// The work queue gave up on the function after its retries ran out.
     ReconcileAbandoned {
         attempts: i32,
@@ -159,6 +172,8 @@ impl FunctionEvent {
             FunctionEvent::FunctionRolledBack { .. } => "FunctionRolledBack",
             FunctionEvent::VersionsPruned { .. } => "VersionsPruned",
             FunctionEvent::FunctionStopped { .. } => "FunctionStopped",
+            FunctionEvent::FunctionScaledToZero { .. } => "FunctionScaledToZero",
+            FunctionEvent::FunctionScaledUp { .. } => "FunctionScaledUp",
             FunctionEvent::DeployRolledBack { .. } => "DeployRolledBack",
             FunctionEvent::FunctionCrashed { .. } => "FunctionCrashed",
         }
@@ -208,6 +223,7 @@ mod tests {
                     memory_mb: 128,
                     timeout_sec: 30,
                     env_vars: [("K".to_string(), "v".to_string())].into(),
+                    scale_to_zero_after_sec: None,
                 },
             },
             FunctionEvent::FunctionUploaded(SourceVersion {
@@ -228,6 +244,13 @@ mod tests {
             FunctionEvent::VersionsPruned {
                 versions: vec![1, 2],
             },
+            FunctionEvent::FunctionScaledToZero {
+                version: 1,
+                reason: "no call for 300 s".into(),
+            },
+            FunctionEvent::FunctionScaledUp {
+                reason: "a call".into(),
+            },
             FunctionEvent::BuildStarted { version: 1 },
             FunctionEvent::FunctionDeployed {
                 version: 1,
@@ -241,6 +264,7 @@ mod tests {
                     memory_mb: 256,
                     timeout_sec: 10,
                     env_vars: Default::default(),
+                    scale_to_zero_after_sec: None,
                 },
             },
             FunctionEvent::FunctionDeleted {},

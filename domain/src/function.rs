@@ -85,6 +85,9 @@ pub struct Function {
     /// `FunctionDeployed` is appended against the stream version the
     /// reconciler read, so the spec current then is the one it deployed.
     pub deployed_spec: Option<FunctionSpec>,
+    /// Scaled to zero (`FunctionScaledToZero`): nothing runs until a call
+    /// scales it up. The phase stays what it was (`Ready`).
+    pub idle: bool,
 }
 
 impl Function {
@@ -117,7 +120,10 @@ impl Function {
 
     /// True when what runs was started with the spec users want now.
     pub fn deployed_with_current_spec(&self) -> bool {
-        self.deployed_spec.is_some() && self.deployed_spec == self.spec
+        match (&self.deployed_spec, &self.spec) {
+            (Some(deployed), Some(spec)) => spec.runs_as(deployed),
+            _ => false,
+        }
     }
 
     /// The source version users want running now.
@@ -158,6 +164,7 @@ impl Function {
                 }
                 self.last_error = None;
                 self.failed_version = None;
+                self.idle = false;
             }
             FunctionEvent::FunctionDeleted {} => {
                 self = Function {
@@ -176,12 +183,15 @@ impl Function {
                 self.phase = Phase::Pending;
                 self.last_error = None;
                 self.failed_version = None;
+                // A new version is deployed at once, idle or not.
+                self.idle = false;
             }
             FunctionEvent::FunctionRolledBack { version } => {
                 self.current_version = Some(*version);
                 self.phase = Phase::Pending;
                 self.last_error = None;
                 self.failed_version = None;
+                self.idle = false;
             }
             FunctionEvent::VersionsPruned { versions } => {
                 self.versions.retain(|v| !versions.contains(&v.version));
@@ -234,6 +244,16 @@ impl Function {
                     self.deployed_node = None;
                     self.deployed_spec = None;
                 }
+            }
+            FunctionEvent::FunctionScaledToZero { .. } => {
+                // The version stays the one that serves when called; where
+                // it ran is forgotten, so no call is sent there.
+                self.idle = true;
+                self.endpoint = None;
+                self.deployed_node = None;
+            }
+            FunctionEvent::FunctionScaledUp { .. } => {
+                self.idle = false;
             }
             FunctionEvent::ReconcileAbandoned { attempts, error } => {
                 self.phase = Phase::Failed;
@@ -314,6 +334,14 @@ pub enum FunctionCommand {
     /// Make an earlier version current again.
     Rollback {
         version: u32,
+    },
+    /// Stop what runs: no call came for the idle window (`reason`).
+    ScaleToZero {
+        reason: String,
+    },
+    /// Start an instance of a function scaled to zero (a call came).
+    Activate {
+        reason: String,
     },
 }
 
@@ -434,7 +462,38 @@ pub fn decide(state: &Function, command: FunctionCommand) -> Decision {
             }
             Ok(vec![FunctionEvent::FunctionRolledBack { version }])
         }
+        // Both are asked by sless itself, and change nothing when the
+        // function is no longer in the state they were asked for.
+        FunctionCommand::ScaleToZero { reason } => {
+            match state.deployed_version.filter(|_| serving(state)) {
+                Some(version) => Ok(vec![FunctionEvent::FunctionScaledToZero {
+                    version,
+                    reason,
+                }]),
+                None => Ok(vec![]),
+            }
+        }
+        FunctionCommand::Activate { reason } => {
+            if !state.exists() {
+                return Err(DomainError::NotFound("function".into()));
+            }
+            if !state.idle {
+                return Ok(vec![]);
+            }
+            Ok(vec![FunctionEvent::FunctionScaledUp { reason }])
+        }
     }
+}
+
+/// True when `state` runs its current version, Ready, as deployed: what
+/// scaling to zero may stop.
+fn serving(state: &Function) -> bool {
+    state.exists()
+        && !state.idle
+        && state.phase == Phase::Ready
+        && state.endpoint.is_some()
+        && state.deployed_version.is_some()
+        && state.deployed_version == state.current_version
 }
 
 /// The versions retention drops from `state`: all but the newest `keep`

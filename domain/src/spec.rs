@@ -55,6 +55,8 @@ impl FromStr for Runtime {
 /// Limits on a function spec.
 pub const MEMORY_MB_RANGE: (u32, u32) = (64, 4096);
 pub const TIMEOUT_SEC_RANGE: (u32, u32) = (1, 900);
+/// The longest idle window a function may ask for (a week), in seconds.
+pub const MAX_SCALE_TO_ZERO_AFTER_SEC: u32 = 7 * 24 * 3600;
 pub const MAX_ENV_VARS: usize = 100;
 /// Longest environment variable name, in bytes.
 pub const MAX_ENV_NAME_BYTES: usize = 256;
@@ -72,6 +74,11 @@ pub struct FunctionSpec {
     pub timeout_sec: u32,
     #[serde(default)]
     pub env_vars: BTreeMap<String, String>,
+    /// Stopped after this many seconds without a call, started again by
+    /// the next one; `0`: never. `None`: the platform's default
+    /// (`SLESS_SCALE_TO_ZERO_AFTER_SEC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_to_zero_after_sec: Option<u32>,
 }
 
 impl FunctionSpec {
@@ -98,7 +105,30 @@ impl FunctionSpec {
                 ),
             });
         }
+        if let Some(after) = self.scale_to_zero_after_sec
+            && after > MAX_SCALE_TO_ZERO_AFTER_SEC
+        {
+            return Err(DomainError::Invalid {
+                field: "scale_to_zero_after_sec",
+                detail: format!(
+                    "scale_to_zero_after_sec must be between 0 (never) and {MAX_SCALE_TO_ZERO_AFTER_SEC} (got {after})"
+                ),
+            });
+        }
         check_env("env_vars", &self.env_vars)
+    }
+
+    /// True when a process started with `other` runs as this spec asks:
+    /// everything but the idle window, which changes when it is stopped,
+    /// not how it runs.
+    pub fn runs_as(&self, other: &FunctionSpec) -> bool {
+        FunctionSpec {
+            scale_to_zero_after_sec: None,
+            ..self.clone()
+        } == FunctionSpec {
+            scale_to_zero_after_sec: None,
+            ..other.clone()
+        }
     }
 }
 
@@ -202,6 +232,7 @@ mod tests {
             memory_mb: 128,
             timeout_sec: 30,
             env_vars: BTreeMap::new(),
+            scale_to_zero_after_sec: None,
         }
     }
 

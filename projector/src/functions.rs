@@ -300,6 +300,8 @@ struct Columns<'a> {
     deployed: Vec<Option<i32>>,
     endpoint: Vec<Option<&'a str>>,
     node: Vec<Option<&'a str>>,
+    scale_after: Vec<Option<i32>>,
+    idle: Vec<bool>,
     phase: Vec<&'static str>,
     last_error: Vec<Option<&'a str>>,
     stream_version: Vec<i32>,
@@ -325,6 +327,9 @@ impl<'a> Columns<'a> {
             .push(row.state.deployed_version.map(|v| v as i32));
         self.endpoint.push(row.state.endpoint.as_deref());
         self.node.push(row.state.deployed_node.as_deref());
+        self.scale_after
+            .push(spec.scale_to_zero_after_sec.map(|v| v as i32));
+        self.idle.push(row.state.idle);
         self.phase.push(row.state.phase.as_str());
         self.last_error.push(row.state.last_error.as_deref());
         self.stream_version.push(row.state.stream_version as i32);
@@ -351,7 +356,7 @@ with updated as (
         current_version = u.current_version, deployed_version = u.deployed_version,
         endpoint = u.endpoint, phase = u.phase, last_error = u.last_error,
         stream_version = u.stream_version, updated_at = u.updated_at,
-        deployed_node = u.deployed_node
+        deployed_node = u.deployed_node, scale_to_zero_after_sec = u.scale_after, idle = u.idle
     from (select unnest($1::text[]) as namespace, unnest($2::text[]) as name,
                  unnest($3::text[]) as runtime, unnest($4::text[]) as entrypoint,
                  unnest($5::int[]) as memory_mb, unnest($6::int[]) as timeout_sec,
@@ -360,18 +365,19 @@ with updated as (
                  unnest($11::text[]) as phase, unnest($12::text[]) as last_error,
                  unnest($13::int[]) as stream_version,
                  unnest($14::timestamptz[]) as updated_at,
-                 unnest($42::text[]) as deployed_node) u
+                 unnest($42::text[]) as deployed_node,
+                 unnest($44::int[]) as scale_after, unnest($45::bool[]) as idle) u
     where f.namespace = u.namespace and f.name = u.name
     returning 1
 ), inserted as (
     insert into {functions} (namespace, name, runtime, entrypoint, memory_mb, timeout_sec,
         env_vars, current_version, deployed_version, endpoint, phase, last_error,
-        stream_version, created_at, updated_at, deployed_node)
+        stream_version, created_at, updated_at, deployed_node, scale_to_zero_after_sec, idle)
     select unnest($15::text[]), unnest($16::text[]), unnest($17::text[]), unnest($18::text[]),
         unnest($19::int[]), unnest($20::int[]), unnest($21::jsonb[]), unnest($22::int[]),
         unnest($23::int[]), unnest($24::text[]), unnest($25::text[]), unnest($26::text[]),
         unnest($27::int[]), unnest($28::timestamptz[]), unnest($29::timestamptz[]),
-        unnest($43::text[])
+        unnest($43::text[]), unnest($46::int[]), unnest($47::bool[])
 ), versions as (
     insert into {versions} (namespace, name, version, sha256, size, files, zip_key,
         context_sha256, context_key, uploaded_by, uploaded_at, runtime)
@@ -461,6 +467,10 @@ async fn write(
         .bind(&v.runtime)
         .bind(&u.node)
         .bind(&i.node)
+        .bind(&u.scale_after)
+        .bind(&u.idle)
+        .bind(&i.scale_after)
+        .bind(&i.idle)
         .fetch_one(&mut *tx)
         .await?;
     if updated != updates.len() as i64 {

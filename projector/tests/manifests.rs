@@ -16,6 +16,7 @@ fn spec() -> FunctionSpec {
         memory_mb: 128,
         timeout_sec: 30,
         env_vars: Default::default(),
+        scale_to_zero_after_sec: None,
     }
 }
 

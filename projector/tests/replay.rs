@@ -26,6 +26,7 @@ fn spec(memory_mb: u32) -> FunctionSpec {
         memory_mb,
         timeout_sec: 30,
         env_vars: [("A".to_owned(), format!("{memory_mb}"))].into(),
+        scale_to_zero_after_sec: None,
     }
 }
 

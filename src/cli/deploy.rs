@@ -43,6 +43,10 @@ pub struct DeployArgs {
     /// Seconds a call may take.
     #[arg(long = "timeout-sec", alias = "fn-timeout")]
     pub timeout_sec: Option<u32>,
+    /// Seconds without a call after which the function is stopped (the
+    /// next call starts it again); 0: never.
+    #[arg(long = "scale-to-zero-after-sec")]
+    pub scale_to_zero_after_sec: Option<u32>,
     /// Do not wait for the build and deploy.
     #[arg(long)]
     pub no_wait: bool,
@@ -63,6 +67,7 @@ struct Manifest {
     entrypoint: Option<String>,
     memory_mb: Option<u32>,
     timeout_sec: Option<u32>,
+    scale_to_zero_after_sec: Option<u32>,
     env: Option<BTreeMap<String, String>>,
 }
 
@@ -73,6 +78,7 @@ struct Wanted {
     entrypoint: String,
     memory_mb: Option<u32>,
     timeout_sec: Option<u32>,
+    scale_to_zero_after_sec: Option<u32>,
     env: Option<BTreeMap<String, String>>,
 }
 
@@ -138,6 +144,9 @@ fn wanted(args: &DeployArgs) -> Result<Wanted, Failure> {
         entrypoint,
         memory_mb: args.memory.or(manifest.memory_mb),
         timeout_sec: args.timeout_sec.or(manifest.timeout_sec),
+        scale_to_zero_after_sec: args
+            .scale_to_zero_after_sec
+            .or(manifest.scale_to_zero_after_sec),
         env,
     })
 }
@@ -194,6 +203,9 @@ fn change_of(w: &Wanted, f: &sless_client::types::FunctionView) -> UpdateFunctio
         memory_mb: w.memory_mb.filter(|m| f.memory_mb != Some(*m)),
         timeout_sec: w.timeout_sec.filter(|t| f.timeout_sec != Some(*t)),
         env_vars: w.env.clone().filter(|e| f.env_vars.as_ref() != Some(e)),
+        scale_to_zero_after_sec: w
+            .scale_to_zero_after_sec
+            .filter(|s| f.scale_to_zero_after_sec != Some(*s)),
     }
 }
 
@@ -203,6 +215,7 @@ fn is_empty(c: &UpdateFunction) -> bool {
         && c.memory_mb.is_none()
         && c.timeout_sec.is_none()
         && c.env_vars.is_none()
+        && c.scale_to_zero_after_sec.is_none()
 }
 
 pub async fn deploy(client: &Client, out: &Out, args: DeployArgs) -> Result<(), Failure> {
@@ -243,6 +256,7 @@ pub async fn deploy(client: &Client, out: &Out, args: DeployArgs) -> Result<(), 
                     memory_mb: w.memory_mb.unwrap_or(defaults.memory_mb),
                     timeout_sec: w.timeout_sec.unwrap_or(defaults.timeout_sec),
                     env_vars: w.env.clone().unwrap_or_default(),
+                    scale_to_zero_after_sec: w.scale_to_zero_after_sec,
                     ..defaults
                 })
                 .await?;

@@ -22,7 +22,9 @@ pub struct Api {
     /// What the invoke proxy forwards, from `SLESS_PROXY_MAX_BODY_BYTES`
     /// (6 MiB), `SLESS_PROXY_MAX_HEADERS` (64, at most 100: the API refuses
     /// more before the proxy sees them), `SLESS_PROXY_MAX_HEADER_BYTES`
-    /// (16 KiB) and `SLESS_PROXY_IDLE_SECS` (10).
+    /// (16 KiB), `SLESS_PROXY_IDLE_SECS` (10), and for calls to a function
+    /// scaled to zero `SLESS_ACTIVATION_TIMEOUT_SECS` (30) and
+    /// `SLESS_ACTIVATION_QUEUE` (100 per function).
     pub proxy: ProxyLimits,
     /// Invocation records, from `SLESS_INVOCATION_RETENTION_DAYS` (7) and
     /// `SLESS_INVOCATION_RETENTION_PER_FUNCTION` (10,000).
@@ -104,12 +106,25 @@ fn proxy_limits(get: Get<'_>) -> anyhow::Result<ProxyLimits> {
             "SLESS_PROXY_IDLE_SECS",
             d.idle_timeout.as_secs_f64(),
         )?),
+        activation_timeout: Duration::from_secs_f64(number_from(
+            get,
+            "SLESS_ACTIVATION_TIMEOUT_SECS",
+            d.activation_timeout.as_secs_f64(),
+        )?),
+        activation_queue: number_from(get, "SLESS_ACTIVATION_QUEUE", d.activation_queue)?,
     };
     if !(1..=100).contains(&limits.max_headers) {
         bail!("SLESS_PROXY_MAX_HEADERS must be between 1 and 100");
     }
     if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&limits.idle_timeout) {
         bail!("SLESS_PROXY_IDLE_SECS must be between 0.1 and 3600");
+    }
+    if !(Duration::from_millis(100)..=Duration::from_secs(900)).contains(&limits.activation_timeout)
+    {
+        bail!("SLESS_ACTIVATION_TIMEOUT_SECS must be between 0.1 and 900");
+    }
+    if !(1..=100_000).contains(&limits.activation_queue) {
+        bail!("SLESS_ACTIVATION_QUEUE must be between 1 and 100000");
     }
     Ok(limits)
 }

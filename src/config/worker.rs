@@ -27,7 +27,8 @@ pub struct Worker {
     /// `SLESS_WORKER_JOB_CONCURRENCY`, `SLESS_WORKER_PREFETCH`,
     /// `SLESS_LEASE_SECS`, `SLESS_SWEEP_SECS`, `SLESS_POLL_MS`,
     /// `SLESS_RETRY_BASE_MS`, `SLESS_SHUTDOWN_GRACE_SECS`,
-    /// `SLESS_ORPHAN_SWEEP_SECS` and `SLESS_ORPHAN_GRACE_SECS`.
+    /// `SLESS_ORPHAN_SWEEP_SECS`, `SLESS_ORPHAN_GRACE_SECS` and
+    /// `SLESS_SCALE_TO_ZERO_AFTER_SEC` (900; 0: never).
     pub config: WorkerConfig,
     pub driver: DriverKind,
     /// How late a cron tick may still fire (after an outage, only the
@@ -87,6 +88,17 @@ fn worker_config(get: Get<'_>) -> anyhow::Result<WorkerConfig> {
              must never look like an orphan"
         );
     }
+    let scale_to_zero_after_sec: u32 = number_from(
+        get,
+        "SLESS_SCALE_TO_ZERO_AFTER_SEC",
+        d.scale_to_zero_after_sec,
+    )?;
+    if scale_to_zero_after_sec > sless_domain::spec::MAX_SCALE_TO_ZERO_AFTER_SEC {
+        bail!(
+            "SLESS_SCALE_TO_ZERO_AFTER_SEC must be from 0 (never) to {} (a week)",
+            sless_domain::spec::MAX_SCALE_TO_ZERO_AFTER_SEC
+        );
+    }
     Ok(WorkerConfig {
         id: get("SLESS_WORKER_ID").unwrap_or(d.id),
         concurrency: count("SLESS_WORKER_CONCURRENCY", d.concurrency)?.max(1),
@@ -111,5 +123,7 @@ fn worker_config(get: Get<'_>) -> anyhow::Result<WorkerConfig> {
         ack_batch: d.ack_batch,
         orphan_sweep: Duration::from_secs_f64(orphan_sweep),
         orphan_grace: Duration::from_secs_f64(orphan_grace),
+        scale_to_zero_after_sec,
+        idle_sweep: d.idle_sweep,
     })
 }

@@ -44,6 +44,12 @@ pub struct Invocation {
     /// (no query).
     pub method: Option<String>,
     pub path: Option<String>,
+    /// A call that found its function scaled to zero: how long it was held
+    /// until an instance served (its first call is the rest of `duration`).
+    pub activation: Option<Duration>,
+    /// ... and of that, how long the worker took to start the instance
+    /// (from `FunctionScaledUp` to `FunctionDeployed`, as the log has them).
+    pub instance_start: Option<Duration>,
 }
 
 /// A new record id for a call that started at `started_at`: a UUIDv7 of that
@@ -121,6 +127,9 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
     let mut runs = Vec::with_capacity(n);
     let mut methods = Vec::with_capacity(n);
     let mut paths = Vec::with_capacity(n);
+    let mut activations = Vec::with_capacity(n);
+    let mut starts = Vec::with_capacity(n);
+    let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
     for r in records {
         ids.push(r.id);
         namespaces.push(r.namespace.as_str());
@@ -139,17 +148,19 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
         runs.push(r.run.as_deref());
         methods.push(r.method.as_deref());
         paths.push(r.path.as_deref());
+        activations.push(r.activation.map(micros));
+        starts.push(r.instance_start.map(micros));
     }
     let done = sqlx::query(
         "insert into invocations
            (id, namespace, function, version, started_at, duration_us, status,
             bytes_in, bytes_out, cold, error, request_id, origin, run, error_kind,
-            method, path)
+            method, path, activation_us, instance_start_us)
          select * from unnest($1::uuid[], $2::text[], $3::text[], $4::int4[],
                               $5::timestamptz[], $6::int8[], $7::int2[], $8::int8[],
                               $9::int8[], $10::bool[], $11::text[], $12::text[],
                               $13::text[], $14::text[], $15::text[], $16::text[],
-                              $17::text[])
+                              $17::text[], $18::int8[], $19::int8[])
          on conflict (id) do nothing",
     )
     .bind(ids)
@@ -169,6 +180,8 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
     .bind(error_kinds)
     .bind(methods)
     .bind(paths)
+    .bind(activations)
+    .bind(starts)
     .execute(exec)
     .await?;
     Ok(done.rows_affected())
@@ -176,7 +189,7 @@ pub async fn insert<'e>(exec: impl PgExecutor<'e>, records: &[Invocation]) -> Re
 
 const COLUMNS: &str = "id, namespace, function, version, started_at, duration_us, status, \
                        bytes_in, bytes_out, cold, error, error_kind, request_id, origin, run, \
-                       method, path";
+                       method, path, activation_us, instance_start_us";
 
 fn record_of(r: sqlx::postgres::PgRow) -> Invocation {
     Invocation {
@@ -197,6 +210,12 @@ fn record_of(r: sqlx::postgres::PgRow) -> Invocation {
         run: r.get("run"),
         method: r.get("method"),
         path: r.get("path"),
+        activation: r
+            .get::<Option<i64>, _>("activation_us")
+            .map(|us| Duration::from_micros(us.max(0) as u64)),
+        instance_start: r
+            .get::<Option<i64>, _>("instance_start_us")
+            .map(|us| Duration::from_micros(us.max(0) as u64)),
     }
 }
 

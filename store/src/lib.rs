@@ -23,6 +23,7 @@ pub mod queue;
 pub mod readmodel;
 pub mod retention;
 pub mod sandbox_uids;
+pub mod scaling;
 pub mod trigger_index;
 pub mod triggers;
 pub mod usage;

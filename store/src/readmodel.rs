@@ -24,6 +24,8 @@ pub struct FunctionRow {
     pub endpoint: Option<String>,
     /// The worker it runs on (local driver).
     pub deployed_node: Option<String>,
+    /// Scaled to zero: nothing runs until a call starts it.
+    pub idle: bool,
     pub phase: Phase,
     pub last_error: Option<String>,
     pub stream_version: u64,
@@ -49,6 +51,7 @@ impl FunctionRow {
             last_error: self.last_error.clone(),
             failed_version: None,
             deployed_spec: None,
+            idle: self.idle,
             // Not kept in the row (the projector does not decide).
             last_version: 0,
             earlier_lives: 0,
@@ -62,6 +65,7 @@ impl FunctionRow {
             && self.deployed_version == folded.deployed_version
             && self.endpoint == folded.endpoint
             && self.deployed_node == folded.deployed_node
+            && self.idle == folded.idle
             && self.phase == folded.phase
             && self.last_error == folded.last_error
             && self.stream_version == folded.stream_version
@@ -81,6 +85,9 @@ fn row_of(r: sqlx::postgres::PgRow) -> Result<FunctionRow> {
             memory_mb: r.get::<i32, _>("memory_mb") as u32,
             timeout_sec: r.get::<i32, _>("timeout_sec") as u32,
             env_vars: serde_json::from_value(r.get("env_vars")).map_err(|e| bad(e.to_string()))?,
+            scale_to_zero_after_sec: r
+                .get::<Option<i32>, _>("scale_to_zero_after_sec")
+                .map(|v| v as u32),
         },
         current_version: r.get::<Option<i32>, _>("current_version").map(|v| v as u32),
         deployed_version: r
@@ -88,6 +95,7 @@ fn row_of(r: sqlx::postgres::PgRow) -> Result<FunctionRow> {
             .map(|v| v as u32),
         endpoint: r.get("endpoint"),
         deployed_node: r.get("deployed_node"),
+        idle: r.get("idle"),
         phase: Phase::parse(&phase).ok_or_else(|| bad(format!("phase {phase}")))?,
         last_error: r.get("last_error"),
         stream_version: r.get::<i32, _>("stream_version") as u64,

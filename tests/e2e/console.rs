@@ -229,6 +229,7 @@ fn python(name: &str) -> sless_client::CreateFunction {
         memory_mb: 128,
         timeout_sec: 30,
         env_vars: Default::default(),
+        scale_to_zero_after_sec: None,
     }
 }
 

@@ -13,6 +13,7 @@ mod python_client;
 mod replay;
 mod runtimes;
 mod sandbox;
+mod scaling;
 #[path = "../support/mod.rs"]
 mod support;
 mod terraform;

@@ -54,6 +54,7 @@ impl World {
                 memory_mb: 128,
                 timeout_sec: 30,
                 env_vars: BTreeMap::new(),
+                scale_to_zero_after_sec: None,
             },
         };
         let mut tx = db.pool.begin().await.unwrap();

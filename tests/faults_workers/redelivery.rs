@@ -170,6 +170,7 @@ fn summary(e: &FunctionEvent) -> String {
         | FunctionEvent::FunctionSpecChanged { .. }
         | FunctionEvent::FunctionDeleted {}
         | FunctionEvent::ReconcileAbandoned { .. }
+        | FunctionEvent::FunctionScaledUp { .. }
         | FunctionEvent::VersionsPruned { .. } => None,
         FunctionEvent::FunctionUploaded(v) => Some(v.version),
         FunctionEvent::FunctionRolledBack { version } => Some(*version),
@@ -179,6 +180,7 @@ fn summary(e: &FunctionEvent) -> String {
         | FunctionEvent::FunctionDeployed { version, .. }
         | FunctionEvent::DeployFailed { version, .. }
         | FunctionEvent::FunctionStopped { version, .. }
+        | FunctionEvent::FunctionScaledToZero { version, .. }
         | FunctionEvent::FunctionCrashed { version, .. } => Some(*version),
         FunctionEvent::DeployRolledBack { failed_version, .. } => Some(*failed_version),
     };

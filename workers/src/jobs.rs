@@ -242,6 +242,8 @@ impl<D: Driver> Reconciler<D> {
             run: Some(item.key.clone()),
             method: None,
             path: None,
+            activation: None,
+            instance_start: None,
         };
         if let Err(e) = invocations::insert(&self.pool, &[record]).await {
             tracing::warn!(error = %e, "recording the run as an invocation failed");

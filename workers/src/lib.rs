@@ -10,6 +10,7 @@ mod capture;
 pub mod collect;
 pub mod crashes;
 pub mod driver;
+pub mod idle;
 pub mod jobs;
 pub mod kube;
 pub mod local;

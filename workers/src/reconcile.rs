@@ -10,7 +10,8 @@
 //! runtime change comes with a new version, so it is built first); a
 //! deleted function, or one with nothing uploaded, has whatever runs for it
 //! removed, and so has a function with http triggers none of which is
-//! enabled (`FunctionStopped`).
+//! enabled (`FunctionStopped`), and a function scaled to zero
+//! (`FunctionScaledToZero`, until a call appends `FunctionScaledUp`).
 //!
 //! Each build it asks the driver for is recorded (`crate::build_log`):
 //! its log is in the database while it runs and in S3 once it ended,
@@ -237,6 +238,12 @@ impl<D: Driver> Reconciler<D> {
                 };
                 return self.record(item, key, state, stopped).await.map(Some);
             }
+            return Ok(None);
+        }
+        // Scaled to zero: nothing runs until a call scales it up (the
+        // build is kept, so that deploys at once).
+        if state.idle {
+            self.driver.stop(key).await.map_err(infra)?;
             return Ok(None);
         }
         if state.failed_version == Some(current.version) {

@@ -82,6 +82,11 @@ pub struct WorkerConfig {
     /// counts as an orphan: longer than any upload takes from its S3 put to
     /// its commit.
     pub orphan_grace: Duration,
+    /// Seconds without a call after which a function whose spec does not
+    /// say is scaled to zero; `0`: never.
+    pub scale_to_zero_after_sec: u32,
+    /// How often to look for functions idle past their window.
+    pub idle_sweep: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -103,6 +108,8 @@ impl Default for WorkerConfig {
             ack_batch: 1000,
             orphan_sweep: Duration::from_secs(300),
             orphan_grace: Duration::from_secs(3600),
+            scale_to_zero_after_sec: 900,
+            idle_sweep: Duration::from_secs(1),
         }
     }
 }
@@ -191,6 +198,7 @@ impl<D: Driver> Worker<D> {
         let bells: Vec<_> = lanes.iter().map(|l| l.bell.clone()).collect();
         let doorbell = tokio::spawn(ring_on_notify(listener, bells, shutdown.clone()));
         let orphans = tokio::spawn(self.clone().sweep_orphans(shutdown.clone()));
+        let idle = tokio::spawn(self.clone().sweep_idle(shutdown.clone()));
 
         let ack = Ack::Batched(ack_tx);
         let mut claimers = Vec::new();
@@ -223,6 +231,7 @@ impl<D: Driver> Worker<D> {
         }
         let _ = doorbell.await;
         let _ = orphans.await;
+        let _ = idle.await;
         for mut claimed in unstarted {
             claimed.close();
             while let Ok(item) = claimed.try_recv() {
@@ -465,6 +474,24 @@ impl<D: Driver> Worker<D> {
                     tracing::info!(n, "ended the build logs of builds whose worker went silent")
                 }
                 Err(e) => tracing::warn!(error = %e, "ending abandoned build logs failed"),
+            }
+        }
+    }
+
+    /// Scales idle functions to zero every `idle_sweep` (`crate::idle`),
+    /// until shutdown. A sweep with nothing idle is one query.
+    async fn sweep_idle(self, mut shutdown: watch::Receiver<bool>) {
+        let mut every = tokio::time::interval(self.config.idle_sweep);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = wait_true(&mut shutdown) => return,
+                _ = every.tick() => {}
+            }
+            if let Err(e) =
+                crate::idle::sweep(&self.pool, self.config.scale_to_zero_after_sec).await
+            {
+                tracing::warn!(error = %e, "idle sweep failed");
             }
         }
     }

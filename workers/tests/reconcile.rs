@@ -19,6 +19,7 @@ fn python(entrypoint: &str, env: &[(&str, &str)], memory_mb: u32) -> FunctionSpe
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+        scale_to_zero_after_sec: None,
     }
 }
 

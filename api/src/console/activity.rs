@@ -274,6 +274,8 @@ mod tests {
             run: None,
             method: Some("GET".into()),
             path: Some("/".into()),
+            activation_ms: None,
+            instance_start_ms: None,
         }
     }
 

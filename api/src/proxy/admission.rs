@@ -25,6 +25,12 @@ pub struct ProxyLimits {
     /// (default 10 s); the whole call is bounded by the function's
     /// `timeout_sec` besides.
     pub idle_timeout: Duration,
+    /// How long a call to a function scaled to zero is held for an
+    /// instance to start (default 30 s).
+    pub activation_timeout: Duration,
+    /// Calls held at once, per function and API process, while an
+    /// instance starts (default 100); one more is refused at once.
+    pub activation_queue: usize,
 }
 
 impl Default for ProxyLimits {
@@ -34,6 +40,8 @@ impl Default for ProxyLimits {
             max_headers: 64,
             max_header_bytes: 16 * 1024,
             idle_timeout: Duration::from_secs(10),
+            activation_timeout: Duration::from_secs(30),
+            activation_queue: 100,
         }
     }
 }

@@ -60,6 +60,9 @@ pub struct Call {
     /// What was asked: the method, and the path below the function.
     pub method: String,
     pub path: String,
+    /// Held for an instance of a function scaled to zero: for how long,
+    /// and how long the worker took to start it.
+    pub activation: Option<(Duration, Option<Duration>)>,
 }
 
 impl Call {
@@ -114,6 +117,8 @@ impl Call {
             run: None,
             method: Some(self.method),
             path: Some(self.path),
+            activation: self.activation.map(|(held, _)| held),
+            instance_start: self.activation.and_then(|(_, start)| start),
         };
         self.recorder.record(record);
     }

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use sless_store::readmodel::{self, FunctionRow};
@@ -16,7 +16,14 @@ use crate::error::ApiResult;
 pub struct Endpoints {
     ttl: Duration,
     known: RwLock<HashMap<String, Remembered>>,
+    /// Calls held for functions scaled to zero.
+    pub(super) activations: super::activation::Activations,
+    /// When this process last recorded a call of each function.
+    touched: Mutex<HashMap<String, Instant>>,
 }
+
+/// How often a process records that a function is being called.
+const TOUCH_EVERY: Duration = Duration::from_secs(1);
 
 /// What was read of a function, and when (None: to be read again).
 struct Remembered {
@@ -36,6 +43,9 @@ pub(super) struct Target {
     /// Its http triggers, when it has some and none is enabled: it is
     /// not served.
     pub(super) disabled: Option<Vec<String>>,
+    /// Scaled to zero, or being started again after it was (Ready with no
+    /// endpoint): a call is held until an instance serves.
+    pub(super) activating: bool,
 }
 
 impl Target {
@@ -53,6 +63,8 @@ impl Target {
             timeout: Duration::from_secs(row.spec.timeout_sec as u64),
             warm: Arc::default(),
             disabled: None,
+            activating: row.endpoint.is_none()
+                && (row.idle || row.phase == sless_domain::Phase::Ready),
         })
     }
 
@@ -67,6 +79,8 @@ impl Endpoints {
         Endpoints {
             ttl,
             known: RwLock::new(HashMap::new()),
+            activations: Default::default(),
+            touched: Mutex::new(HashMap::new()),
         }
     }
 
@@ -114,6 +128,32 @@ impl Endpoints {
             },
         );
         Ok(target)
+    }
+
+    /// Records, at most every `TOUCH_EVERY` per function, that a call
+    /// reached it (`sless_store::scaling::touch`, which the idle sweep
+    /// reads), without holding up the call.
+    pub(super) fn touch(&self, pool: &sless_store::PgPool, ns: &str, name: &str) {
+        let key = format!("{ns}/{name}");
+        {
+            let mut touched = self.touched.lock().unwrap();
+            if touched
+                .get(&key)
+                .is_some_and(|at| at.elapsed() < TOUCH_EVERY)
+            {
+                return;
+            }
+            if touched.len() > 100_000 {
+                touched.clear();
+            }
+            touched.insert(key, Instant::now());
+        }
+        let (pool, ns, name) = (pool.clone(), ns.to_owned(), name.to_owned());
+        tokio::spawn(async move {
+            if let Err(e) = sless_store::scaling::touch(&pool, &ns, &name).await {
+                tracing::warn!(function = %format!("{ns}/{name}"), error = %e, "recording a call's time failed");
+            }
+        });
     }
 
     /// Makes the next request read the function again.

@@ -114,7 +114,11 @@ pub(super) async fn forward(
         } else {
             suffix.to_owned()
         },
+        activation: None,
     };
+    state
+        .endpoints
+        .touch(&state.pool, &call.namespace, &call.function);
     // A request without a body can be sent again if its endpoint went away.
     let replayable = body.size_hint().exact() == Some(0);
     let body = Body::new(Inbound {
@@ -224,6 +228,11 @@ async fn send(
                 ),
             ));
         }
+        if target.activating && target.disabled.is_none() {
+            let activated = super::activation::activate(state, ns, name, call.started).await?;
+            call.activation = Some((activated.held, activated.instance_start));
+            target = activated.target;
+        }
         let endpoint = target.endpoint.as_ref().map_err(|phase| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -234,7 +243,8 @@ async fn send(
         })?;
         call.version = target.version;
         call.timeout = target.timeout;
-        call.cold = target.first_call();
+        // Every call held for an instance is cold, not only the first.
+        call.cold = target.first_call() || call.activation.is_some();
         let mut req_parts = match (replayable && !fresh, &mut parts) {
             (true, Some(p)) => p.clone(),
             (_, p) => p

@@ -175,6 +175,8 @@ async fn calls_show_with_their_method_path_and_a_latency_chart_and_filter() {
                 run: None,
                 method: Some("POST".into()),
                 path: Some(format!("/orders/{i}")),
+                activation: None,
+                instance_start: None,
             }
         })
         .collect();

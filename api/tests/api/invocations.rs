@@ -70,6 +70,8 @@ fn record_at(name: &str, at: DateTime<Utc>, status: u16) -> Invocation {
         run: None,
         method: Some("GET".into()),
         path: Some("/".into()),
+        activation: None,
+        instance_start: None,
     }
 }
 

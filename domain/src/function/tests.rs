@@ -10,6 +10,7 @@ fn spec() -> FunctionSpec {
         memory_mb: 128,
         timeout_sec: 30,
         env_vars: Default::default(),
+        scale_to_zero_after_sec: None,
     }
 }
 
@@ -732,4 +733,130 @@ fn a_crash_of_what_serves_is_its_last_error_and_leaves_it_ready() {
         },
     ]);
     assert_eq!(given(&events).last_error, None);
+}
+
+fn serving() -> Vec<FunctionEvent> {
+    vec![
+        FunctionEvent::FunctionCreated { spec: spec() },
+        uploaded(1, "a"),
+        FunctionEvent::BuildStarted { version: 1 },
+        FunctionEvent::BuildSucceeded {
+            version: 1,
+            artifact: "build-a".into(),
+        },
+        FunctionEvent::FunctionDeployed {
+            version: 1,
+            endpoint: "http://127.0.0.1:9000".into(),
+            node: None,
+        },
+    ]
+}
+
+fn idle(reason: &str) -> FunctionCommand {
+    FunctionCommand::ScaleToZero {
+        reason: reason.into(),
+    }
+}
+
+fn call() -> FunctionCommand {
+    FunctionCommand::Activate {
+        reason: "a call".into(),
+    }
+}
+
+#[test]
+fn a_serving_function_is_scaled_to_zero_once_and_stays_ready_without_an_endpoint() {
+    let mut events = serving();
+    let then = decide(&given(&events), idle("no call for 60 s")).unwrap();
+    assert_eq!(
+        then,
+        vec![FunctionEvent::FunctionScaledToZero {
+            version: 1,
+            reason: "no call for 60 s".into()
+        }]
+    );
+    events.extend(then);
+    let state = given(&events);
+    assert!(state.idle);
+    assert_eq!(state.phase, Phase::Ready);
+    assert_eq!((state.endpoint, state.deployed_version), (None, Some(1)));
+    // A second sweep, or one that raced it, records nothing more.
+    assert_eq!(decide(&given(&events), idle("again")).unwrap(), vec![]);
+}
+
+#[test]
+fn only_what_serves_as_uploaded_is_scaled_to_zero() {
+    let building = &serving()[..3];
+    assert_eq!(decide(&given(building), idle("x")).unwrap(), vec![]);
+    let mut newer = serving();
+    newer.push(uploaded(2, "b"));
+    assert_eq!(decide(&given(&newer), idle("x")).unwrap(), vec![]);
+    let mut deleted = serving();
+    deleted.push(FunctionEvent::FunctionDeleted {});
+    assert_eq!(decide(&given(&deleted), idle("x")).unwrap(), vec![]);
+}
+
+#[test]
+fn a_call_scales_an_idle_function_up_once_and_a_warm_one_not_at_all() {
+    assert_eq!(decide(&given(&serving()), call()).unwrap(), vec![]);
+    let mut events = serving();
+    events.push(FunctionEvent::FunctionScaledToZero {
+        version: 1,
+        reason: "idle".into(),
+    });
+    let then = decide(&given(&events), call()).unwrap();
+    assert_eq!(
+        then,
+        vec![FunctionEvent::FunctionScaledUp {
+            reason: "a call".into()
+        }]
+    );
+    events.extend(then);
+    assert!(!given(&events).idle);
+    assert_eq!(decide(&given(&events), call()).unwrap(), vec![]);
+    assert!(matches!(
+        decide(&given(&[]), call()).unwrap_err(),
+        DomainError::NotFound(_)
+    ));
+}
+
+#[test]
+fn an_upload_to_an_idle_function_deploys_it_at_once() {
+    let mut events = serving();
+    events.push(FunctionEvent::FunctionScaledToZero {
+        version: 1,
+        reason: "idle".into(),
+    });
+    events.push(uploaded(2, "b"));
+    assert!(!given(&events).idle);
+}
+
+#[test]
+fn changing_only_the_idle_window_does_not_redeploy() {
+    let mut events = serving();
+    let mut longer = spec();
+    longer.scale_to_zero_after_sec = Some(3600);
+    events.push(FunctionEvent::FunctionSpecChanged { spec: longer });
+    assert!(given(&events).deployed_with_current_spec());
+    let mut bigger = spec();
+    bigger.memory_mb = 256;
+    events.push(FunctionEvent::FunctionSpecChanged { spec: bigger });
+    assert!(!given(&events).deployed_with_current_spec());
+}
+
+#[test]
+fn an_idle_window_past_a_week_is_refused() {
+    let mut s = spec();
+    s.scale_to_zero_after_sec = Some(crate::spec::MAX_SCALE_TO_ZERO_AFTER_SEC + 1);
+    let err = decide(&given(&[]), FunctionCommand::Create { spec: s }).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DomainError::Invalid {
+                field: "scale_to_zero_after_sec",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }

@@ -106,6 +106,12 @@ pub fn block() -> Block {
             )
             .sensitive(),
             Attr::new(
+                "scale_to_zero_after_sec",
+                Type::Number,
+                OptionalComputed,
+                "Seconds without a call after which the function is stopped; the next call starts it again. 0: never; unset: as the server has it (the platform's default on a new function).",
+            ),
+            Attr::new(
                 "build_timeout_sec",
                 Type::Number,
                 OptionalComputed,
@@ -147,12 +153,13 @@ pub fn block() -> Block {
 }
 
 /// The spec fields, in the order the API takes them.
-const SPEC: [&str; 5] = [
+const SPEC: [&str; 6] = [
     "runtime",
     "entrypoint",
     "memory_mb",
     "timeout_sec",
     "env_vars",
+    "scale_to_zero_after_sec",
 ];
 
 pub fn validate(config: &Value) -> Vec<Diag> {
@@ -171,7 +178,12 @@ pub fn validate(config: &Value) -> Vec<Diag> {
         }
         None => None,
     };
-    for name in ["memory_mb", "timeout_sec", "build_timeout_sec"] {
+    for name in [
+        "memory_mb",
+        "timeout_sec",
+        "build_timeout_sec",
+        "scale_to_zero_after_sec",
+    ] {
         diags.extend(check_whole(config, name));
     }
     let range = |name: &'static str, (lo, hi): (u32, u32)| {
@@ -187,6 +199,10 @@ pub fn validate(config: &Value) -> Vec<Diag> {
     diags.extend(range("memory_mb", MEMORY_MB_RANGE));
     diags.extend(range("timeout_sec", TIMEOUT_SEC_RANGE));
     diags.extend(range("build_timeout_sec", (1, 86_400)));
+    diags.extend(range(
+        "scale_to_zero_after_sec",
+        (0, sless_domain::spec::MAX_SCALE_TO_ZERO_AFTER_SEC),
+    ));
     // The entrypoint's form depends on the runtime: checked by the
     // domain's own rule, with the other fields valid.
     if let (Some(runtime), Some(entrypoint)) = (runtime, config.get("entrypoint").as_str()) {
@@ -196,6 +212,7 @@ pub fn validate(config: &Value) -> Vec<Diag> {
             memory_mb: DEFAULT_MEMORY_MB,
             timeout_sec: DEFAULT_TIMEOUT_SEC,
             env_vars: BTreeMap::new(),
+            scale_to_zero_after_sec: None,
         };
         if let Err(e) = probe.validate() {
             diags.push(domain_diag(e, summary));
@@ -304,6 +321,15 @@ pub fn plan(api: &Api, change: Change) -> Result<Planned, Diag> {
         }
     }
     planned.set("code_hash", wanted_hash(&config)?);
+    // Unset: as the server has it (a new function: the default, null).
+    if config.get("scale_to_zero_after_sec").is_null() {
+        let kept = if prior.is_null() {
+            Value::Null
+        } else {
+            prior.get("scale_to_zero_after_sec").clone()
+        };
+        planned.set("scale_to_zero_after_sec", kept);
+    }
 
     if prior.is_null() {
         for attr in ["version", "live_version", "sha256", "phase", "url"] {
@@ -359,6 +385,7 @@ fn spec_of(state: &Value) -> CreateFunction {
             .as_u32()
             .unwrap_or(DEFAULT_TIMEOUT_SEC),
         env_vars: state.get("env_vars").as_string_map().unwrap_or_default(),
+        scale_to_zero_after_sec: state.get("scale_to_zero_after_sec").as_u32(),
     }
 }
 
@@ -427,6 +454,10 @@ pub fn state_of(api: &Api, f: &FunctionView, versions: &VersionList, prior: &Val
     s.set("memory_mb", Value::opt(f.memory_mb, Value::int));
     s.set("timeout_sec", Value::opt(f.timeout_sec, Value::int));
     s.set("env_vars", env_vars);
+    s.set(
+        "scale_to_zero_after_sec",
+        Value::opt(f.scale_to_zero_after_sec, Value::int),
+    );
     s.set("code_hash", Value::opt(live_sha.clone(), Value::String));
     if s.get("build_timeout_sec").is_null() {
         s.set("build_timeout_sec", Value::int(DEFAULT_BUILD_TIMEOUT_SEC));

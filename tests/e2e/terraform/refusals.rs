@@ -231,6 +231,7 @@ async fn refusals(version: Version) {
         memory_mb: 128,
         timeout_sec: 30,
         env_vars: Default::default(),
+        scale_to_zero_after_sec: None,
     };
     api.create_function(&taken).await.unwrap();
     let job = sless_client::CreateJob {

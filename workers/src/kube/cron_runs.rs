@@ -171,6 +171,8 @@ impl CronRunRecorder {
             run: Some(stream.clone()),
             method: None,
             path: None,
+            activation: None,
+            instance_start: None,
         };
         let finish = [JobCommand::Finish { attempt: 1, result }];
         if !self.append(&ns, &stream, &state, &finish).await? {

@@ -116,6 +116,7 @@ impl<D: Driver> Harness<D> {
             memory_mb: 128,
             timeout_sec: 30,
             env_vars: BTreeMap::new(),
+            scale_to_zero_after_sec: None,
         };
         self.append(key, &[FunctionEvent::FunctionCreated { spec }], false)
             .await;

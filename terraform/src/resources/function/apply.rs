@@ -415,5 +415,8 @@ fn changed_fields(prior: &Value, planned: &Value) -> UpdateFunction {
         memory_mb: changed("memory_mb").then_some(new.memory_mb),
         timeout_sec: changed("timeout_sec").then_some(new.timeout_sec),
         env_vars: changed("env_vars").then(|| new.env_vars.clone()),
+        scale_to_zero_after_sec: changed("scale_to_zero_after_sec")
+            .then_some(new.scale_to_zero_after_sec)
+            .flatten(),
     }
 }

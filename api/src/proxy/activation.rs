@@ -1,0 +1,243 @@
+//! Calls to a function scaled to zero. The call is held while an instance
+//! starts: the first held call of this API process asks for one (appends
+//! `FunctionScaledUp` with a reconcile, in one transaction, expecting the
+//! stream version it decided on, so concurrent first calls, on one replica
+//! or several, cause one start) and watches the read model until the
+//! function has an endpoint again; every call held for the function is
+//! then let through at once. A call is held at most
+//! `ProxyLimits::activation_timeout` from its start, and at most
+//! `ProxyLimits::activation_queue` calls per function are held; past
+//! either it gets 503 `function-activating` with `Retry-After`. When the
+//! start fails the held calls get 503 `function-activation-failed` with
+//! the function's error.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use sless_domain::function::FunctionCommand;
+use sless_domain::{FunctionKey, FunctionName, Namespace, Phase};
+use sless_store::eventlog::Metadata;
+use sless_store::{readmodel, scaling};
+use tokio::sync::watch;
+
+use super::endpoints::Target;
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+
+/// How often an activation looks at the read model.
+const POLL: Duration = Duration::from_millis(5);
+
+/// The problem kinds of a held call that got no instance.
+pub const ACTIVATING: &str = "function-activating";
+pub const ACTIVATION_FAILED: &str = "function-activation-failed";
+
+/// The activations under way in this process, by `ns/name`.
+#[derive(Default)]
+pub struct Activations {
+    running: Mutex<HashMap<String, Arc<Activation>>>,
+}
+
+struct Activation {
+    held: AtomicUsize,
+    ended: watch::Sender<Option<Ended>>,
+}
+
+#[derive(Clone)]
+enum Ended {
+    Serving {
+        target: Arc<Target>,
+        instance_start: Option<Duration>,
+    },
+    Failed(String),
+}
+
+/// A held call's instance.
+pub(super) struct Activated {
+    pub target: Arc<Target>,
+    /// How long the call was held.
+    pub held: Duration,
+    /// How long the worker took to start the instance, as the log says.
+    pub instance_start: Option<Duration>,
+}
+
+/// Counts a held call until it is let go.
+struct Holding(Arc<Activation>);
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Holds a call to `ns/name`, which has no instance, until one serves.
+pub(super) async fn activate(
+    state: &AppState,
+    ns: &str,
+    name: &str,
+    started: Instant,
+) -> ApiResult<Activated> {
+    let limits = state.http.limits;
+    let activation = {
+        let mut running = state.endpoints.activations.running.lock().unwrap();
+        running
+            .entry(format!("{ns}/{name}"))
+            .or_insert_with(|| {
+                let (ended, _) = watch::channel(None);
+                let a = Arc::new(Activation {
+                    held: AtomicUsize::new(0),
+                    ended,
+                });
+                tokio::spawn(drive(
+                    state.clone(),
+                    ns.to_owned(),
+                    name.to_owned(),
+                    a.clone(),
+                ));
+                a
+            })
+            .clone()
+    };
+    if activation.held.fetch_add(1, Ordering::SeqCst) >= limits.activation_queue {
+        activation.held.fetch_sub(1, Ordering::SeqCst);
+        return Err(activating(
+            name,
+            format!(
+                "{} calls already wait for its instance to start; try again shortly",
+                limits.activation_queue
+            ),
+        ));
+    }
+    let _holding = Holding(activation.clone());
+    let mut ended = activation.ended.subscribe();
+    let deadline = tokio::time::Instant::from_std(started + limits.activation_timeout);
+    let outcome = tokio::time::timeout_at(deadline, async {
+        ended
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|o| o.clone())
+    })
+    .await;
+    let outcome = match outcome {
+        Ok(Some(o)) => o,
+        Ok(None) | Err(_) => {
+            return Err(activating(
+                name,
+                format!(
+                    "its instance did not start within {:.1} s; it goes on starting, try again shortly",
+                    limits.activation_timeout.as_secs_f64()
+                ),
+            ));
+        }
+    };
+    match outcome {
+        Ended::Failed(why) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ACTIVATION_FAILED,
+            "Function failed to start",
+            format!("function {name:?} was scaled to zero and failed to start again: {why}"),
+        )),
+        Ended::Serving {
+            target,
+            instance_start,
+        } => Ok(Activated {
+            target,
+            held: started.elapsed(),
+            instance_start,
+        }),
+    }
+}
+
+/// 503 `function-activating`, to be tried again in a second.
+fn activating(name: &str, why: String) -> ApiError {
+    let mut e = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ACTIVATING,
+        "Function starting",
+        format!("function {name:?} was scaled to zero: {why}"),
+    );
+    e.retry_after = Some(1);
+    e
+}
+
+/// Asks for an instance and watches the read model until it serves, the
+/// start fails, or the activation timeout passes; then tells the held
+/// calls and leaves the registry, so the next call starts afresh.
+async fn drive(state: AppState, ns: String, name: String, activation: Arc<Activation>) {
+    let deadline = tokio::time::Instant::now() + state.http.limits.activation_timeout;
+    let ended = ask_and_watch(&state, &ns, &name, deadline).await;
+    state
+        .endpoints
+        .activations
+        .running
+        .lock()
+        .unwrap()
+        .remove(&format!("{ns}/{name}"));
+    if let Some(ended) = ended {
+        activation.ended.send_replace(Some(ended));
+    }
+}
+
+async fn ask_and_watch(
+    state: &AppState,
+    ns: &str,
+    name: &str,
+    deadline: tokio::time::Instant,
+) -> Option<Ended> {
+    let (Ok(namespace), Ok(function)) = (Namespace::parse(ns), FunctionName::parse(name)) else {
+        return Some(Ended::Failed("not a function's name".into()));
+    };
+    let key = FunctionKey::new(namespace, function);
+    let asked = scaling::decide_and_enqueue(
+        &state.pool,
+        &key,
+        FunctionCommand::Activate {
+            reason: format!("a call to /fn/{ns}/{name}"),
+        },
+        Metadata {
+            actor: "system:proxy".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    if let Err(e) = asked {
+        tracing::warn!(function = %key.queue_key(), error = %e, "asking for an instance failed");
+        return Some(Ended::Failed(format!(
+            "the platform could not ask for an instance: {e}"
+        )));
+    }
+    while tokio::time::Instant::now() < deadline {
+        match readmodel::function_row(&state.pool, ns, name).await {
+            Ok(Some(row)) if row.endpoint.is_some() && !row.idle => {
+                // Read once for every held call (and the calls after them).
+                state.endpoints.forget(ns, name);
+                let target = match state.endpoints.get(&state.pool, ns, name).await {
+                    Ok(Some(t)) => t,
+                    Ok(None) => return Some(Ended::Failed("it was deleted".into())),
+                    Err(_) => continue,
+                };
+                let instance_start = scaling::last_start(&state.pool, &key.stream())
+                    .await
+                    .ok()
+                    .flatten();
+                return Some(Ended::Serving {
+                    target,
+                    instance_start,
+                });
+            }
+            Ok(Some(row)) if row.phase == Phase::Failed => {
+                return Some(Ended::Failed(
+                    row.last_error
+                        .unwrap_or_else(|| "its deploy failed".to_owned()),
+                ));
+            }
+            Ok(None) => return Some(Ended::Failed("it was deleted".into())),
+            _ => {}
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    None
+}

@@ -1,0 +1,223 @@
+//! Scaling to zero and back on `sless dev`: a function idle past its
+//! window is stopped and the log says so; the calls that find it at zero
+//! are held, start one instance between them, and are recorded cold with
+//! their activation time; a start that takes too long, or too many held
+//! calls, get the documented 503s.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::dev::{start_dev_configured, stop_dev};
+use crate::{Client, zip_files};
+
+const HANDLER: &str = "def handle(event):\n    return {\"ok\": True}\n";
+
+/// A function that takes `secs` to import.
+fn slow_handler(secs: u32) -> String {
+    format!("import time\ntime.sleep({secs})\n\n{HANDLER}")
+}
+
+/// The types of the function's events, oldest first (the audit log lists
+/// them newest first).
+async fn event_types(c: &Client, name: &str) -> Vec<String> {
+    let page: Value = c
+        .http
+        .get(c.v1(&format!("/events?function={name}&limit=1000")))
+        .bearer_auth(&c.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Deploys `name` with `code` and an idle window of 1 s, and waits until
+/// it has been scaled to zero.
+async fn deploy_and_idle(c: &Client, dir: &std::path::Path, name: &str, code: &str) {
+    let res = c
+        .create(
+            json!({"name": name, "runtime": "python3.11", "entrypoint": "handler.handle",
+                        "scale_to_zero_after_sec": 1}),
+        )
+        .await;
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    let res = c.upload(name, zip_files(&[("handler.py", code)])).await;
+    assert_eq!(res.status(), 202);
+    let f = c.wait_ready(name, Duration::from_secs(120)).await;
+    assert_eq!(f["scale_to_zero_after_sec"], 1, "{f}");
+    let f = sless_testkit::eventually(
+        &format!("{name} to be scaled to zero"),
+        Duration::from_secs(60),
+        || async {
+            let f = c.function(name).await;
+            (f["instances"] == 0).then_some(f)
+        },
+    )
+    .await;
+    assert_eq!(f["phase"], "Ready", "a function at zero stays Ready: {f}");
+    sless_testkit::eventually("its process to end", Duration::from_secs(30), || async {
+        sless_testkit::processes::jailed_programs(dir.to_str().unwrap())
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_function_is_stopped_and_fifty_first_calls_start_one_instance() {
+    let dir = sless_testkit::scratch_dir("scale-zero").join("data");
+    let (proc, c) = start_dev_configured(&dir, "log", &[], &[]).await;
+    deploy_and_idle(&c, &dir, "sleepy", HANDLER).await;
+    let types = event_types(&c, "sleepy").await;
+    assert_eq!(
+        types
+            .iter()
+            .filter(|t| *t == "FunctionScaledToZero")
+            .count(),
+        1,
+        "{types:?}"
+    );
+
+    // Fifty calls at once: all answered, by one instance started for them.
+    let url = format!("{}/fn/{}/sleepy", c.fn_url, c.namespace);
+    let started = Instant::now();
+    let calls = (0..50).map(|_| {
+        let (http, url) = (c.http.clone(), url.clone());
+        async move { http.get(&url).send().await.unwrap().status().as_u16() }
+    });
+    let statuses = futures_util::future::join_all(calls).await;
+    println!(
+        "50 first calls of a function at zero: {:?}",
+        started.elapsed()
+    );
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let types = event_types(&c, "sleepy").await;
+    let after_zero: Vec<&String> = types
+        .iter()
+        .skip_while(|t| *t != "FunctionScaledToZero")
+        .collect();
+    assert_eq!(
+        after_zero
+            .iter()
+            .filter(|t| **t == "FunctionScaledUp")
+            .count(),
+        1,
+        "one start: {types:?}"
+    );
+    assert_eq!(
+        after_zero
+            .iter()
+            .filter(|t| **t == "FunctionDeployed")
+            .count(),
+        1,
+        "one deploy: {types:?}"
+    );
+
+    // Each held call is recorded cold, with how long it was held.
+    let records =
+        sless_testkit::eventually("the 50 calls' records", Duration::from_secs(30), || async {
+            let r = c.invocations("sleepy").await?;
+            (r.len() >= 50).then_some(r)
+        })
+        .await;
+    let held: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["activation_ms"].is_number())
+        .collect();
+    assert_eq!(held.len(), 50, "every call was held");
+    let warm = held.iter().filter(|r| r["cold"] != true).count();
+    assert_eq!(warm, 0, "every held call is cold");
+    assert!(
+        held.iter()
+            .any(|r| r["instance_start_ms"].as_f64() > Some(0.0)),
+        "the instance's start is in the records: {:?}",
+        held[0]
+    );
+    let first = held.iter().map(|r| r["activation_ms"].as_f64().unwrap());
+    println!(
+        "held for {:.1} to {:.1} ms",
+        first.clone().fold(f64::MAX, f64::min),
+        first.fold(0.0, f64::max)
+    );
+    stop_dev(proc, &dir).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_the_activation_queue_or_timeout_get_503_and_the_start_completes() {
+    let dir = sless_testkit::scratch_dir("scale-503").join("data");
+    let (proc, c) = start_dev_configured(
+        &dir,
+        "log",
+        &[],
+        &[
+            ("SLESS_ACTIVATION_QUEUE", "2"),
+            ("SLESS_ACTIVATION_TIMEOUT_SECS", "0.5"),
+        ],
+    )
+    .await;
+    deploy_and_idle(&c, &dir, "slow", &slow_handler(3)).await;
+
+    let url = format!("{}/fn/{}/slow", c.fn_url, c.namespace);
+    let calls = (0..5).map(|_| {
+        let (http, url) = (c.http.clone(), url.clone());
+        async move {
+            let res = http.get(&url).send().await.unwrap();
+            let status = res.status().as_u16();
+            let retry = res
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let body: Value = res.json().await.unwrap();
+            (status, retry, body)
+        }
+    });
+    let answers = futures_util::future::join_all(calls).await;
+    for (status, retry, body) in &answers {
+        assert_eq!(*status, 503, "{body}");
+        assert_eq!(
+            body["type"]
+                .as_str()
+                .map(|t| t.ends_with("function-activating")),
+            Some(true),
+            "{body}"
+        );
+        assert_eq!(retry.as_deref(), Some("1"), "{body}");
+    }
+    let said = |what: &str| {
+        answers
+            .iter()
+            .filter(|(_, _, b)| b["detail"].as_str().unwrap().contains(what))
+            .count()
+    };
+    assert_eq!(said("did not start within 0.5 s"), 2, "{answers:?}");
+    assert_eq!(said("calls already wait"), 3, "{answers:?}");
+
+    // The start goes on, and the next call is served by it; one instance.
+    sless_testkit::eventually(
+        "the started instance to answer",
+        Duration::from_secs(60),
+        || async {
+            let res = c.http.get(&url).send().await.ok()?;
+            (res.status() == 200).then_some(())
+        },
+    )
+    .await;
+    let programs = sless_testkit::processes::jailed_programs(dir.to_str().unwrap());
+    assert!(programs.len() <= 1, "one instance: {programs:?}");
+    let types = event_types(&c, "slow").await;
+    assert_eq!(
+        types.iter().filter(|t| *t == "FunctionScaledUp").count(),
+        1,
+        "{types:?}"
+    );
+    stop_dev(proc, &dir).await;
+}
