@@ -126,6 +126,17 @@ impl Function {
         }
     }
 
+    /// True when starting the version that serves failed with nothing
+    /// running (scaled up from zero, its deploy failed): a call may try
+    /// again (`Activate`).
+    /// (A read model's row, which keeps no `failed_version`, says the same.)
+    pub fn start_failed(&self) -> bool {
+        self.phase == Phase::Failed
+            && self.endpoint.is_none()
+            && self.deployed_version.is_some()
+            && self.deployed_version == self.current_version
+    }
+
     /// The source version users want running now.
     pub fn current(&self) -> Option<&SourceVersion> {
         let v = self.current_version?;
@@ -253,6 +264,11 @@ impl Function {
                 self.deployed_node = None;
             }
             FunctionEvent::FunctionScaledUp { .. } => {
+                // A start that failed is tried again.
+                if self.start_failed() {
+                    self.phase = Phase::Pending;
+                    self.failed_version = None;
+                }
                 self.idle = false;
             }
             FunctionEvent::ReconcileAbandoned { attempts, error } => {
@@ -477,7 +493,7 @@ pub fn decide(state: &Function, command: FunctionCommand) -> Decision {
             if !state.exists() {
                 return Err(DomainError::NotFound("function".into()));
             }
-            if !state.idle {
+            if !state.idle && !state.start_failed() {
                 return Ok(vec![]);
             }
             Ok(vec![FunctionEvent::FunctionScaledUp { reason }])

@@ -72,23 +72,38 @@ pub async fn idle(pool: &PgPool, default_after_sec: u32, limit: i64) -> Result<V
         .collect())
 }
 
+/// What [`decide_and_enqueue`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decided {
+    /// `None` when it decided nothing: the function is no longer in the
+    /// state the command is for (another sweep or another proxy got there
+    /// first).
+    pub appended: Option<Appended>,
+    /// The stream's version after it: what the read model must reach to
+    /// show the command (or what it was decided on).
+    pub version: u64,
+}
+
 /// Decides `command` (`ScaleToZero` or `Activate`) on the function's
 /// stream as the log has it, and appends what it decides with a reconcile
-/// of the function, in one transaction. `None` when it decided nothing
-/// (the function is no longer in the state the command is for: another
-/// sweep or another proxy got there first).
+/// of the function, in one transaction.
 pub async fn decide_and_enqueue(
     pool: &PgPool,
     key: &FunctionKey,
     command: FunctionCommand,
     metadata: Metadata,
-) -> Result<Option<Appended>> {
+) -> Result<Decided> {
+    let mut version = 0;
     for _ in 0..4 {
-        let (state, version) = eventlog::load::<Function>(pool, &key.stream()).await?;
+        let (state, now) = eventlog::load::<Function>(pool, &key.stream()).await?;
+        version = now;
         let events = decide(&state, command.clone())
             .map_err(|e| Error::Internal(format!("{}: {e}", key.queue_key())))?;
         if events.is_empty() {
-            return Ok(None);
+            return Ok(Decided {
+                appended: None,
+                version,
+            });
         }
         let new: Vec<NewEvent> = events
             .iter()
@@ -99,14 +114,20 @@ pub async fn decide_and_enqueue(
             Ok(appended) => {
                 queue::enqueue_reconcile(&mut *tx, &key.queue_key()).await?;
                 tx.commit().await?;
-                return Ok(Some(appended));
+                return Ok(Decided {
+                    appended: Some(appended),
+                    version: appended.version,
+                });
             }
             // Someone appended first: decide again on what they wrote.
             Err(Error::Conflict { .. }) => continue,
             Err(e) => return Err(e),
         }
     }
-    Ok(None)
+    Ok(Decided {
+        appended: None,
+        version,
+    })
 }
 
 /// How long the last start of an instance after a call took, as the log

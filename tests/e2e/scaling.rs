@@ -221,3 +221,79 @@ async fn calls_past_the_activation_queue_or_timeout_get_503_and_the_start_comple
     );
     stop_dev(proc, &dir).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_from_zero_that_fails_says_why_and_the_next_call_tries_again_after_a_pause() {
+    let dir = sless_testkit::scratch_dir("scale-fail").join("data");
+    let (proc, c) = start_dev_configured(&dir, "log", &[], &[]).await;
+    // Imports well until `broken_after`, then fails: its first start
+    // works, a start from zero later does not.
+    let broken_after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 15;
+    let code = format!(
+        "import time\nif time.time() > {broken_after}:\n    raise SystemExit(\"the disk of doom is full\")\n\n{HANDLER}"
+    );
+    deploy_and_idle(&c, &dir, "fragile", &code).await;
+    sless_testkit::eventually("the code to break", Duration::from_secs(30), || async {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        (now > broken_after).then_some(())
+    })
+    .await;
+
+    let url = format!("{}/fn/{}/fragile", c.fn_url, c.namespace);
+    let call = || async {
+        let res = c.http.get(&url).send().await.unwrap();
+        let status = res.status().as_u16();
+        let retry = res
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body: Value = res.json().await.unwrap();
+        (status, retry, body)
+    };
+    let (status, retry, body) = call().await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("function-activation-failed"),
+        "{body}"
+    );
+    assert!(
+        body["detail"].as_str().unwrap().contains("disk of doom"),
+        "the reason: {body}"
+    );
+    assert!(retry.is_some(), "{body}");
+    let f = c.function("fragile").await;
+    assert_eq!(f["phase"], "Failed", "{f}");
+    assert!(
+        f["last_error"].as_str().unwrap().contains("disk of doom"),
+        "{f}"
+    );
+    // At once again: refused without another start.
+    let (status, _, body) = call().await;
+    assert_eq!(status, 503, "{body}");
+    let ups = |types: &[String]| types.iter().filter(|t| *t == "FunctionScaledUp").count();
+    assert_eq!(ups(&event_types(&c, "fragile").await), 1);
+    // After the pause, the next call starts it again (and fails again).
+    let tried = sless_testkit::eventually(
+        "a call after the pause to try again",
+        Duration::from_secs(30),
+        || async {
+            let (status, _, body) = call().await;
+            assert_eq!(status, 503, "{body}");
+            let n = ups(&event_types(&c, "fragile").await);
+            (n == 2).then_some(n)
+        },
+    )
+    .await;
+    assert_eq!(tried, 2);
+    stop_dev(proc, &dir).await;
+}

@@ -35,6 +35,7 @@ pub async fn sweep(pool: &PgPool, default_after_sec: u32) -> sless_store::Result
         };
         if scaling::decide_and_enqueue(pool, &key, command, metadata)
             .await?
+            .appended
             .is_some()
         {
             tracing::info!(function = %key.queue_key(), after_sec = idle.after_sec, "scaled to zero");

@@ -9,7 +9,8 @@
 //! `ProxyLimits::activation_queue` calls per function are held; past
 //! either it gets 503 `function-activating` with `Retry-After`. When the
 //! start fails the held calls get 503 `function-activation-failed` with
-//! the function's error.
+//! the function's error, and so do the calls of the next
+//! `RETRY_AFTER_FAILURE`; the first call after it tries again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -134,12 +135,11 @@ pub(super) async fn activate(
         }
     };
     match outcome {
-        Ended::Failed(why) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ACTIVATION_FAILED,
-            "Function failed to start",
-            format!("function {name:?} was scaled to zero and failed to start again: {why}"),
-        )),
+        Ended::Failed(why) => {
+            let mut e = failed(name, &why);
+            e.retry_after = Some(RETRY_AFTER_FAILURE.as_secs() as u32);
+            Err(e)
+        }
         Ended::Serving {
             target,
             instance_start,
@@ -149,6 +149,35 @@ pub(super) async fn activate(
             instance_start,
         }),
     }
+}
+
+/// How long after a failed start from zero the next call tries again.
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+/// A call to a function whose start from zero failed at `at`: refused with
+/// the error until `RETRY_AFTER_FAILURE` has passed, then let through to
+/// try again.
+pub(super) fn after_failure(
+    name: &str,
+    error: &str,
+    at: chrono::DateTime<chrono::Utc>,
+) -> ApiResult<()> {
+    let since = (chrono::Utc::now() - at).to_std().unwrap_or_default();
+    let Some(left) = RETRY_AFTER_FAILURE.checked_sub(since) else {
+        return Ok(());
+    };
+    let mut e = failed(name, error);
+    e.retry_after = Some(left.as_secs_f64().ceil().max(1.0) as u32);
+    Err(e)
+}
+
+fn failed(name: &str, why: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ACTIVATION_FAILED,
+        "Function failed to start",
+        format!("function {name:?} was scaled to zero and failed to start again: {why}"),
+    )
 }
 
 /// 503 `function-activating`, to be tried again in a second.
@@ -169,6 +198,10 @@ fn activating(name: &str, why: String) -> ApiError {
 async fn drive(state: AppState, ns: String, name: String, activation: Arc<Activation>) {
     let deadline = tokio::time::Instant::now() + state.http.limits.activation_timeout;
     let ended = ask_and_watch(&state, &ns, &name, deadline).await;
+    // After a failed or slow start the next call reads the function again.
+    if !matches!(ended, Some(Ended::Serving { .. })) {
+        state.endpoints.forget(&ns, &name);
+    }
     state
         .endpoints
         .activations
@@ -203,12 +236,15 @@ async fn ask_and_watch(
         },
     )
     .await;
-    if let Err(e) = asked {
-        tracing::warn!(function = %key.queue_key(), error = %e, "asking for an instance failed");
-        return Some(Ended::Failed(format!(
-            "the platform could not ask for an instance: {e}"
-        )));
-    }
+    let since = match asked {
+        Ok(decided) => decided.version,
+        Err(e) => {
+            tracing::warn!(function = %key.queue_key(), error = %e, "asking for an instance failed");
+            return Some(Ended::Failed(format!(
+                "the platform could not ask for an instance: {e}"
+            )));
+        }
+    };
     while tokio::time::Instant::now() < deadline {
         match readmodel::function_row(&state.pool, ns, name).await {
             Ok(Some(row)) if row.endpoint.is_some() && !row.idle => {
@@ -228,7 +264,8 @@ async fn ask_and_watch(
                     instance_start,
                 });
             }
-            Ok(Some(row)) if row.phase == Phase::Failed => {
+            // A failure after the ask (not the one a retried start found).
+            Ok(Some(row)) if row.phase == Phase::Failed && row.stream_version > since => {
                 return Some(Ended::Failed(
                     row.last_error
                         .unwrap_or_else(|| "its deploy failed".to_owned()),

@@ -46,6 +46,8 @@ pub(super) struct Target {
     /// Scaled to zero, or being started again after it was (Ready with no
     /// endpoint): a call is held until an instance serves.
     pub(super) activating: bool,
+    /// Started from zero and its start failed: the error, and when.
+    pub(super) start_failed: Option<(String, chrono::DateTime<chrono::Utc>)>,
 }
 
 impl Target {
@@ -65,6 +67,10 @@ impl Target {
             disabled: None,
             activating: row.endpoint.is_none()
                 && (row.idle || row.phase == sless_domain::Phase::Ready),
+            start_failed: row.state().start_failed().then(|| {
+                let error = row.last_error.clone().unwrap_or_default();
+                (error, row.updated_at)
+            }),
         })
     }
 

@@ -228,7 +228,10 @@ async fn send(
                 ),
             ));
         }
-        if target.activating && target.disabled.is_none() {
+        if let Some((error, at)) = &target.start_failed {
+            super::activation::after_failure(name, error, *at)?;
+        }
+        if (target.activating || target.start_failed.is_some()) && target.disabled.is_none() {
             let activated = super::activation::activate(state, ns, name, call.started).await?;
             call.activation = Some((activated.held, activated.instance_start));
             target = activated.target;

@@ -860,3 +860,38 @@ fn an_idle_window_past_a_week_is_refused() {
         "{err:?}"
     );
 }
+
+#[test]
+fn a_start_from_zero_that_failed_is_tried_again_by_the_next_call() {
+    let mut events = serving();
+    events.push(FunctionEvent::FunctionScaledToZero {
+        version: 1,
+        reason: "idle".into(),
+    });
+    events.push(FunctionEvent::FunctionScaledUp {
+        reason: "a call".into(),
+    });
+    events.push(FunctionEvent::DeployFailed {
+        version: 1,
+        error: "exited with code 1".into(),
+        log_tail: String::new(),
+    });
+    let failed = given(&events);
+    assert!(failed.start_failed());
+    let then = decide(&failed, call()).unwrap();
+    assert_eq!(then.len(), 1, "{then:?}");
+    events.extend(then);
+    let again = given(&events);
+    assert_eq!((again.phase, again.failed_version), (Phase::Pending, None));
+    // A version that never served is not started by calls.
+    let first = [
+        FunctionEvent::FunctionCreated { spec: spec() },
+        uploaded(1, "a"),
+        FunctionEvent::DeployFailed {
+            version: 1,
+            error: "x".into(),
+            log_tail: String::new(),
+        },
+    ];
+    assert_eq!(decide(&given(&first), call()).unwrap(), vec![]);
+}
