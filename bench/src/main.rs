@@ -7,6 +7,7 @@
 
 mod api;
 mod append;
+mod cold;
 mod console;
 mod jail;
 mod lag;
@@ -62,6 +63,9 @@ enum Command {
     /// What the sandbox adds to a process's start: the same program started
     /// directly and in a jail.
     Jail(jail::JailArgs),
+    /// Cold calls of a function scaled to zero beside warm ones, a job's
+    /// run, and the memory of functions running and scaled to zero.
+    ColdStart(cold::ColdArgs),
 }
 
 /// The server benchmarks run on, and the fresh databases made on it. The
@@ -229,6 +233,7 @@ fn main() -> anyhow::Result<()> {
             Command::Console(args) => console::run(&server, args).await,
             Command::UploadReady(args) => upload::run(&server, args).await,
             Command::Jail(args) => jail::run(args),
+            Command::ColdStart(args) => cold::run(&server, args).await,
         };
         if let Err(e) = server.drop_databases().await {
             eprintln!("could not drop the benchmark databases: {e:#}");

@@ -396,3 +396,68 @@ async fn a_failed_rollout_is_rolled_back_and_the_log_records_what_still_serves()
     assert_eq!(h.events(&key).await.len(), events.len());
     cluster::assert_rbac_allows_every_request(&fake);
 }
+
+/// Scaling to zero on a cluster: the Deployment goes to 0 replicas, and
+/// the start a call asks for scales it back to 1 and waits for the rollout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_function_scaled_to_zero_has_no_replicas_until_a_call_scales_it_up() {
+    use sless_domain::function::FunctionCommand;
+    let fake = cluster::fake_cluster().await;
+    cluster::kaniko(&fake);
+    fake.roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
+    let s3 = TestS3::new().await;
+    let driver = Arc::new(cluster::driver(&fake, s3.blobs()));
+    let h = Harness::with_driver(s3, driver).await;
+    let key = Harness::key("napper");
+    let ns = key.namespace.as_str();
+    let replicas = || {
+        fake.get(&format!("/apis/apps/v1/namespaces/{ns}/deployments/napper"))
+            .unwrap()["spec"]["replicas"]
+            .as_i64()
+    };
+    h.create(&key).await;
+    h.upload(&key, 1, &[("handler.py", &handler("v1"))], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+    assert_eq!(h.state(&key).await.phase, Phase::Ready);
+    assert_eq!(replicas(), Some(1));
+
+    let ask = |command: FunctionCommand| {
+        sless_store::scaling::decide_and_enqueue(&h.db.pool, &key, command, Metadata::default())
+    };
+    let down = ask(FunctionCommand::ScaleToZero {
+        reason: "no call for 1 s".into(),
+    })
+    .await
+    .unwrap();
+    assert!(down.appended.is_some());
+    h.worker.run_once(10).await.unwrap();
+    let state = h.state(&key).await;
+    assert!(state.idle);
+    assert_eq!((state.phase, state.endpoint), (Phase::Ready, None));
+    assert_eq!(replicas(), Some(0));
+
+    let up = ask(FunctionCommand::Activate {
+        reason: "a call".into(),
+    })
+    .await
+    .unwrap();
+    assert!(up.appended.is_some());
+    // A second proxy asking at once records nothing more.
+    let again = ask(FunctionCommand::Activate {
+        reason: "a call".into(),
+    })
+    .await
+    .unwrap();
+    assert!(again.appended.is_none());
+    h.worker.run_once(10).await.unwrap();
+    let state = h.state(&key).await;
+    assert!(!state.idle);
+    assert_eq!(state.phase, Phase::Ready, "{:?}", state.last_error);
+    assert_eq!(
+        state.endpoint.as_deref(),
+        Some(format!("http://napper.{ns}.svc.cluster.local:8080").as_str())
+    );
+    assert_eq!(replicas(), Some(1));
+    cluster::assert_rbac_allows_every_request(&fake);
+}
