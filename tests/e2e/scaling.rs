@@ -297,3 +297,101 @@ async fn a_start_from_zero_that_fails_says_why_and_the_next_call_tries_again_aft
     assert_eq!(tried, 2);
     stop_dev(proc, &dir).await;
 }
+
+const SECRET: &[u8] = b"scaling-test-secret";
+
+fn worker(
+    db: &sless_testkit::TestDb,
+    s3: &sless_testkit::TestS3,
+    id: &str,
+    dir: &std::path::Path,
+) -> crate::Proc {
+    let mut cmd = crate::sless();
+    cmd.arg("worker")
+        .env("DATABASE_URL", &db.url)
+        .env("S3_ENDPOINT", s3.config.endpoint.as_ref().unwrap())
+        .env("S3_BUCKET", &s3.config.bucket)
+        .env("S3_ACCESS_KEY_ID", &s3.config.access_key)
+        .env("S3_SECRET_ACCESS_KEY", &s3.config.secret_key)
+        .env("SLESS_DATA_DIR", dir)
+        .env("SLESS_WORKER_ID", id);
+    crate::Proc::spawn(cmd, &dir.with_extension("log"))
+}
+
+async fn count(db: &sless_testkit::TestDb, event_type: &str) -> i64 {
+    sqlx::query_scalar("select count(*) from events where type = $1")
+        .bind(event_type)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// Two API processes and two workers on one database: the function is
+/// scaled down once, the calls through both proxies start one instance,
+/// and both send their calls to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_apis_and_two_workers_scale_down_once_and_start_one_instance() {
+    let db = sless_testkit::TestDb::new().await;
+    let s3 = sless_testkit::TestS3::new().await;
+    let api = || {
+        sless_api::AppState::new(
+            db.pool.clone(),
+            s3.blobs(),
+            sless_api::Auth::hs256(SECRET, None, None),
+        )
+    };
+    let (url, fn_a) = crate::serve_origins(api()).await;
+    let (_, fn_b) = crate::serve_origins(api()).await;
+    let (_stop, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(sless_projector::run(
+        db.pool.clone(),
+        Duration::from_millis(200),
+        stop,
+    ));
+    let root = sless_testkit::scratch_dir("scale-replicas");
+    let _w1 = worker(&db, &s3, "w1", &root.join("w1"));
+    let _w2 = worker(&db, &s3, "w2", &root.join("w2"));
+    let c = Client {
+        url,
+        fn_url: fn_a.clone(),
+        token: sless_api::issue_hs256(SECRET, "twins", Duration::from_secs(3600)),
+        namespace: sless_domain::Namespace::for_subject("twins").to_string(),
+        http: reqwest::Client::new(),
+    };
+    let res = c
+        .create(
+            json!({"name": "shared", "runtime": "python3.11", "entrypoint": "handler.handle",
+                        "scale_to_zero_after_sec": 1}),
+        )
+        .await;
+    assert_eq!(res.status(), 201);
+    let res = c
+        .upload("shared", zip_files(&[("handler.py", HANDLER)]))
+        .await;
+    assert_eq!(res.status(), 202);
+    c.wait_ready("shared", Duration::from_secs(120)).await;
+    sless_testkit::eventually("the function at zero", Duration::from_secs(60), || async {
+        (c.function("shared").await["instances"] == 0).then_some(())
+    })
+    .await;
+
+    let calls = [&fn_a, &fn_b].into_iter().cycle().take(20).map(|base| {
+        let url = format!("{base}/fn/{}/shared", c.namespace);
+        let http = c.http.clone();
+        async move { http.get(&url).send().await.unwrap().status().as_u16() }
+    });
+    let statuses = futures_util::future::join_all(calls).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    // Both workers swept every second meanwhile.
+    assert_eq!(
+        count(&db, "FunctionScaledToZero").await,
+        1,
+        "scaled down once"
+    );
+    assert_eq!(count(&db, "FunctionScaledUp").await, 1, "one start");
+    assert_eq!(
+        count(&db, "FunctionDeployed").await,
+        2,
+        "the first deploy and the one start"
+    );
+}
