@@ -89,7 +89,7 @@ pub async fn show(
     let env_names: Vec<&String> = f.env_vars.iter().flat_map(|m| m.keys()).collect();
     let base = format!("/console/ns/{ns}/functions/{name}");
     let body = html! {
-        h1 { (f.name) " " (page::phase(&f.phase)) }
+        h1 { (f.name) " " (page::phase_of(&f)) }
         p.links {
             a href={ (base) "/versions" } { "Versions" } " · "
             a href={ (base) "/invocations" } { "Calls" } " · "

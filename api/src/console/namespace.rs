@@ -114,7 +114,7 @@ pub async fn show(
                         @let count = counts.get(&f.name);
                         tr {
                             td { a href={ "/console/ns/" (ns) "/functions/" (f.name) } { (f.name) } }
-                            td { (page::phase(&f.phase)) }
+                            td { (page::phase_of(f)) }
                             td { @if let Some(v) = f.deployed_version { "v" (v) } @else { "–" } }
                             td { (f.runtime.as_deref().unwrap_or("–")) }
                             td { @if let Some(m) = f.memory_mb { (m) " MiB" } }

@@ -113,6 +113,16 @@ pub fn phase(phase: &str) -> Markup {
     html! { span class={ "phase " (class) } { (phase) } }
 }
 
+/// A function's phase, and "scaled to zero" when it is Ready with nothing
+/// running.
+pub fn phase_of(f: &sless_api_types::FunctionView) -> Markup {
+    let idle = f.phase == "Ready" && f.instances == Some(0);
+    html! {
+        (phase(&f.phase))
+        @if idle { " " span class="idle" title="no call for its idle window: the next call starts it" { "scaled to zero" } }
+    }
+}
+
 /// `s` percent-encoded for a URL: letters, digits and `-_.~` as they are,
 /// and `/` too when `keep_slash` (a path of several segments).
 pub fn encode(s: &str, keep_slash: bool) -> String {

@@ -408,3 +408,35 @@ async fn a_jobs_output_is_escaped() {
         assert!(page.headers.get("refresh").is_none(), "it ended");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_scaled_to_zero_shows_so_on_its_pages() {
+    let env = Env::new().await;
+    for name in ["napping", "awake"] {
+        assert_eq!(env.create(ALICE, name).await.status, StatusCode::CREATED);
+    }
+    env.catch_up().await;
+    // As the projector leaves them: one serving, one scaled to zero.
+    sqlx::query(
+        "update functions set phase = 'Ready', deployed_version = 1,
+             endpoint = case when name = 'awake' then 'http://127.0.0.1:9' end,
+             idle = (name = 'napping')",
+    )
+    .execute(&env.db.pool)
+    .await
+    .unwrap();
+    let mut browser = Browser::new(&env);
+    browser.sign_in(ALICE).await;
+    let home = format!("/console/ns/{}", ns(ALICE));
+    let list = browser.get(&home).await;
+    assert_eq!(
+        list.text.matches("scaled to zero").count(),
+        1,
+        "{}",
+        list.text
+    );
+    let napping = browser.get(&format!("{home}/functions/napping")).await;
+    assert!(napping.text.contains("scaled to zero"), "{}", napping.text);
+    let awake = browser.get(&format!("{home}/functions/awake")).await;
+    assert!(!awake.text.contains("scaled to zero"), "{}", awake.text);
+}
