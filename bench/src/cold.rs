@@ -76,6 +76,19 @@ fn ms(d: Duration) -> f64 {
 pub async fn run(server: &Server, args: ColdArgs) -> anyhow::Result<serde_json::Value> {
     let dev = SlessDev::start(server, &args.dev).await?;
     let result = measure(&dev, &args).await;
+    if result.is_err() {
+        eprintln!(
+            "sless dev's log ends:\n{}",
+            crate::sless_dev::tail(&dev.log_path())
+        );
+        let logs = dev.log_path().with_file_name("data/local/logs");
+        for e in walkdir(&logs)
+            .into_iter()
+            .filter(|p| !p.to_string_lossy().contains("/builds/"))
+        {
+            eprintln!("{}:\n{}", e.display(), crate::sless_dev::tail(&e));
+        }
+    }
     dev.stop().await?;
     result
 }
@@ -161,9 +174,9 @@ async fn call(dev: &SlessDev, url: &str) -> anyhow::Result<Duration> {
     let sent = Instant::now();
     let res = dev.http.get(url).send().await?;
     let status = res.status();
-    res.bytes().await?;
+    let body = res.bytes().await?;
     if status.as_u16() != 200 {
-        anyhow::bail!("{url}: {status}");
+        anyhow::bail!("{url}: {status} {}", String::from_utf8_lossy(&body));
     }
     Ok(sent.elapsed())
 }
@@ -195,17 +208,25 @@ async fn to_zero(dev: &SlessDev, name: &str) -> anyhow::Result<()> {
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_owned();
+    // Stopped: its port closed and the reconcile that stopped it done (a
+    // reconcile asked for meanwhile waits for it, and for the worker's
+    // next look at the queue).
+    let queue_key = key.queue_key();
     wait_for(
         &format!("{name}'s process to stop"),
         Duration::from_secs(60),
         Duration::from_millis(5),
         || {
             let addr = addr.clone();
+            let queue_key = queue_key.clone();
             async move {
-                Ok(tokio::net::TcpStream::connect(&addr)
-                    .await
-                    .is_err()
-                    .then_some(()))
+                let closed = tokio::net::TcpStream::connect(&addr).await.is_err();
+                let busy: bool =
+                    sqlx::query_scalar("select exists(select 1 from work_items where key = $1)")
+                        .bind(&queue_key)
+                        .fetch_one(&dev.pool)
+                        .await?;
+                Ok((closed && !busy).then_some(()))
             }
         },
     )
@@ -340,4 +361,17 @@ async fn memory(dev: &SlessDev, n: usize) -> anyhow::Result<serde_json::Value> {
         "idle_mib": mib(idle),
         "per_running_function_mib": mib(running.saturating_sub(idle)) / n as f64,
     }))
+}
+
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walkdir(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

@@ -395,3 +395,86 @@ async fn two_apis_and_two_workers_scale_down_once_and_start_one_instance() {
         "the first deploy and the one start"
     );
 }
+
+/// A call right after its function was scaled to zero, while the proxy
+/// still remembers where it ran and holds a kept-alive connection to the
+/// stopped process: it is held for a new instance, not answered 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_right_after_a_scale_down_is_held_not_sent_to_the_stopped_process() {
+    let db = sless_testkit::TestDb::new().await;
+    let s3 = sless_testkit::TestS3::new().await;
+    let state = sless_api::AppState::new(
+        db.pool.clone(),
+        s3.blobs(),
+        sless_api::Auth::hs256(SECRET, None, None),
+    );
+    let (url, fn_url) = crate::serve_origins(state).await;
+    let (_stop, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(sless_projector::run(
+        db.pool.clone(),
+        Duration::from_millis(200),
+        stop,
+    ));
+    let root = sless_testkit::scratch_dir("scale-stale");
+    let _w = worker(&db, &s3, "w1", &root.join("w1"));
+    let c = Client {
+        url,
+        fn_url,
+        token: sless_api::issue_hs256(SECRET, "quick", Duration::from_secs(3600)),
+        namespace: sless_domain::Namespace::for_subject("quick").to_string(),
+        http: reqwest::Client::new(),
+    };
+    let res = c
+        .create(
+            json!({"name": "quick", "runtime": "python3.11", "entrypoint": "handler.handle",
+                        "scale_to_zero_after_sec": 0}),
+        )
+        .await;
+    assert_eq!(res.status(), 201);
+    let res = c
+        .upload("quick", zip_files(&[("handler.py", HANDLER)]))
+        .await;
+    assert_eq!(res.status(), 202);
+    c.wait_ready("quick", Duration::from_secs(120)).await;
+    let url = format!("{}/fn/{}/quick", c.fn_url, c.namespace);
+    let key = sless_domain::FunctionKey::new(
+        sless_domain::Namespace::parse(&c.namespace).unwrap(),
+        sless_domain::FunctionName::parse("quick").unwrap(),
+    );
+    for round in 0..3 {
+        assert_eq!(c.http.get(&url).send().await.unwrap().status(), 200);
+        let endpoint: String =
+            sqlx::query_scalar("select endpoint from functions where name = 'quick'")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        let down = sless_store::scaling::decide_and_enqueue(
+            &db.pool,
+            &key,
+            sless_domain::function::FunctionCommand::ScaleToZero {
+                reason: "test".into(),
+            },
+            sless_store::eventlog::Metadata::default(),
+        )
+        .await
+        .unwrap();
+        assert!(down.appended.is_some(), "round {round}");
+        // At once once the process no longer listens, before the proxy
+        // forgets where it ran.
+        let addr = endpoint.trim_start_matches("http://").to_owned();
+        sless_testkit::eventually(
+            "the process to stop listening",
+            Duration::from_secs(30),
+            || async {
+                tokio::net::TcpStream::connect(&addr)
+                    .await
+                    .is_err()
+                    .then_some(())
+            },
+        )
+        .await;
+        let res = c.http.get(&url).send().await.unwrap();
+        let status = res.status();
+        assert_eq!(status, 200, "round {round}: {}", res.text().await.unwrap());
+    }
+}

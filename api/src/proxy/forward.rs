@@ -277,6 +277,18 @@ async fn send(
                 ),
             )),
             Ok(Err(e)) if e.is_connect() && replayable && !fresh => continue,
+            // A kept-alive connection to a process that has since stopped
+            // (scaled to zero, replaced) breaks on the first write; when the
+            // read model no longer names that endpoint, the request never
+            // reached a process that answers, and goes to the one it names.
+            Ok(Err(e))
+                if replayable
+                    && !fresh
+                    && not_http(&e).is_none()
+                    && moved(state, ns, name, &target).await =>
+            {
+                continue;
+            }
             Ok(Err(e)) => {
                 state.endpoints.forget(ns, name);
                 if let Some(why) = not_http(&e) {
@@ -306,6 +318,17 @@ async fn send(
         };
     }
     unreachable!("the second pass always returns")
+}
+
+/// True when the read model, read again, no longer sends calls of the
+/// function where `used` did (it has no endpoint now, or another one).
+async fn moved(state: &AppState, ns: &str, name: &str, used: &Target) -> bool {
+    state.endpoints.forget(ns, name);
+    match state.endpoints.get(&state.pool, ns, name).await {
+        Ok(Some(now)) => now.endpoint != used.endpoint,
+        Ok(None) => true,
+        Err(_) => false,
+    }
 }
 
 /// What was wrong with an answer that hyper could not parse as HTTP/1.1
