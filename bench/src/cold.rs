@@ -38,6 +38,10 @@ pub struct ColdArgs {
     /// Functions deployed for the memory figure (0: none).
     #[arg(long, default_value_t = 100)]
     functions: usize,
+    /// Functions more, each scaled to zero as soon as it is Ready, for the
+    /// memory of that many idle functions (0: none).
+    #[arg(long, default_value_t = 0)]
+    idle: usize,
 }
 
 const RUNTIMES: [(&str, &str, &str); 2] = [
@@ -138,6 +142,9 @@ async fn measure(dev: &SlessDev, args: &ColdArgs) -> anyhow::Result<serde_json::
     }
     if args.functions > 0 {
         figures.insert("memory".into(), memory(dev, args.functions).await?);
+    }
+    if args.idle > 0 {
+        figures.insert("memory_idle".into(), memory_idle(dev, args.idle).await?);
     }
     figures.insert("bench".into(), json!("cold-start"));
     Ok(serde_json::Value::Object(figures))
@@ -374,4 +381,33 @@ fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// `n` more python functions, each scaled to zero once Ready: the memory of
+/// everything `sless dev` started with all of them idle.
+async fn memory_idle(dev: &SlessDev, n: usize) -> anyhow::Result<serde_json::Value> {
+    let before = tree_rss_kib(dev.pid());
+    let zip = zip_of(RUNTIMES[0].1, RUNTIMES[0].2)?;
+    let started = Instant::now();
+    for i in 0..n {
+        let name = format!("idle-{i}");
+        deploy(dev, &name, "python3.11", &zip).await?;
+        to_zero(dev, &name).await?;
+        if (i + 1) % 100 == 0 {
+            eprintln!(
+                "{} functions deployed and scaled to zero in {:.0} s: {:.0} MiB",
+                i + 1,
+                started.elapsed().as_secs_f64(),
+                tree_rss_kib(dev.pid()) as f64 / 1024.0
+            );
+        }
+    }
+    let idle = tree_rss_kib(dev.pid());
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    eprintln!(
+        "memory of everything sless dev started: {:.0} MiB before, {:.0} MiB with {n} more functions scaled to zero",
+        mib(before),
+        mib(idle)
+    );
+    Ok(json!({ "functions": n, "before_mib": mib(before), "idle_mib": mib(idle) }))
 }
