@@ -60,7 +60,7 @@ const PYTHON_WRAPPER_RELATIVE: &str = "python3.11/sless_runtime.py";
 const NODE_WRAPPER: &str = include_str!("../../../runtimes/nodejs20/sless_runtime.cjs");
 const NODE_WRAPPER_RELATIVE: &str = "nodejs20/sless_runtime.cjs";
 /// How often deploy asks a starting function whether it is healthy.
-const HEALTH_POLL: Duration = Duration::from_millis(25);
+const HEALTH_POLL: Duration = Duration::from_millis(5);
 /// How long one health request may take.
 const HEALTH_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
