@@ -136,6 +136,25 @@ fn print_function(out: &Out, f: &FunctionView) {
     field("entrypoint", or_dash(f.entrypoint.clone()));
     field("memory", or_dash(f.memory_mb.map(|m| format!("{m} MiB"))));
     field("timeout", or_dash(f.timeout_sec.map(|t| format!("{t} s"))));
+    if let Some(n) = f.instances {
+        let scaled = n == 0 && f.phase == "Ready";
+        field(
+            "instances",
+            if scaled {
+                "0 (scaled to zero: the next call starts it)".to_owned()
+            } else {
+                n.to_string()
+            },
+        );
+    }
+    field(
+        "scale to zero",
+        match f.scale_to_zero_after_sec {
+            Some(0) => "never".to_owned(),
+            Some(s) => format!("after {s} s without a call"),
+            None => "after the server's default window".to_owned(),
+        },
+    );
     if let Some(env) = f.env_vars.as_ref().filter(|e| !e.is_empty()) {
         // Names only: values may be secrets.
         field("env", env.keys().cloned().collect::<Vec<_>>().join(", "));
