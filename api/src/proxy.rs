@@ -6,9 +6,17 @@
 //! Where a function runs comes from the read model, remembered for
 //! `Endpoints::ttl` so a busy function costs no query per request. A
 //! remembered endpoint can go stale when a new version replaces the
-//! process: a request that cannot connect forgets it, and when it has no
-//! body to replay it is sent again to the endpoint the read model now names.
-//! A function deleted or replaced is seen within that ttl.
+//! process, or the function is scaled to zero: a request that cannot
+//! connect, or whose kept-alive connection to the old process breaks,
+//! forgets it, and when it has no body to replay it is sent again to the
+//! endpoint the read model now names (or held, below). A function deleted
+//! or replaced is seen within that ttl.
+//!
+//! A function scaled to zero (`activation`): the call is held while one
+//! instance starts for all the calls held for it, then forwarded; 503
+//! `function-activating` with `Retry-After` past the activation timeout or
+//! when too many calls are held, 503 `function-activation-failed` when the
+//! start failed.
 //!
 //! What is refused, and how (every refusal is a problem document):
 //! - a method other than those of `METHODS` (TRACE, CONNECT, others): 405;
@@ -63,7 +71,8 @@
 //! first call as cold.
 //!
 //! The parts: what a request must be before any lookup (`admission`), the
-//! endpoint cache (`endpoints`), sending the request and checking the
+//! endpoint cache (`endpoints`), calls held for a function at zero
+//! (`activation`), sending the request and checking the
 //! answer's head (`forward`), both bodies as they stream (`body`), and
 //! what a call records (`call`).
 
