@@ -18,6 +18,18 @@ fn slow_handler(secs: u32) -> String {
     format!("import time\ntime.sleep({secs})\n\n{HANDLER}")
 }
 
+/// A GET of `url`: its status, `Retry-After` and JSON body.
+async fn get(http: &reqwest::Client, url: &str) -> (u16, Option<String>, Value) {
+    let res = http.get(url).send().await.unwrap();
+    let status = res.status().as_u16();
+    let retry = res
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body: Value = res.json().await.unwrap();
+    (status, retry, body)
+}
+
 /// The types of the function's events, oldest first (the audit log lists
 /// them newest first).
 async fn event_types(c: &Client, name: &str) -> Vec<String> {
@@ -167,19 +179,7 @@ async fn calls_past_the_activation_queue_or_timeout_get_503_and_the_start_comple
     deploy_and_idle(&c, &dir, "slow", &slow_handler(3)).await;
 
     let url = format!("{}/fn/{}/slow", c.fn_url, c.namespace);
-    let calls = (0..5).map(|_| {
-        let (http, url) = (c.http.clone(), url.clone());
-        async move {
-            let res = http.get(&url).send().await.unwrap();
-            let status = res.status().as_u16();
-            let retry = res
-                .headers()
-                .get("retry-after")
-                .map(|v| v.to_str().unwrap().to_owned());
-            let body: Value = res.json().await.unwrap();
-            (status, retry, body)
-        }
-    });
+    let calls = (0..5).map(|_| get(&c.http, &url));
     let answers = futures_util::future::join_all(calls).await;
     for (status, retry, body) in &answers {
         assert_eq!(*status, 503, "{body}");
@@ -247,16 +247,7 @@ async fn a_start_from_zero_that_fails_says_why_and_the_next_call_tries_again_aft
     .await;
 
     let url = format!("{}/fn/{}/fragile", c.fn_url, c.namespace);
-    let call = || async {
-        let res = c.http.get(&url).send().await.unwrap();
-        let status = res.status().as_u16();
-        let retry = res
-            .headers()
-            .get("retry-after")
-            .map(|v| v.to_str().unwrap().to_owned());
-        let body: Value = res.json().await.unwrap();
-        (status, retry, body)
-    };
+    let call = || get(&c.http, &url);
     let (status, retry, body) = call().await;
     assert_eq!(status, 503, "{body}");
     assert!(
@@ -300,28 +291,85 @@ async fn a_start_from_zero_that_fails_says_why_and_the_next_call_tries_again_aft
 
 const SECRET: &[u8] = b"scaling-test-secret";
 
-fn worker(
-    db: &sless_testkit::TestDb,
-    s3: &sless_testkit::TestS3,
-    id: &str,
-    dir: &std::path::Path,
-) -> crate::Proc {
-    let mut cmd = crate::sless();
-    cmd.arg("worker")
-        .env("DATABASE_URL", &db.url)
-        .env("S3_ENDPOINT", s3.config.endpoint.as_ref().unwrap())
-        .env("S3_BUCKET", &s3.config.bucket)
-        .env("S3_ACCESS_KEY_ID", &s3.config.access_key)
-        .env("S3_SECRET_ACCESS_KEY", &s3.config.secret_key)
-        .env("SLESS_DATA_DIR", dir)
-        .env("SLESS_WORKER_ID", id);
-    crate::Proc::spawn(cmd, &dir.with_extension("log"))
+/// sless as separate parts on one database: API processes (each with a
+/// proxy of its own, served from this process), a projector, and `sless
+/// worker` processes; a client of the user `sub`.
+struct Platform {
+    db: sless_testkit::TestDb,
+    /// The functions' origin of each API.
+    fn_urls: Vec<String>,
+    client: Client,
+    _s3: sless_testkit::TestS3,
+    _workers: Vec<crate::Proc>,
+    _projector: tokio::sync::watch::Sender<bool>,
 }
 
-async fn count(db: &sless_testkit::TestDb, event_type: &str) -> i64 {
+impl Platform {
+    async fn start(what: &str, apis: usize, workers: usize, sub: &str) -> Platform {
+        let db = sless_testkit::TestDb::new().await;
+        let s3 = sless_testkit::TestS3::new().await;
+        let mut urls = Vec::new();
+        for _ in 0..apis {
+            let state = sless_api::AppState::new(
+                db.pool.clone(),
+                s3.blobs(),
+                sless_api::Auth::hs256(SECRET, None, None),
+            );
+            urls.push(crate::serve_origins(state).await);
+        }
+        let (projector, stop) = tokio::sync::watch::channel(false);
+        tokio::spawn(sless_projector::run(
+            db.pool.clone(),
+            Duration::from_millis(200),
+            stop,
+        ));
+        let root = sless_testkit::scratch_dir(what);
+        let workers = (1..=workers)
+            .map(|i| {
+                let dir = root.join(format!("w{i}"));
+                let mut cmd = crate::sless_on(&db.url, &s3);
+                cmd.arg("worker")
+                    .env("SLESS_DATA_DIR", &dir)
+                    .env("SLESS_WORKER_ID", format!("w{i}"));
+                crate::Proc::spawn(cmd, &dir.with_extension("log"))
+            })
+            .collect();
+        let client = Client {
+            url: urls[0].0.clone(),
+            fn_url: urls[0].1.clone(),
+            token: sless_api::issue_hs256(SECRET, sub, Duration::from_secs(3600)),
+            namespace: sless_domain::Namespace::for_subject(sub).to_string(),
+            http: reqwest::Client::new(),
+        };
+        Platform {
+            db,
+            fn_urls: urls.into_iter().map(|(_, f)| f).collect(),
+            client,
+            _s3: s3,
+            _workers: workers,
+            _projector: projector,
+        }
+    }
+
+    /// Creates `name` (with `spec` besides) and deploys [`HANDLER`].
+    async fn deploy(&self, name: &str, spec: Value) {
+        let c = &self.client;
+        let mut body =
+            json!({"name": name, "runtime": "python3.11", "entrypoint": "handler.handle"});
+        body.as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().unwrap().clone());
+        assert_eq!(c.create(body).await.status(), 201);
+        let res = c.upload(name, zip_files(&[("handler.py", HANDLER)])).await;
+        assert_eq!(res.status(), 202);
+        c.wait_ready(name, Duration::from_secs(120)).await;
+    }
+}
+
+async fn count(p: &Platform, event_type: &str) -> i64 {
     sqlx::query_scalar("select count(*) from events where type = $1")
         .bind(event_type)
-        .fetch_one(&db.pool)
+        .fetch_one(&p.db.pool)
         .await
         .unwrap()
 }
@@ -331,51 +379,16 @@ async fn count(db: &sless_testkit::TestDb, event_type: &str) -> i64 {
 /// and both send their calls to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_apis_and_two_workers_scale_down_once_and_start_one_instance() {
-    let db = sless_testkit::TestDb::new().await;
-    let s3 = sless_testkit::TestS3::new().await;
-    let api = || {
-        sless_api::AppState::new(
-            db.pool.clone(),
-            s3.blobs(),
-            sless_api::Auth::hs256(SECRET, None, None),
-        )
-    };
-    let (url, fn_a) = crate::serve_origins(api()).await;
-    let (_, fn_b) = crate::serve_origins(api()).await;
-    let (_stop, stop) = tokio::sync::watch::channel(false);
-    tokio::spawn(sless_projector::run(
-        db.pool.clone(),
-        Duration::from_millis(200),
-        stop,
-    ));
-    let root = sless_testkit::scratch_dir("scale-replicas");
-    let _w1 = worker(&db, &s3, "w1", &root.join("w1"));
-    let _w2 = worker(&db, &s3, "w2", &root.join("w2"));
-    let c = Client {
-        url,
-        fn_url: fn_a.clone(),
-        token: sless_api::issue_hs256(SECRET, "twins", Duration::from_secs(3600)),
-        namespace: sless_domain::Namespace::for_subject("twins").to_string(),
-        http: reqwest::Client::new(),
-    };
-    let res = c
-        .create(
-            json!({"name": "shared", "runtime": "python3.11", "entrypoint": "handler.handle",
-                        "scale_to_zero_after_sec": 1}),
-        )
+    let p = Platform::start("scale-replicas", 2, 2, "twins").await;
+    let c = &p.client;
+    p.deploy("shared", json!({"scale_to_zero_after_sec": 1}))
         .await;
-    assert_eq!(res.status(), 201);
-    let res = c
-        .upload("shared", zip_files(&[("handler.py", HANDLER)]))
-        .await;
-    assert_eq!(res.status(), 202);
-    c.wait_ready("shared", Duration::from_secs(120)).await;
     sless_testkit::eventually("the function at zero", Duration::from_secs(60), || async {
         (c.function("shared").await["instances"] == 0).then_some(())
     })
     .await;
 
-    let calls = [&fn_a, &fn_b].into_iter().cycle().take(20).map(|base| {
+    let calls = p.fn_urls.iter().cycle().take(20).map(|base| {
         let url = format!("{base}/fn/{}/shared", c.namespace);
         let http = c.http.clone();
         async move { http.get(&url).send().await.unwrap().status().as_u16() }
@@ -384,13 +397,13 @@ async fn two_apis_and_two_workers_scale_down_once_and_start_one_instance() {
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     // Both workers swept every second meanwhile.
     assert_eq!(
-        count(&db, "FunctionScaledToZero").await,
+        count(&p, "FunctionScaledToZero").await,
         1,
         "scaled down once"
     );
-    assert_eq!(count(&db, "FunctionScaledUp").await, 1, "one start");
+    assert_eq!(count(&p, "FunctionScaledUp").await, 1, "one start");
     assert_eq!(
-        count(&db, "FunctionDeployed").await,
+        count(&p, "FunctionDeployed").await,
         2,
         "the first deploy and the one start"
     );
@@ -401,41 +414,10 @@ async fn two_apis_and_two_workers_scale_down_once_and_start_one_instance() {
 /// stopped process: it is held for a new instance, not answered 502.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_right_after_a_scale_down_is_held_not_sent_to_the_stopped_process() {
-    let db = sless_testkit::TestDb::new().await;
-    let s3 = sless_testkit::TestS3::new().await;
-    let state = sless_api::AppState::new(
-        db.pool.clone(),
-        s3.blobs(),
-        sless_api::Auth::hs256(SECRET, None, None),
-    );
-    let (url, fn_url) = crate::serve_origins(state).await;
-    let (_stop, stop) = tokio::sync::watch::channel(false);
-    tokio::spawn(sless_projector::run(
-        db.pool.clone(),
-        Duration::from_millis(200),
-        stop,
-    ));
-    let root = sless_testkit::scratch_dir("scale-stale");
-    let _w = worker(&db, &s3, "w1", &root.join("w1"));
-    let c = Client {
-        url,
-        fn_url,
-        token: sless_api::issue_hs256(SECRET, "quick", Duration::from_secs(3600)),
-        namespace: sless_domain::Namespace::for_subject("quick").to_string(),
-        http: reqwest::Client::new(),
-    };
-    let res = c
-        .create(
-            json!({"name": "quick", "runtime": "python3.11", "entrypoint": "handler.handle",
-                        "scale_to_zero_after_sec": 0}),
-        )
+    let p = Platform::start("scale-stale", 1, 1, "quick").await;
+    let c = &p.client;
+    p.deploy("quick", json!({"scale_to_zero_after_sec": 0}))
         .await;
-    assert_eq!(res.status(), 201);
-    let res = c
-        .upload("quick", zip_files(&[("handler.py", HANDLER)]))
-        .await;
-    assert_eq!(res.status(), 202);
-    c.wait_ready("quick", Duration::from_secs(120)).await;
     let url = format!("{}/fn/{}/quick", c.fn_url, c.namespace);
     let key = sless_domain::FunctionKey::new(
         sless_domain::Namespace::parse(&c.namespace).unwrap(),
@@ -445,11 +427,11 @@ async fn a_call_right_after_a_scale_down_is_held_not_sent_to_the_stopped_process
         assert_eq!(c.http.get(&url).send().await.unwrap().status(), 200);
         let endpoint: String =
             sqlx::query_scalar("select endpoint from functions where name = 'quick'")
-                .fetch_one(&db.pool)
+                .fetch_one(&p.db.pool)
                 .await
                 .unwrap();
         let down = sless_store::scaling::decide_and_enqueue(
-            &db.pool,
+            &p.db.pool,
             &key,
             sless_domain::function::FunctionCommand::ScaleToZero {
                 reason: "test".into(),

@@ -378,13 +378,20 @@ async fn disabling_the_http_trigger_stops_the_function_and_enabling_serves_it_ag
         (!alive(pid) && p.driver.pid(&key).is_none()).then_some(())
     })
     .await;
-    let stopped: i64 = sqlx::query_scalar(
-        "select count(*) from events where type = 'FunctionStopped' and stream like '%/web'",
-    )
-    .fetch_one(&p.db.pool)
-    .await
-    .unwrap();
-    assert_eq!(stopped, 1);
+    // The reconciler records the stop once the process is gone.
+    let stopped = || async {
+        sqlx::query_scalar::<_, i64>(
+            "select count(*) from events where type = 'FunctionStopped' and stream like '%/web'",
+        )
+        .fetch_one(&p.db.pool)
+        .await
+        .unwrap()
+    };
+    eventually("FunctionStopped", Duration::from_secs(15), || async {
+        (stopped().await >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(stopped().await, 1);
 
     let (status, _) = p
         .call(

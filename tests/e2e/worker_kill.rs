@@ -7,18 +7,13 @@ use serde_json::json;
 use sless_api::{AppState, Auth};
 use sless_testkit::{TestDb, TestS3, scratch_dir};
 
-use crate::{Client, Proc, processes_mentioning, sless, zip_files};
+use crate::{Client, Proc, processes_mentioning, zip_files};
 
 const SECRET: &[u8] = b"worker-kill-test-secret";
 
 fn worker(db: &TestDb, s3: &TestS3, id: &str, dir: &std::path::Path) -> Proc {
-    let mut cmd = sless();
+    let mut cmd = crate::sless_on(&db.url, s3);
     cmd.arg("worker")
-        .env("DATABASE_URL", &db.url)
-        .env("S3_ENDPOINT", s3.config.endpoint.as_ref().unwrap())
-        .env("S3_BUCKET", &s3.config.bucket)
-        .env("S3_ACCESS_KEY_ID", &s3.config.access_key)
-        .env("S3_SECRET_ACCESS_KEY", &s3.config.secret_key)
         .env("SLESS_DATA_DIR", dir)
         .env("SLESS_WORKER_ID", id)
         .env("SLESS_LEASE_SECS", "2")

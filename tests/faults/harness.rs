@@ -11,7 +11,7 @@ use sless_store::PgPool;
 use tokio::sync::watch;
 
 use crate::checker::{Checker, Effect, Op, Request};
-use crate::{Proc, sless, zip_files};
+use crate::{Proc, zip_files};
 
 pub const SECRET: &[u8] = b"fault-suite-secret-of-at-least-32-bytes";
 
@@ -74,13 +74,8 @@ pub fn pg_url_via(url: &str, addr: SocketAddr) -> String {
 
 /// The environment `sless api` needs, for a database and an S3 server.
 pub fn api_command(db_url: &str, s3: &sless_testkit::TestS3) -> std::process::Command {
-    let mut cmd = sless();
-    cmd.env("DATABASE_URL", db_url)
-        .env("S3_ENDPOINT", s3.config.endpoint.as_ref().unwrap())
-        .env("S3_BUCKET", &s3.config.bucket)
-        .env("S3_ACCESS_KEY_ID", &s3.config.access_key)
-        .env("S3_SECRET_ACCESS_KEY", &s3.config.secret_key)
-        .env("SLESS_JWT_SECRET", std::str::from_utf8(SECRET).unwrap())
+    let mut cmd = crate::sless_on(db_url, s3);
+    cmd.env("SLESS_JWT_SECRET", std::str::from_utf8(SECRET).unwrap())
         .env_remove(sless_api::command::CRASH_AFTER_COMMIT_ENV);
     cmd
 }

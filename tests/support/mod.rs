@@ -17,6 +17,18 @@ pub fn sless() -> Command {
     cmd
 }
 
+/// [`sless`] with the settings of a database and an S3 server, as every
+/// role started on its own (`sless api`, `sless worker`) takes them.
+pub fn sless_on(db_url: &str, s3: &sless_testkit::TestS3) -> Command {
+    let mut cmd = sless();
+    cmd.env("DATABASE_URL", db_url)
+        .env("S3_ENDPOINT", s3.config.endpoint.as_ref().unwrap())
+        .env("S3_BUCKET", &s3.config.bucket)
+        .env("S3_ACCESS_KEY_ID", &s3.config.access_key)
+        .env("S3_SECRET_ACCESS_KEY", &s3.config.secret_key);
+    cmd
+}
+
 /// The configuration directory of the test binary's `sless` processes.
 pub fn config_home() -> &'static Path {
     static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
