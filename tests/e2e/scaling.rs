@@ -460,3 +460,38 @@ async fn a_call_right_after_a_scale_down_is_held_not_sent_to_the_stopped_process
         assert_eq!(status, 200, "round {round}: {}", res.text().await.unwrap());
     }
 }
+
+/// A function at zero whose next upload fails to build: the version that
+/// served before serves again, as a failed deploy leaves what served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_that_fails_to_build_while_at_zero_leaves_the_old_version_serving() {
+    let dir = sless_testkit::scratch_dir("scale-restore").join("data");
+    let (proc, c) = start_dev_configured(&dir, "log", &[], &[]).await;
+    deploy_and_idle(&c, &dir, "steady", HANDLER).await;
+    let broken = zip_files(&[
+        ("handler.py", "def handle(event):\n    return 'v2'\n"),
+        ("requirements.txt", "this is not a requirement ===\n"),
+    ]);
+    assert_eq!(c.upload("steady", broken).await.status(), 202);
+    // The failure is recorded, then version 1 is started again.
+    let f = sless_testkit::eventually(
+        "v2's build to fail and v1 to serve",
+        Duration::from_secs(120),
+        || async {
+            let f = c.function("steady").await;
+            (f["phase"] == "Failed" && f["instances"] == 1).then_some(f)
+        },
+    )
+    .await;
+    assert_eq!(f["version"], 2, "{f}");
+    let (status, _, body) = get(&c.http, &format!("{}/fn/{}/steady", c.fn_url, c.namespace)).await;
+    assert_eq!(status, 200, "version 1 serves: {body}");
+    assert_eq!(body, json!({"ok": true}));
+    let f = c.function("steady").await;
+    assert_eq!(
+        (&f["phase"], &f["deployed_version"], &f["instances"]),
+        (&json!("Failed"), &json!(1), &json!(1)),
+        "{f}"
+    );
+    stop_dev(proc, &dir).await;
+}

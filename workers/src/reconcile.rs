@@ -11,7 +11,9 @@
 //! deleted function, or one with nothing uploaded, has whatever runs for it
 //! removed, and so has a function with http triggers none of which is
 //! enabled (`FunctionStopped`), and a function scaled to zero
-//! (`FunctionScaledToZero`, until a call appends `FunctionScaledUp`).
+//! (`FunctionScaledToZero`, until a call appends `FunctionScaledUp`). A
+//! current version that failed while nothing ran has the version that
+//! served before started again.
 //!
 //! Each build it asks the driver for is recorded (`crate::build_log`):
 //! its log is in the database while it runs and in S3 once it ended,
@@ -207,6 +209,64 @@ impl<D: Driver> Reconciler<D> {
         self.record(item, key, state, again).await.map(Some)
     }
 
+    /// The current version failed to build or deploy and nothing runs,
+    /// although a version served before (it was stopped while the function
+    /// was scaled to zero, and the upload that failed made it warm): that
+    /// version is started again, as a failed deploy leaves what served
+    /// before it serving. The function stays `Failed` with its error.
+    async fn restore_served(
+        &self,
+        item: &WorkItem,
+        key: &FunctionKey,
+        state: &Function,
+        spec: &sless_domain::FunctionSpec,
+    ) -> HandlerResult<Option<Recorded>> {
+        let Some(served) = state.deployed_version else {
+            return Ok(None);
+        };
+        let runs_here = state.version(served).is_some_and(|v| {
+            v.runtime.is_none_or(|r| r == spec.runtime) && state.artifacts.contains_key(&served)
+        });
+        if state.endpoint.is_some()
+            || state.idle
+            || state.current_version == Some(served)
+            || !runs_here
+        {
+            return Ok(None);
+        }
+        let deployed = self
+            .driver
+            .deploy(DeployRequest {
+                key: key.clone(),
+                version: served,
+                runtime: spec.runtime,
+                entrypoint: spec.entrypoint.clone(),
+                memory_mb: spec.memory_mb,
+                timeout_sec: spec.timeout_sec,
+                env_vars: spec.env_vars.clone(),
+                artifact: Artifact {
+                    reference: state.artifacts[&served].clone(),
+                },
+            })
+            .await;
+        match deployed {
+            Ok(d) => {
+                let again = FunctionEvent::FunctionDeployed {
+                    version: d.version,
+                    endpoint: d.endpoint,
+                    node: d.node,
+                };
+                self.record(item, key, state, again).await.map(Some)
+            }
+            // It cannot start either: the function stays as it is.
+            Err(DriverError::Deploy { message, .. }) => {
+                tracing::warn!(function = %key.queue_key(), version = served, error = %message, "the version that served before does not start again");
+                Ok(None)
+            }
+            Err(e) => Err(infra(e)),
+        }
+    }
+
     /// Does the next thing the function needs; `None` when it has converged.
     async fn step(
         &self,
@@ -247,7 +307,8 @@ impl<D: Driver> Reconciler<D> {
             return Ok(None);
         }
         if state.failed_version == Some(current.version) {
-            return Ok(None); // waits for a new upload
+            // Waits for a new upload, with what served before serving.
+            return self.restore_served(item, key, state, spec).await;
         }
         let running = self.driver.status(key).await;
         // A driver whose functions run on one worker each: the log says
