@@ -38,6 +38,11 @@ pub struct ColdArgs {
     /// Functions deployed for the memory figure (0: none).
     #[arg(long, default_value_t = 100)]
     functions: usize,
+    /// Call as soon as the stopped process no longer listens, without
+    /// waiting for the reconcile that stopped it: a call that comes right
+    /// after a scale-down.
+    #[arg(long)]
+    right_after_stop: bool,
     /// Functions more, each scaled to zero as soon as it is Ready, for the
     /// memory of that many idle functions (0: none).
     #[arg(long, default_value_t = 0)]
@@ -109,7 +114,7 @@ async fn measure(dev: &SlessDev, args: &ColdArgs) -> anyhow::Result<serde_json::
         }
         let mut cold = Vec::new();
         for _ in 0..args.rounds {
-            to_zero(dev, &name).await?;
+            to_zero(dev, &name, !args.right_after_stop).await?;
             cold.push(ms(call(dev, &url).await?));
         }
         let (held, start) = split(dev, &name).await?;
@@ -189,8 +194,9 @@ async fn call(dev: &SlessDev, url: &str) -> anyhow::Result<Duration> {
 }
 
 /// Scales `name` to zero as the idle sweep does, and waits until its
-/// process no longer takes connections.
-async fn to_zero(dev: &SlessDev, name: &str) -> anyhow::Result<()> {
+/// process no longer takes connections (and, when `settled`, until the
+/// reconcile that stopped it is done).
+async fn to_zero(dev: &SlessDev, name: &str, settled: bool) -> anyhow::Result<()> {
     let endpoint = dev.endpoint(name).await?;
     let key = FunctionKey::new(
         Namespace::parse(&dev.namespace)?,
@@ -233,7 +239,7 @@ async fn to_zero(dev: &SlessDev, name: &str) -> anyhow::Result<()> {
                         .bind(&queue_key)
                         .fetch_one(&dev.pool)
                         .await?;
-                Ok((closed && !busy).then_some(()))
+                Ok((closed && (!busy || !settled)).then_some(()))
             }
         },
     )
@@ -352,7 +358,7 @@ async fn memory(dev: &SlessDev, n: usize) -> anyhow::Result<serde_json::Value> {
     }
     let running = tree_rss_kib(dev.pid());
     for i in 0..n {
-        to_zero(dev, &format!("mem-{i}")).await?;
+        to_zero(dev, &format!("mem-{i}"), true).await?;
     }
     let idle = tree_rss_kib(dev.pid());
     let mib = |kib: u64| kib as f64 / 1024.0;
@@ -392,7 +398,7 @@ async fn memory_idle(dev: &SlessDev, n: usize) -> anyhow::Result<serde_json::Val
     for i in 0..n {
         let name = format!("idle-{i}");
         deploy(dev, &name, "python3.11", &zip).await?;
-        to_zero(dev, &name).await?;
+        to_zero(dev, &name, true).await?;
         if (i + 1) % 100 == 0 {
             eprintln!(
                 "{} functions deployed and scaled to zero in {:.0} s: {:.0} MiB",
