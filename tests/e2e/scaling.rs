@@ -88,7 +88,9 @@ async fn deploy_and_idle(c: &Client, dir: &std::path::Path, name: &str, code: &s
 async fn an_idle_function_is_stopped_and_fifty_first_calls_start_one_instance() {
     let dir = sless_testkit::scratch_dir("scale-zero").join("data");
     let (proc, c) = start_dev_configured(&dir, "log", &[], &[]).await;
-    deploy_and_idle(&c, &dir, "sleepy", HANDLER).await;
+    // The instance takes 2 s to import, so all fifty calls reach the proxy
+    // while it starts, however slowly the machine opens their connections.
+    deploy_and_idle(&c, &dir, "sleepy", &slow_handler(2)).await;
     let types = event_types(&c, "sleepy").await;
     assert_eq!(
         types
