@@ -28,6 +28,13 @@
  * one line of JSON, and the wrapper exits 0 (1 when the function threw or its
  * Promise was rejected).
  *
+ * Pool mode (`sless_runtime.cjs --pool`): started ahead of any function, with
+ * this module and what it requires loaded. The process reads one line of JSON
+ * from stdin, `{"env": {...}, "job": false}`, adds `env` to its environment,
+ * and goes on as a process started with that environment (with `"job": true`,
+ * in job mode, its event being the rest of stdin when SLESS_JOB_EVENT_FILE is
+ * not set). End of input before the line: it exits 0.
+ *
  * Node.js built-in modules only.
  */
 
@@ -548,9 +555,13 @@ function healthDocument() {
   return instance ? { status: 'ok', instance } : { status: 'ok' };
 }
 
+/** What of stdin was read past the pool's line. */
+let stdinLeft = EMPTY;
+
 function readStdin() {
   return new Promise((resolve, reject) => {
-    const chunks = [];
+    const chunks = [stdinLeft];
+    stdinLeft = EMPTY;
     process.stdin.on('data', (chunk) => chunks.push(chunk));
     process.stdin.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
     process.stdin.on('error', reject);
@@ -622,8 +633,60 @@ async function runJob(func) {
 // Main
 // ---------------------------------------------------------------------------
 
+/** The first line of stdin (without its newline), or null at its end. */
+function readLine() {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    const done = (line, rest) => {
+      process.stdin.removeListener('data', onData);
+      process.stdin.removeListener('end', onEnd);
+      process.stdin.removeListener('error', reject);
+      process.stdin.pause();
+      stdinLeft = rest;
+      resolve(line);
+    };
+    const onData = (chunk) => {
+      const at = chunk.indexOf(0x0a);
+      if (at < 0) {
+        chunks.push(chunk);
+        return;
+      }
+      chunks.push(chunk.subarray(0, at));
+      done(Buffer.concat(chunks).toString('utf8'), chunk.subarray(at + 1));
+    };
+    const onEnd = () => done(chunks.length ? Buffer.concat(chunks).toString('utf8') : null, EMPTY);
+    process.stdin.on('data', onData);
+    process.stdin.on('end', onEnd);
+    process.stdin.on('error', reject);
+  });
+}
+
+/**
+ * Pool mode: waits for the line that says what to run (see the module docs),
+ * sets its environment and returns whether it is a job.
+ */
+async function specialise() {
+  const line = await readLine();
+  if (line === null || line.trim() === '') process.exit(0);
+  let spec;
+  try {
+    spec = JSON.parse(line);
+    const env = spec === null || typeof spec !== 'object' || Array.isArray(spec) ? null : spec.env || {};
+    if (env === null || typeof env !== 'object' || Object.values(env).some((v) => typeof v !== 'string')) {
+      throw new Error('env must map names to strings');
+    }
+    Object.assign(process.env, env);
+  } catch (err) {
+    fail(EXIT_CONFIG, `the pool's line is not what to run: ${messageOf(err)}`);
+  }
+  return spec.job === true;
+}
+
 async function main() {
-  if (process.argv.slice(2).includes('--job') || process.env.SLESS_JOB === '1') {
+  const args = process.argv.slice(2);
+  const pooledJob = args.includes('--pool') ? await specialise() : false;
+  if (args.includes('--pool') && !pooledJob) process.stdin.destroy();
+  if (pooledJob || args.includes('--job') || process.env.SLESS_JOB === '1') {
     const { codeDir, entrypoint } = readConfig(process.env, true);
     process.chdir(codeDir);
     return runJob(await loadEntrypoint(codeDir, entrypoint));

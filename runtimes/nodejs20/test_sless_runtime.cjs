@@ -67,6 +67,7 @@ const MODULES = {
       fs.appendFileSync(process.env.MARKER_FILE, event.path + '\\n');
       return 'counted';
     };
+    exports.envVar = () => process.env.GREETING || 'unset';
     exports.notAFunction = 'just a string';
   `,
   'jobs.js': `
@@ -144,24 +145,26 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** One wrapper process serving one entrypoint. */
 class Runtime {
-  constructor(port, entrypoint, env = {}) {
+  constructor(port, entrypoint, env = {}, pool = false) {
     this.port = port;
     this.stderr = '';
     this.exitCode = null;
+    const given = {
+      SLESS_PORT: String(port),
+      SLESS_HOST: '127.0.0.1',
+      SLESS_CODE_DIR: path.join(tmp, 'code'),
+      SLESS_ENTRYPOINT: entrypoint,
+      MARKER_FILE: marker,
+      ...env,
+    };
     this.exited = new Promise((resolve) => {
-      this.proc = spawn(process.execPath, [WRAPPER], {
+      // A pooled wrapper starts with none of it: its line hands it over.
+      this.proc = spawn(process.execPath, pool ? [WRAPPER, '--pool'] : [WRAPPER], {
         cwd: tmp,
-        env: {
-          ...process.env,
-          SLESS_PORT: String(port),
-          SLESS_HOST: '127.0.0.1',
-          SLESS_CODE_DIR: path.join(tmp, 'code'),
-          SLESS_ENTRYPOINT: entrypoint,
-          MARKER_FILE: marker,
-          ...env,
-        },
-        stdio: ['ignore', 'ignore', 'pipe'],
+        env: pool ? { ...process.env } : { ...process.env, ...given },
+        stdio: [pool ? 'pipe' : 'ignore', 'ignore', 'pipe'],
       });
+      if (pool) this.proc.stdin.end(JSON.stringify({ env: given }) + '\n');
       this.proc.stderr.on('data', (chunk) => {
         this.stderr += chunk.toString('utf8');
       });
@@ -225,8 +228,8 @@ class Runtime {
 
 const running = [];
 
-async function start(entrypoint, { healthy = true, env } = {}) {
-  const rt = new Runtime(await freePort(), entrypoint, env);
+async function start(entrypoint, { healthy = true, env, pool = false } = {}) {
+  const rt = new Runtime(await freePort(), entrypoint, env, pool);
   running.push(rt);
   if (healthy) await rt.waitHealthy();
   return rt;
@@ -684,4 +687,33 @@ test('job mode: an entrypoint that cannot load exits 3, bad input exits 2', asyn
   run = await runJob('jobs.text', '{not json');
   assert.equal(run.code, 2);
   assert.match(run.stderr, /not JSON/);
+});
+
+// -- pool mode --------------------------------------------------------------
+
+test('pool mode: a pooled wrapper serves what its line names', async () => {
+  const rt = await start('funcs.envVar', { pool: true, env: { GREETING: 'from the line' } });
+  const res = await rt.request('GET', '/');
+  assert.equal(res.status, 200, rt.stderr);
+  assert.equal(res.body.toString('utf8'), 'from the line');
+});
+
+test('pool mode: a pooled job gets its event after the line', async () => {
+  const line = JSON.stringify({
+    env: { SLESS_CODE_DIR: path.join(tmp, 'code'), SLESS_ENTRYPOINT: 'jobs.echoInput' },
+    job: true,
+  });
+  const ran = await runJob('unused.unused', `${line}\n${JSON.stringify(jobEvent({ n: 7 }))}`, {
+    args: ['--pool'],
+    env: { SLESS_CODE_DIR: '', SLESS_ENTRYPOINT: '' },
+  });
+  assert.equal(ran.code, 0, ran.stderr);
+  assert.deepEqual(lastLine(ran.stdout).input, { n: 7 });
+});
+
+test('pool mode: a closed pool exits 0, a bad line exits 2', async () => {
+  for (const [given, code] of [['', 0], ['not json\n', 2], ['{"env": {"A": 1}}\n', 2], ['[1]\n', 2]]) {
+    const ran = await runJob('unused.unused', given, { args: ['--pool'] });
+    assert.equal(ran.code, code, `${JSON.stringify(given)}: ${ran.stderr}`);
+  }
 });

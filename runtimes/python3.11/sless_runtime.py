@@ -21,6 +21,13 @@ from stdin, the function is called once, its return value is written to
 stdout as one line of JSON, and the wrapper exits 0 (1 when the function
 raised).
 
+Pool mode (``sless_runtime.py --pool``): started ahead of any function,
+with this module and what it imports loaded. The process reads one line of
+JSON from stdin, ``{"env": {...}, "job": false}``, adds ``env`` to its
+environment, and goes on as a process started with that environment (with
+``"job": true``, in job mode, its event being the rest of stdin when
+SLESS_JOB_EVENT_FILE is not set). End of input before the line: it exits 0.
+
 Standard library only.
 """
 
@@ -563,6 +570,30 @@ def _health_document():
     return doc
 
 
+def _specialise(argv):
+    """Pool mode: waits for the line that says what to run (see the module
+    docs) and returns the arguments of a process started for it."""
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        sys.exit(0)
+    try:
+        spec = json.loads(line)
+        env = spec.get("env") or {}
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ValueError("env must map names to strings")
+    except (ValueError, AttributeError) as exc:
+        _fail(EXIT_CONFIG, "the pool's line is not what to run: %s" % exc)
+    os.environ.update(env)
+    if "TZ" in env:
+        time.tzset()
+    argv = [a for a in argv if a != "--pool"]
+    if spec.get("job"):
+        argv.append("--job")
+    return argv
+
+
 def _job_requested(argv):
     return "--job" in argv or os.environ.get("SLESS_JOB") == "1"
 
@@ -628,6 +659,8 @@ def main(argv=None):
     except Exception:
         pass
     argv = sys.argv[1:] if argv is None else argv
+    if "--pool" in argv:
+        argv = _specialise(argv)
     if _job_requested(argv):
         _, _, code_dir, deps_dir, entrypoint = _read_config(job=True)
         _setup_sys_path(code_dir, deps_dir)

@@ -77,6 +77,10 @@ MODULES = {
         def not_serialisable(event):
             return {"value": object()}
 
+        def env_var(event):
+            import os
+            return os.environ.get("GREETING", "unset").encode("utf-8")
+
         def counted(event):
             with open(MARKER_FILE, "a") as f:
                 f.write(event["path"] + "\\n")
@@ -152,7 +156,7 @@ def write_tree(root, files):
 class Runtime:
     """One wrapper process serving one entrypoint."""
 
-    def __init__(self, tmp, entrypoint, deps=True, extra_env=None):
+    def __init__(self, tmp, entrypoint, deps=True, extra_env=None, pool=False):
         self.port = free_port()
         self.stderr_path = os.path.join(tmp, "stderr-%s-%d.log" % (entrypoint, self.port))
         self._stderr = open(self.stderr_path, "wb")
@@ -170,14 +174,21 @@ class Runtime:
             env["SLESS_DEPS_DIR"] = os.path.join(tmp, "deps")
         else:
             env.pop("SLESS_DEPS_DIR", None)
+        if pool:
+            # Started with none of it: the pool's line hands it over.
+            given = {k: v for k, v in env.items() if k.startswith("SLESS_") or k in (extra_env or {})}
+            env = {k: v for k, v in env.items() if k not in given}
         self.proc = subprocess.Popen(
-            [sys.executable, WRAPPER],
+            [sys.executable, WRAPPER] + (["--pool"] if pool else []),
             env=env,
             cwd=tmp,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if pool else subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
         )
+        if pool:
+            self.proc.stdin.write(json.dumps({"env": given}).encode("utf-8") + b"\n")
+            self.proc.stdin.close()
 
     def stderr_text(self):
         self._stderr.flush()
@@ -252,8 +263,8 @@ class RuntimeTestCase(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def start(self, entrypoint, healthy=True, deps=True, extra_env=None):
-        rt = Runtime(self.tmp, entrypoint, deps=deps, extra_env=extra_env)
+    def start(self, entrypoint, healthy=True, deps=True, extra_env=None, pool=False):
+        rt = Runtime(self.tmp, entrypoint, deps=deps, extra_env=extra_env, pool=pool)
         self.addCleanup(rt.stop)
         if healthy:
             rt.wait_healthy()
@@ -606,6 +617,45 @@ class ReservedPathTest(RuntimeTestCase):
         self.assertEqual((resp.status, data), (200, b"counted"))
         with open(self.marker, encoding="utf-8") as f:
             self.assertEqual(f.read(), "/real\n")
+
+
+class PoolModeTest(RuntimeTestCase):
+    """``--pool``: started with nothing to run, told what on stdin."""
+
+    def test_a_pooled_wrapper_serves_what_its_line_names(self):
+        rt = self.start("funcs.env_var", pool=True, extra_env={"GREETING": "from the line"})
+        resp, data = rt.request("GET", "/")
+        self.assertEqual(resp.status, 200, rt.stderr_text())
+        self.assertEqual(data, b"from the line")
+
+    def test_a_pooled_wrapper_runs_a_job_with_the_event_after_the_line(self):
+        env = {
+            "SLESS_CODE_DIR": os.path.join(self.tmp, "code"),
+            "SLESS_ENTRYPOINT": "jobs.echo_input",
+            "SLESS_DEPS_DIR": os.path.join(self.tmp, "deps"),
+        }
+        event = JobModeTest.job_event({"n": 7})
+        line = json.dumps({"env": env, "job": True}).encode("utf-8")
+        proc = subprocess.run(
+            [sys.executable, WRAPPER, "--pool"],
+            input=line + b"\n" + json.dumps(event).encode("utf-8"),
+            capture_output=True,
+            env={k: v for k, v in os.environ.items() if not k.startswith("SLESS_")},
+            timeout=EXIT_DEADLINE_S,
+        )
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        last = json.loads(proc.stdout.decode("utf-8").splitlines()[-1])
+        self.assertEqual(last["input"], {"n": 7})
+
+    def test_a_closed_pool_exits_0_and_a_bad_line_exits_2(self):
+        for given, code in [(b"", 0), (b"not json\n", 2), (b'{"env": {"A": 1}}\n', 2), (b"[1]\n", 2)]:
+            proc = subprocess.run(
+                [sys.executable, WRAPPER, "--pool"],
+                input=given,
+                capture_output=True,
+                timeout=EXIT_DEADLINE_S,
+            )
+            self.assertEqual(proc.returncode, code, (given, proc.stderr))
 
 
 class LifecycleTest(RuntimeTestCase):

@@ -279,6 +279,11 @@ impl Cgroup {
         Ok(())
     }
 
+    /// Sets the memory limit (and no swap past it) of a cgroup in use.
+    pub(crate) fn set_memory(&self, bytes: u64) -> std::io::Result<()> {
+        self.limit(Some(bytes), None)
+    }
+
     /// The descriptors a process writes `0` to, to join this cgroup.
     pub(crate) fn join_fds(&self) -> Vec<RawFd> {
         self.procs.iter().map(AsRawFd::as_raw_fd).collect()

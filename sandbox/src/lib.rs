@@ -26,6 +26,7 @@
 mod args;
 pub mod cgroup;
 mod exec;
+mod inject;
 mod seccomp;
 
 use std::ffi::OsString;

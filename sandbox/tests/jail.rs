@@ -413,3 +413,82 @@ fn processes_mentioning(needle: &str) -> Vec<u32> {
         .map(|(pid, _)| pid)
         .collect()
 }
+
+#[test]
+fn a_running_jail_is_shown_a_directory_read_only_and_held_to_a_new_memory_limit() {
+    use std::io::Write;
+    let s = sandbox();
+    let data = private_dir("sless-jail-later-");
+    let empty = data.path().join("empty");
+    let code = data.path().join("code");
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::create_dir_all(code.join("sub")).unwrap();
+    std::fs::write(code.join("sub/later.txt"), "shown later").unwrap();
+    // Waits for a line, then reads what it was shown, tries to write it,
+    // and allocates 100 MiB (past the limit set meanwhile, not the first).
+    let mut jail = Jail::untrusted(TENANT, "/usr/bin/python3");
+    jail.args = vec![
+        "-c".into(),
+        "import os, sys\n\
+         print(sorted(os.listdir('/sless/function')), flush=True)\n\
+         sys.stdin.readline()\n\
+         print(open('/sless/function/sub/later.txt').read(), flush=True)\n\
+         try:\n    open('/sless/function/x', 'w')\nexcept OSError as e:\n    print('refused', e.errno, flush=True)\n\
+         x = bytearray(100 << 20)\nx[::4096] = b'x' * len(x[::4096])\nprint('survived', flush=True)"
+            .into(),
+    ];
+    jail.mounts = vec![Mount::ReadOnly {
+        source: empty,
+        dest: PathBuf::from("/sless/function"),
+    }];
+    jail.limits.memory_bytes = Some(256 << 20);
+    jail.label = "later".into();
+    let Prepared {
+        mut command,
+        pending,
+    } = s.prepare(&jail).unwrap();
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let mut sandboxed = pending.spawned();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    assert_eq!(first, "[]\n", "the jail starts with an empty directory");
+
+    sandboxed
+        .mount_read_only(&code, std::path::Path::new("/sless/function"))
+        .unwrap();
+    sandboxed.limit_memory(64 << 20).unwrap();
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(
+        rest,
+        format!("shown later\nrefused {}\n", libc::EROFS),
+        "{stderr}"
+    );
+    if s.limits_mechanism().cgroups() {
+        assert_eq!(status.code(), Some(128 + libc::SIGKILL), "{stderr}");
+        assert!(sandboxed.cgroup.as_ref().unwrap().oom_kills() >= 1);
+    } else {
+        assert!(!status.success(), "{stderr}");
+    }
+    // sless's own view is unchanged.
+    assert!(
+        !std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains("/sless/function"),
+        "the mount stays in the jail"
+    );
+}

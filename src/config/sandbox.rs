@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
+use sless_workers::local::WarmPool;
 use sless_workers::local::sandbox::JailSizes;
 
 use super::{Get, number_from};
@@ -14,6 +15,15 @@ use super::{Get, number_from};
 pub const DEFAULT_FIRST_UID: u32 = 2_000_000_000;
 /// How many uids the default range has: one per namespace.
 pub const DEFAULT_UID_COUNT: u32 = 1_000_000;
+
+/// The first uid of the warm pool's default range, right after the
+/// namespaces'.
+pub const DEFAULT_FIRST_POOL_UID: u32 = 2_001_000_000;
+/// How many uids the warm pool's default range has: one per pooled
+/// process, taken in turn.
+pub const DEFAULT_POOL_UID_COUNT: u32 = 1_000_000;
+/// Processes each runtime's warm pool keeps ready by default.
+pub const DEFAULT_WARM_POOL: u32 = 2;
 
 /// What the local driver's sandbox is made of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,13 +38,29 @@ pub struct SandboxSettings {
     pub rlimits_only: bool,
     /// bwrap, where it is not on `PATH` (`SLESS_BWRAP`).
     pub bwrap: Option<PathBuf>,
+    /// The warm pool: `SLESS_WARM_POOL_PYTHON311`, `SLESS_WARM_POOL_NODEJS20`
+    /// and its uids, `SLESS_WARM_POOL_UIDS`.
+    pub pool: WarmPool,
 }
 
 pub(super) fn sandbox_from(get: Get<'_>) -> anyhow::Result<SandboxSettings> {
     let (first_uid, uid_count) = match get("SLESS_SANDBOX_UIDS") {
         None => (DEFAULT_FIRST_UID, DEFAULT_UID_COUNT),
-        Some(range) => uid_range(&range)?,
+        Some(range) => uid_range("SLESS_SANDBOX_UIDS", &range)?,
     };
+    let (first_pool_uid, pool_uid_count) = match get("SLESS_WARM_POOL_UIDS") {
+        None => (DEFAULT_FIRST_POOL_UID, DEFAULT_POOL_UID_COUNT),
+        Some(range) => uid_range("SLESS_WARM_POOL_UIDS", &range)?,
+    };
+    let ends = |first: u32, count: u32| u64::from(first) + u64::from(count);
+    if u64::from(first_pool_uid) < ends(first_uid, uid_count)
+        && u64::from(first_uid) < ends(first_pool_uid, pool_uid_count)
+    {
+        bail!(
+            "SLESS_WARM_POOL_UIDS overlaps SLESS_SANDBOX_UIDS: a pooled process would run \
+             as a namespace's user"
+        );
+    }
     let d = JailSizes::default();
     let sized = |name: &str, default: u32, min: u32, max: u32| -> anyhow::Result<u32> {
         let v: u32 = number_from(get, name, default)?;
@@ -58,7 +84,19 @@ pub(super) fn sandbox_from(get: Get<'_>) -> anyhow::Result<SandboxSettings> {
              else resource limits) or rlimits"
         ),
     };
+    let pool = WarmPool {
+        python: sized("SLESS_WARM_POOL_PYTHON311", DEFAULT_WARM_POOL, 0, 64)?,
+        node: sized("SLESS_WARM_POOL_NODEJS20", DEFAULT_WARM_POOL, 0, 64)?,
+        uids: Some((first_pool_uid, pool_uid_count)),
+    };
+    if get("SLESS_WARM_POOL_GO123").is_some() {
+        bail!(
+            "SLESS_WARM_POOL_GO123: go1.23 has no warm pool (a Go function's cold start \
+             is its compiled binary's start); unset it"
+        );
+    }
     Ok(SandboxSettings {
+        pool,
         first_uid,
         uid_count,
         sizes,
@@ -68,9 +106,9 @@ pub(super) fn sandbox_from(get: Get<'_>) -> anyhow::Result<SandboxSettings> {
     })
 }
 
-/// `FIRST-LAST`, both included, of unprivileged uids.
-fn uid_range(range: &str) -> anyhow::Result<(u32, u32)> {
-    let bad = |why: &str| anyhow::anyhow!("SLESS_SANDBOX_UIDS={range:?}: {why}");
+/// `FIRST-LAST`, both included, of unprivileged uids, from `name`.
+fn uid_range(name: &str, range: &str) -> anyhow::Result<(u32, u32)> {
+    let bad = |why: &str| anyhow::anyhow!("{name}={range:?}: {why}");
     let (first, last) = range
         .split_once('-')
         .ok_or_else(|| bad("write it as FIRST-LAST, e.g. 2000000000-2000999999"))?;
@@ -118,6 +156,22 @@ mod tests {
             (DEFAULT_FIRST_UID, DEFAULT_UID_COUNT)
         );
         assert_eq!(d.sizes, JailSizes::default());
+        assert_eq!(
+            d.pool,
+            WarmPool {
+                python: 2,
+                node: 2,
+                uids: Some((DEFAULT_FIRST_POOL_UID, DEFAULT_POOL_UID_COUNT)),
+            }
+        );
+        let p = with(&[
+            ("SLESS_WARM_POOL_PYTHON311", "0"),
+            ("SLESS_WARM_POOL_NODEJS20", "5"),
+            ("SLESS_WARM_POOL_UIDS", "400000-400009"),
+        ])
+        .unwrap();
+        assert_eq!((p.pool.python, p.pool.node), (0, 5));
+        assert_eq!(p.pool.uids, Some((400_000, 10)));
         assert!(!d.rlimits_only && d.cgroup.is_none());
         let s = with(&[
             ("SLESS_SANDBOX_UIDS", "300000-300099"),
@@ -137,6 +191,10 @@ mod tests {
             ("SLESS_SANDBOX_PROCESSES", "two"),
             ("SLESS_BUILD_MEMORY_MB", "1"),
             ("SLESS_SANDBOX_LIMITS", "cgroups"),
+            ("SLESS_WARM_POOL_PYTHON311", "65"),
+            ("SLESS_WARM_POOL_NODEJS20", "-1"),
+            ("SLESS_WARM_POOL_UIDS", "2000999990-2001000100"),
+            ("SLESS_WARM_POOL_GO123", "2"),
         ] {
             let e = with(&[(name, value)]).unwrap_err().to_string();
             assert!(e.starts_with(name), "{name}={value}: {e}");

@@ -57,29 +57,58 @@ fn owned_by(proc_dir: &std::path::Path, owner: &str, needle: &str) -> bool {
 
 /// The programs running in sandboxes whose owner mentions `needle`: a
 /// jail's processes below its bwrap other than bwrap and setpriv, that is
-/// the function, job or build step itself, once its jail is set up.
+/// the function, job or build step itself, once its jail is set up. A
+/// process of the warm pool counts once it was given a function.
 pub fn jailed_programs(needle: &str) -> Vec<(u32, String)> {
+    programs_in_jails(needle)
+        .into_iter()
+        .filter(|(pid, cmdline)| !waiting_in_the_pool(*pid, cmdline))
+        .collect()
+}
+
+/// The processes of the warm pool in sandboxes whose owner mentions
+/// `needle` that wait for a function.
+pub fn waiting_in_pool(needle: &str) -> Vec<(u32, String)> {
+    programs_in_jails(needle)
+        .into_iter()
+        .filter(|(pid, cmdline)| waiting_in_the_pool(*pid, cmdline))
+        .collect()
+}
+
+fn programs_in_jails(needle: &str) -> Vec<(u32, String)> {
     let owner = format!("{OWNER_ENV}=");
     let all: Vec<(u32, String, bool)> = live_processes()
         .map(|(pid, dir, cmdline)| (pid, cmdline, owned_by(&dir, &owner, needle)))
         .collect();
     let jails: Vec<u32> = all.iter().filter(|p| p.2).map(|p| p.0).collect();
-    let in_a_jail = |mut pid: u32| {
-        while let Some(parent) = parent_of(pid).filter(|p| *p > 1) {
-            if jails.contains(&parent) {
-                return true;
-            }
-            pid = parent;
-        }
-        false
-    };
     all.into_iter()
         .filter(|(pid, cmdline, jail)| {
             let program = cmdline.split(' ').next().unwrap_or("").rsplit('/').next();
-            !jail && !matches!(program, None | Some("" | "bwrap" | "setpriv")) && in_a_jail(*pid)
+            !jail
+                && !matches!(program, None | Some("" | "bwrap" | "setpriv"))
+                && ancestors(*pid).any(|p| jails.contains(&p))
         })
         .map(|(pid, cmdline, _)| (pid, cmdline))
         .collect()
+}
+
+/// Whether `pid` is a process of the warm pool not yet given a function:
+/// only the pool's empty directory is mounted at `/sless/function`, no
+/// build over it.
+fn waiting_in_the_pool(pid: u32, cmdline: &str) -> bool {
+    if !cmdline.split(' ').any(|a| a == "--pool") {
+        return false;
+    }
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    let at = mounts
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some("/sless/function"))
+        .count();
+    at < 2
+}
+
+fn ancestors(pid: u32) -> impl Iterator<Item = u32> {
+    std::iter::successors(parent_of(pid), |p| parent_of(*p)).take_while(|p| *p > 1)
 }
 
 fn parent_of(pid: u32) -> Option<u32> {

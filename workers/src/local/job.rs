@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use sless_sandbox::Mount;
 
-use super::{LocalDriver, build, process, sandbox};
+use super::{LocalDriver, build, pool, process, sandbox};
 use crate::capture::Capture;
 use crate::driver::{DeployRequest, DriverError, JobOutput, JobRequest};
 
@@ -61,7 +61,7 @@ impl LocalDriver {
             Some(_) => (
                 vec![Mount::File {
                     dest: PathBuf::from(sandbox::JOB_EVENT),
-                    contents: event,
+                    contents: event.clone(),
                 }],
                 None,
             ),
@@ -71,7 +71,7 @@ impl LocalDriver {
                     .data_dir
                     .join("runs")
                     .join(format!("{}.json", uuid::Uuid::new_v4().simple()));
-                let (p, bytes) = (path.clone(), event);
+                let (p, bytes) = (path.clone(), event.clone());
                 tokio::task::spawn_blocking(move || {
                     std::fs::create_dir_all(p.parent().expect("runs/ has a parent"))?;
                     std::fs::write(&p, bytes)
@@ -99,9 +99,10 @@ impl LocalDriver {
             EVENT_FILE_ENV.to_owned(),
             event_path.to_string_lossy().into_owned(),
         ));
+        // CPU time: the run's timeout, as a limit of each process.
+        let cpu_secs = req.timeout.as_secs().max(1) + 1;
         if let Some(jail) = spec.jail.as_mut() {
-            // CPU time: the run's timeout, as a limit of each process.
-            jail.limits.cpu_secs = Some(req.timeout.as_secs().max(1) + 1);
+            jail.limits.cpu_secs = Some(cpu_secs);
         }
         let log_path = self.cfg.data_dir.join(job_log_path(&req.run));
         let log = tokio::task::spawn_blocking(move || open_log(&log_path))
@@ -110,14 +111,35 @@ impl LocalDriver {
             .map_err(|e| DriverError::Infra(format!("cannot open the job log: {e}")))?;
 
         let started = Instant::now();
-        let mut running = process::spawn(&self.spawner, &spec, Stdio::null())
-            .await
-            .map_err(|e| {
-                DriverError::Infra(format!(
-                    "cannot start {}: {e}",
-                    spec.program.to_string_lossy()
-                ))
-            })?;
+        let warm = match &self.jails {
+            Some(_) => self.warm_for(&as_deploy).await,
+            None => None,
+        };
+        let spawned = match warm {
+            // The event goes on stdin, after the line.
+            Some(warm) => {
+                let to = pool::Specialisation {
+                    artifact_dir: &artifact_dir,
+                    spec: &spec,
+                    memory_mb: req.memory_mb,
+                    job: Some((&event, cpu_secs)),
+                };
+                match warm.specialise(to).await {
+                    Ok(running) => Ok(running),
+                    Err(e) => {
+                        tracing::warn!(run = %req.run, "a process of the warm pool could not take the run ({e}); starting one");
+                        process::spawn(&self.spawner, &spec, Stdio::null()).await
+                    }
+                }
+            }
+            None => process::spawn(&self.spawner, &spec, Stdio::null()).await,
+        };
+        let mut running = spawned.map_err(|e| {
+            DriverError::Infra(format!(
+                "cannot start {}: {e}",
+                spec.program.to_string_lossy()
+            ))
+        })?;
         let pid = running.pid;
         // Dropping the run (cancellation) kills the whole group (a jail's
         // bwrap, and with it the jail), not only the wrapper (which

@@ -29,6 +29,7 @@
 
 mod build;
 pub(crate) mod job;
+mod pool;
 mod process;
 pub mod sandbox;
 
@@ -48,6 +49,7 @@ use crate::driver::{
     Artifact, BuildRequest, DeployRequest, Deployment, Driver, DriverError, JobOutput, JobRequest,
     Node, RunningHere,
 };
+pub use pool::WarmPool;
 use process::{Instance, InstanceParts, LogSink, Running, Spawner};
 use sandbox::{Isolation, JailParts, JailSizes, Launch, TenantIds, Tenants, Toolchain};
 use sless_sandbox::{Identity, Limits, Mount, Sandbox};
@@ -105,6 +107,9 @@ pub struct LocalDriverConfig {
     /// The address functions listen on and the invoke proxy reaches them
     /// at: loopback (the default) when the API runs on this machine.
     pub advertise: IpAddr,
+    /// Processes started ahead for deploys and jobs to take (none by
+    /// default; only in the sandbox).
+    pub warm_pool: WarmPool,
 }
 
 impl LocalDriverConfig {
@@ -127,6 +132,7 @@ impl LocalDriverConfig {
             jail: JailSizes::default(),
             placement: None,
             advertise: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            warm_pool: WarmPool::default(),
             data_dir,
         }
     }
@@ -165,6 +171,26 @@ fn write_wrapper(runtimes: &Path, relative: &str, text: &str) -> std::io::Result
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, &path)?;
     Ok(path)
+}
+
+/// The environment every jailed function or job starts with, before its
+/// own.
+pub(crate) fn jailed_env(jails: &Jails) -> Vec<(String, String)> {
+    vec![
+        ("PATH".to_owned(), jails.toolchain.path.clone()),
+        ("HOME".to_owned(), "/tmp".to_owned()),
+        ("TMPDIR".to_owned(), "/tmp".to_owned()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+    ]
+}
+
+/// What every Python function's interpreter is started with, after the
+/// function's own environment.
+pub(crate) fn python_env() -> [(String, String); 2] {
+    [
+        ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
+        ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
+    ]
 }
 
 /// What runs tenants' code in jails.
@@ -219,6 +245,8 @@ pub struct LocalDriver {
     build_paths: build::BuildPaths,
     client: reqwest::Client,
     spawner: Arc<Spawner>,
+    /// Processes started ahead (none without the sandbox).
+    pool: Option<pool::Pool>,
     /// The current deployment of each function.
     registry: Mutex<HashMap<FunctionKey, Arc<Instance>>>,
     /// Serialises deploy/remove of one function.
@@ -272,6 +300,21 @@ impl LocalDriver {
                 }))
             }
         };
+        let spawner = Arc::new(Spawner::new()?);
+        let pool = match &jails {
+            Some(jails) if cfg.warm_pool.python + cfg.warm_pool.node > 0 => {
+                let empty = cfg.data_dir.join("pool/empty");
+                std::fs::create_dir_all(&empty)?;
+                Some(pool::Pool::start(
+                    &cfg.warm_pool,
+                    jails.clone(),
+                    spawner.clone(),
+                    runtimes.clone(),
+                    empty,
+                ))
+            }
+            _ => None,
+        };
         Ok(LocalDriver {
             tools: cfg.toolchains(),
             jails,
@@ -282,7 +325,8 @@ impl LocalDriver {
                 tenants: cfg.data_dir.join("tenants"),
             },
             client,
-            spawner: Arc::new(Spawner::new()?),
+            spawner,
+            pool,
             registry: Mutex::new(HashMap::new()),
             key_locks: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
@@ -299,6 +343,9 @@ impl LocalDriver {
     /// 5 s) and waits until they are gone. Later deploys fail.
     pub async fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);
+        if let Some(pool) = &self.pool {
+            pool.close();
+        }
         let all: Vec<Arc<Instance>> = {
             let mut registry = self.registry.lock().unwrap();
             registry.drain().map(|(_, inst)| inst).collect()
@@ -333,6 +380,11 @@ impl LocalDriver {
     /// the sandbox.
     pub fn limits(&self) -> Option<sless_sandbox::LimitsMechanism> {
         self.jails.as_ref().map(|j| j.sandbox.limits_mechanism())
+    }
+
+    /// How many started processes of `runtime` wait in the warm pool.
+    pub fn warm(&self, runtime: Runtime) -> usize {
+        self.pool.as_ref().map_or(0, |p| p.waiting(runtime))
     }
 
     /// The data directory.
@@ -455,12 +507,7 @@ impl LocalDriver {
         };
         let code_dir = build_dir.join("code");
         let mut env = match &self.jails {
-            Some(jails) => vec![
-                ("PATH".to_owned(), jails.toolchain.path.clone()),
-                ("HOME".to_owned(), "/tmp".to_owned()),
-                ("TMPDIR".to_owned(), "/tmp".to_owned()),
-                ("LANG".to_owned(), "C.UTF-8".to_owned()),
-            ],
+            Some(jails) => jailed_env(jails),
             None => process::inherited_env(&self.cfg.env, &[]),
         };
         // Defaults the function's own environment may override.
@@ -489,10 +536,7 @@ impl LocalDriver {
         ]);
         let (program, mut args) = match req.runtime {
             Runtime::Python311 => {
-                env.extend([
-                    ("PYTHONUNBUFFERED".to_owned(), "1".to_owned()),
-                    ("PYTHONDONTWRITEBYTECODE".to_owned(), "1".to_owned()),
-                ]);
+                env.extend(python_env());
                 if tokio::fs::metadata(artifact_dir.join("deps"))
                     .await
                     .is_ok_and(|m| m.is_dir())
@@ -572,6 +616,20 @@ impl LocalDriver {
         })
     }
 
+    /// A process of the warm pool for `req`, unless its environment sets
+    /// what an interpreter reads only when it starts.
+    async fn warm_for(&self, req: &DeployRequest) -> Option<pool::Warm> {
+        let pool = self.pool.as_ref()?;
+        if req
+            .env_vars
+            .keys()
+            .any(|k| pool::read_at_start(req.runtime, k))
+        {
+            return None;
+        }
+        pool.take(req.runtime).await
+    }
+
     async fn deploy_locked(&self, req: DeployRequest) -> Result<Deployment, DriverError> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(DriverError::Infra("the local driver is shut down".into()));
@@ -622,14 +680,37 @@ impl LocalDriver {
             let spec = self
                 .launch_spec(&req, &artifact_dir, Some(port), Vec::new())
                 .await?;
-            let mut running = process::start(&self.spawner, &spec, &sink)
-                .await
-                .map_err(|e| {
-                    DriverError::Infra(format!(
-                        "cannot start {}: {e}",
-                        spec.program.to_string_lossy()
-                    ))
-                })?;
+            let warm = match attempt {
+                1 => self.warm_for(&req).await,
+                _ => None,
+            };
+            let started = match warm {
+                Some(warm) => {
+                    let to = pool::Specialisation {
+                        artifact_dir: &artifact_dir,
+                        spec: &spec,
+                        memory_mb: req.memory_mb,
+                        job: None,
+                    };
+                    match warm.specialise(to).await {
+                        Ok(mut running) => {
+                            process::read_output(&mut running, &sink);
+                            Ok(running)
+                        }
+                        Err(e) => {
+                            tracing::warn!(function = %req.key, "a process of the warm pool could not take the function ({e}); starting one");
+                            process::start(&self.spawner, &spec, &sink).await
+                        }
+                    }
+                }
+                None => process::start(&self.spawner, &spec, &sink).await,
+            };
+            let mut running = started.map_err(|e| {
+                DriverError::Infra(format!(
+                    "cannot start {}: {e}",
+                    spec.program.to_string_lossy()
+                ))
+            })?;
             match self.wait_healthy(port, &spec, &mut running).await {
                 Ok(()) => break (port, spec, running),
                 Err(failure) => {

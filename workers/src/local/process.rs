@@ -261,13 +261,18 @@ pub(crate) async fn start(
     sink: &Arc<LogSink>,
 ) -> io::Result<Running> {
     let mut running = spawn(spawner, spec, Stdio::null()).await?;
+    read_output(&mut running, sink);
+    Ok(running)
+}
+
+/// Sends what the process prints to `sink` from now on.
+pub(crate) fn read_output(running: &mut Running, sink: &Arc<LogSink>) {
     if let Some(out) = running.child.stdout.take() {
         running.pumps.push(tokio::spawn(pump(out, sink.clone())));
     }
     if let Some(err) = running.child.stderr.take() {
         running.pumps.push(tokio::spawn(pump(err, sink.clone())));
     }
-    Ok(running)
 }
 
 /// Spawns `spec` (in its jail, or in a process group of its own) with
