@@ -115,6 +115,7 @@ async fn measure(dev: &SlessDev, args: &ColdArgs) -> anyhow::Result<serde_json::
         let mut cold = Vec::new();
         for _ in 0..args.rounds {
             to_zero(dev, &name, !args.right_after_stop).await?;
+            pool_filled(dev).await?;
             cold.push(ms(call(dev, &url).await?));
         }
         let (held, start) = split(dev, &name).await?;
@@ -246,6 +247,46 @@ async fn to_zero(dev: &SlessDev, name: &str, settled: bool) -> anyhow::Result<()
     .await
 }
 
+/// Waits until the warm pool has its processes ready again (the default
+/// two per runtime, each started half a second ago or more, so its
+/// interpreter has loaded), as it has when calls are an idle window apart:
+/// the pool refills a quarter of a second after a process was taken.
+async fn pool_filled(dev: &SlessDev) -> anyhow::Result<()> {
+    let needle = dev.data_dir().to_string_lossy().into_owned();
+    wait_for(
+        "the warm pool to be full",
+        Duration::from_secs(30),
+        Duration::from_millis(5),
+        || {
+            let needle = needle.clone();
+            async move {
+                let waiting = sless_testkit::processes::waiting_in_pool(&needle);
+                let settled = waiting
+                    .iter()
+                    .all(|(pid, _)| age(*pid).is_some_and(|a| a >= Duration::from_millis(500)));
+                Ok((waiting.len() >= 4 && settled).then_some(()))
+            }
+        },
+    )
+    .await
+}
+
+/// How long ago `pid` started.
+fn age(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22, counted after the command name's closing parenthesis.
+    let ticks: f64 = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(Duration::from_secs_f64((uptime - ticks / hz).max(0.0)))
+}
+
 /// The server's split of the cold calls: how long each was held, and the
 /// instance's start, from the invocation records.
 async fn split(dev: &SlessDev, name: &str) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
@@ -272,6 +313,7 @@ async fn jobs(dev: &SlessDev, function: &str, n: usize) -> anyhow::Result<Vec<f6
     let mut took = Vec::new();
     for i in 0..n {
         let name = format!("bench-job-{i}");
+        pool_filled(dev).await?;
         let posted = Instant::now();
         let res = dev
             .http

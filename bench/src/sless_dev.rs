@@ -80,6 +80,11 @@ pub struct Memory {
 }
 
 impl SlessDev {
+    /// Its data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// Starts `sless dev`, takes `measure`'s figures on it, and stops it;
     /// when the measurement fails, prints the tail of its log first.
     pub async fn measured(

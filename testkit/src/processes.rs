@@ -8,7 +8,8 @@ const OWNER_ENV: &str = "SLESS_SANDBOX_OF";
 /// Processes (pid, command line) whose command line mentions `needle`, or,
 /// for a sandbox, whose owner does (the local driver's data directory). A
 /// sandbox counts once, as its outer bwrap: its init and what it runs go
-/// with it. Zombies and this process are left out.
+/// with it; a sandbox of the warm pool whose process waits for a function
+/// does not count. Zombies and this process are left out.
 pub fn mentioning(needle: &str) -> Vec<(u32, String)> {
     let owner = format!("{OWNER_ENV}=");
     let found: Vec<(u32, String, bool)> = live_processes()
@@ -24,8 +25,19 @@ pub fn mentioning(needle: &str) -> Vec<(u32, String)> {
     found
         .into_iter()
         .filter(|(pid, _, jail)| !*jail || !parent_of(*pid).is_some_and(|p| jails.contains(&p)))
+        .filter(|(pid, cmdline, jail)| !*jail || !pool_jail_waits(*pid, cmdline))
         .map(|(pid, cmdline, _)| (pid, cmdline))
         .collect()
+}
+
+/// Whether the sandbox whose outer bwrap is `pid` holds a process of the
+/// warm pool that waits for a function (its init, a child of bwrap, is in
+/// the sandbox's mount namespace).
+fn pool_jail_waits(pid: u32, cmdline: &str) -> bool {
+    cmdline.split(' ').any(|a| a == "--pool")
+        && live_processes()
+            .find(|(child, _, _)| parent_of(*child) == Some(pid))
+            .is_some_and(|(child, _, _)| waiting_in_the_pool(child, cmdline))
 }
 
 /// Every process but zombies (whose command line is empty: they have

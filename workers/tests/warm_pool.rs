@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use sless_domain::{FunctionKey, FunctionName, Namespace, Runtime};
 use sless_sandbox::Identity;
 use sless_testkit::eventually;
-use sless_testkit::processes::{jailed_programs, waiting_in_pool};
+use sless_testkit::processes::{jailed_programs, mentioning, waiting_in_pool};
 use sless_workers::driver::{Artifact, BuildRequest, DeployRequest, Driver, JobRequest};
 use sless_workers::local::sandbox::TenantIds;
 use sless_workers::local::{LocalDriver, LocalDriverConfig, WarmPool};
@@ -253,6 +253,7 @@ async fn a_deploy_takes_a_waiting_process_that_then_serves_that_function_alone()
     assert_eq!(programs.len(), 1, "{programs:?}");
     let program = programs[0].0;
     assert!(before.contains(&program), "{program} was one of {before:?}");
+    assert_eq!(mentioning(needle).len(), 1, "the function's sandbox");
     assert_eq!(memory_max(program), (96u64 << 20).to_string());
 
     // The pool refills with new processes; the taken one is never handed

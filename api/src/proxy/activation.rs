@@ -3,8 +3,8 @@
 //! `FunctionScaledUp` with a reconcile, in one transaction, expecting the
 //! stream version it decided on, so concurrent first calls, on one replica
 //! or several, cause one start) and watches the read model until the
-//! function has an endpoint again; every call held for the function is
-//! then let through at once. A call is held at most
+//! function has an endpoint again; the calls held for the function are
+//! then let through in the order they came. A call is held at most
 //! `ProxyLimits::activation_timeout` from its start, and at most
 //! `ProxyLimits::activation_queue` calls per function are held; past
 //! either it gets 503 `function-activating` with `Retry-After`. When the
@@ -12,7 +12,7 @@
 //! the function's error, and so do the calls of the next
 //! `RETRY_AFTER_FAILURE`; the first call after it tries again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ use sless_domain::function::FunctionCommand;
 use sless_domain::{FunctionKey, FunctionName, Namespace, Phase};
 use sless_store::eventlog::Metadata;
 use sless_store::{readmodel, scaling};
-use tokio::sync::watch;
+use tokio::sync::oneshot;
 
 use super::endpoints::Target;
 use crate::AppState;
@@ -43,7 +43,27 @@ pub struct Activations {
 
 struct Activation {
     held: AtomicUsize,
-    ended: watch::Sender<Option<Ended>>,
+    calls: Mutex<Calls>,
+}
+
+/// The calls an activation holds, oldest first, until it ends.
+enum Calls {
+    Held(VecDeque<oneshot::Sender<Ended>>),
+    Ended(Ended),
+}
+
+impl Activation {
+    /// Tells the held calls how it ended, oldest first; a call that comes
+    /// later learns it at once.
+    fn end(&self, ended: Ended) {
+        let held = match std::mem::replace(&mut *self.calls.lock().unwrap(), Calls::Ended(ended.clone())) {
+            Calls::Held(held) => held,
+            Calls::Ended(_) => VecDeque::new(),
+        };
+        for call in held {
+            let _ = call.send(ended.clone()); // a call that gave up is gone
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -86,10 +106,9 @@ pub(super) async fn activate(
         running
             .entry(format!("{ns}/{name}"))
             .or_insert_with(|| {
-                let (ended, _) = watch::channel(None);
                 let a = Arc::new(Activation {
                     held: AtomicUsize::new(0),
-                    ended,
+                    calls: Mutex::new(Calls::Held(VecDeque::new())),
                 });
                 tokio::spawn(drive(
                     state.clone(),
@@ -112,16 +131,22 @@ pub(super) async fn activate(
         ));
     }
     let _holding = Holding(activation.clone());
-    let mut ended = activation.ended.subscribe();
+    let told = {
+        let mut calls = activation.calls.lock().unwrap();
+        match &mut *calls {
+            Calls::Ended(ended) => Err(ended.clone()),
+            Calls::Held(held) => {
+                let (tell, told) = oneshot::channel();
+                held.push_back(tell);
+                Ok(told)
+            }
+        }
+    };
     let deadline = tokio::time::Instant::from_std(started + limits.activation_timeout);
-    let outcome = tokio::time::timeout_at(deadline, async {
-        ended
-            .wait_for(Option::is_some)
-            .await
-            .ok()
-            .and_then(|o| o.clone())
-    })
-    .await;
+    let outcome = match told {
+        Err(ended) => Ok(Some(ended)),
+        Ok(told) => tokio::time::timeout_at(deadline, async { told.await.ok() }).await,
+    };
     let outcome = match outcome {
         Ok(Some(o)) => o,
         Ok(None) | Err(_) => {
@@ -209,8 +234,9 @@ async fn drive(state: AppState, ns: String, name: String, activation: Arc<Activa
         .lock()
         .unwrap()
         .remove(&format!("{ns}/{name}"));
+    // Too slow (None): the held calls are told so as their own time runs out.
     if let Some(ended) = ended {
-        activation.ended.send_replace(Some(ended));
+        activation.end(ended);
     }
 }
 
@@ -277,4 +303,45 @@ async fn ask_and_watch(
         tokio::time::sleep(POLL).await;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn held_calls_are_let_go_in_the_order_they_came_and_one_that_left_holds_up_none() {
+        let activation = Activation {
+            held: AtomicUsize::new(0),
+            calls: Mutex::new(Calls::Held(VecDeque::new())),
+        };
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for n in 0..6 {
+            let (tell, told) = oneshot::channel();
+            if let Calls::Held(held) = &mut *activation.calls.lock().unwrap() {
+                held.push_back(tell);
+            }
+            if n == 2 {
+                drop(told); // this caller went away
+                continue;
+            }
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                if told.await.is_ok() {
+                    order.lock().unwrap().push(n);
+                }
+            }));
+        }
+        tokio::task::yield_now().await;
+        activation.end(Ended::Failed("x".into()));
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 3, 4, 5]);
+        assert!(
+            matches!(&*activation.calls.lock().unwrap(), Calls::Ended(Ended::Failed(_))),
+            "a call that comes after the end learns it at once"
+        );
+    }
 }
