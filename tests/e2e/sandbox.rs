@@ -148,15 +148,25 @@ pub(crate) fn tenant(c: &Client, dir: &Path, sub: &str) -> Client {
 }
 
 /// The host pid of the process serving `function` (`{ns}/{name}`), as root
-/// sees it.
+/// sees it: the one with that function's build mounted at
+/// `/sless/function` (started for it, or from the warm pool).
 fn pid_serving(function: &str) -> Option<u32> {
-    let wanted = format!("SLESS_FUNCTION={function}");
+    let build = format!("/builds/{function}/");
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
-        let environ = std::fs::read(e.path().join("environ")).ok()?;
-        environ
-            .split(|b| *b == 0)
-            .any(|v| v == wanted.as_bytes())
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let program = cmdline.split(|b| *b == 0).next()?;
+        let wrapper = cmdline.windows(13).any(|w| w == b"sless_runtime");
+        if !wrapper || program.ends_with(b"bwrap") || program.ends_with(b"setpriv") {
+            return None;
+        }
+        let mounts = std::fs::read_to_string(e.path().join("mountinfo")).ok()?;
+        mounts
+            .lines()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .any(|f| {
+                f.get(4) == Some(&"/sless/function") && f.get(3).is_some_and(|r| r.contains(&build))
+            })
             .then_some(pid)
     })
 }

@@ -221,6 +221,12 @@ async fn a_deploy_takes_a_waiting_process_that_then_serves_that_function_alone()
         uids[0], uids[1],
         "each waiting process has a uid of its own"
     );
+    let needle = dir.path().to_str().unwrap();
+    assert_eq!(
+        mentioning(needle),
+        vec![],
+        "waiting sandboxes run no function"
+    );
 
     let k = key("pooled");
     let artifact = build(&d, &k, Runtime::Python311, ("handler.py", PYTHON)).await;

@@ -56,7 +56,10 @@ impl Activation {
     /// Tells the held calls how it ended, oldest first; a call that comes
     /// later learns it at once.
     fn end(&self, ended: Ended) {
-        let held = match std::mem::replace(&mut *self.calls.lock().unwrap(), Calls::Ended(ended.clone())) {
+        let held = match std::mem::replace(
+            &mut *self.calls.lock().unwrap(),
+            Calls::Ended(ended.clone()),
+        ) {
             Calls::Held(held) => held,
             Calls::Ended(_) => VecDeque::new(),
         };
@@ -340,7 +343,10 @@ mod tests {
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 3, 4, 5]);
         assert!(
-            matches!(&*activation.calls.lock().unwrap(), Calls::Ended(Ended::Failed(_))),
+            matches!(
+                &*activation.calls.lock().unwrap(),
+                Calls::Ended(Ended::Failed(_))
+            ),
             "a call that comes after the end learns it at once"
         );
     }
