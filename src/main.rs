@@ -10,6 +10,7 @@ mod config;
 mod drivers;
 mod embedded;
 mod manifests;
+mod metrics;
 mod ops;
 mod serve;
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::json;
+use sless_api::metrics::Scope;
 use sless_api::{AppState, Auth};
 use sless_domain::Namespace;
 use sless_store::PgPool;
@@ -226,6 +227,21 @@ pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyh
     if unsafe_no_sandbox {
         state.only_namespace = Some(Namespace::for_subject(DEV_USER));
     }
+    // Every role runs here: one registry, and the database's gauges of all.
+    let metrics_config = config::Metrics::from_env()?;
+    state.metrics = crate::metrics::registry(&metrics_config);
+    state.metrics_scope = Scope {
+        projector: true,
+        queue: true,
+    };
+    let metrics = crate::metrics::listen(
+        &metrics_config,
+        &pool,
+        &state.metrics,
+        state.metrics_scope,
+        &stop,
+    )
+    .await?;
     let recorder = state.invocations.clone();
     let http = listeners.serve(state, &stop);
     announce(&data_dir, addr, &fn_url, &auth, &pool, dev).await?;
@@ -234,6 +250,9 @@ pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyh
     eprintln!("stopping sless");
     let _ = stop_tx.send(true);
     let _ = http.await;
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     recorder.shutdown().await;
     let _ = worker.await;
     let _ = scheduler.await;
@@ -390,7 +409,9 @@ pub async fn api(listen: SocketAddr, functions: FnOrigin) -> anyhow::Result<()> 
     let api_config = config::Api::from_env()?;
     let pool = pool_from_env(30).await?;
     let blobs = blobs_from_env()?;
-    let state = app_state(pool.clone(), blobs, auth, &api_config);
+    let mut state = app_state(pool.clone(), blobs, auth, &api_config);
+    let metrics_config = config::Metrics::from_env()?;
+    state.metrics = crate::metrics::registry(&metrics_config);
     let recorder = state.invocations.clone();
     let listeners = Listeners::bind(listen, functions).await?;
     eprintln!(
@@ -405,10 +426,21 @@ pub async fn api(listen: SocketAddr, functions: FnOrigin) -> anyhow::Result<()> 
         )
     );
     let (tx, rx) = watch::channel(false);
+    let metrics = crate::metrics::listen(
+        &metrics_config,
+        &pool,
+        &state.metrics,
+        Scope::default(),
+        &rx,
+    )
+    .await?;
     let http = listeners.serve(state, &rx);
     stop_signal().await;
     let _ = tx.send(true);
     http.await??;
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     recorder.shutdown().await;
     pool.close().await;
     Ok(())
@@ -424,6 +456,7 @@ pub async fn worker(
         warn_unsafe();
     }
     let cfg = config::Worker::from_env()?;
+    let metrics_config = config::Metrics::from_env()?;
     let pool = pool_from_env(10).await?;
     let blobs = blobs_from_env()?;
     let driver =
@@ -443,6 +476,12 @@ pub async fn worker(
         on_start: None,
     };
     let (tx, rx) = watch::channel(false);
+    let queue = Scope {
+        projector: false,
+        queue: true,
+    };
+    let registry = crate::metrics::registry(&metrics_config);
+    let metrics = crate::metrics::listen(&metrics_config, &pool, &registry, queue, &rx).await?;
     let scheduler = cron(&driver, &pool, &cfg, &rx);
     let crashes = record_crashes(&driver, &pool, &rx);
     let task = tokio::spawn(worker.run(rx));
@@ -450,6 +489,9 @@ pub async fn worker(
     let _ = tx.send(true);
     task.await??;
     let _ = scheduler.await;
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     driver.shutdown().await;
     leave(&driver, &pool).await;
     if let Some(crashes) = crashes {
@@ -544,9 +586,16 @@ fn cron(
 
 /// The read models, and the version manifests in S3.
 pub async fn projector() -> anyhow::Result<()> {
+    let metrics_config = config::Metrics::from_env()?;
     let pool = pool_from_env(4).await?;
     let blobs = blobs_from_env()?;
     let (tx, rx) = watch::channel(false);
+    let lag = Scope {
+        projector: true,
+        queue: false,
+    };
+    let registry = crate::metrics::registry(&metrics_config);
+    let metrics = crate::metrics::listen(&metrics_config, &pool, &registry, lag, &rx).await?;
     let task = tokio::spawn(sless_projector::run(
         pool.clone(),
         Duration::from_secs(1),
@@ -562,5 +611,8 @@ pub async fn projector() -> anyhow::Result<()> {
     let _ = tx.send(true);
     task.await??;
     manifests.await??;
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
+    }
     Ok(())
 }

@@ -124,7 +124,7 @@ pub struct Reconciling {
 pub const FORBIDDEN: &str = "forbidden";
 
 /// Refuses a caller that is not an administrator.
-fn admin(caller: &Caller, uri: &Uri) -> ApiResult<()> {
+pub(crate) fn admin(caller: &Caller, uri: &Uri) -> ApiResult<()> {
     if caller.admin {
         Ok(())
     } else {

@@ -32,6 +32,7 @@ pub mod health;
 pub mod invocations;
 pub mod jobs;
 pub mod json;
+pub mod metrics;
 pub mod namespaces;
 pub mod openapi;
 pub mod path;
@@ -106,6 +107,11 @@ pub struct AppState {
     /// functions without a sandbox (`--unsafe-no-sandbox`): another user's
     /// code would run with the platform's privileges. `None`: every user's.
     pub only_namespace: Option<sless_domain::Namespace>,
+    /// This process's metrics (`/metrics`).
+    pub metrics: Arc<sless_telemetry::Metrics>,
+    /// What of the database `/metrics` reports besides (the binary sets it
+    /// for the roles the process runs).
+    pub metrics_scope: metrics::Scope,
 }
 
 /// Versions of a function kept besides the live one, by default.
@@ -132,6 +138,8 @@ impl AppState {
             maintenance: None,
             fn_url: None,
             only_namespace: None,
+            metrics: Arc::default(),
+            metrics_scope: metrics::Scope::default(),
         }
     }
 }
@@ -198,6 +206,7 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(health::healthz))
         .routes(routes!(openapi::document))
         .split_for_parts();
+    let router = router.route("/metrics", axum::routing::get(metrics::serve));
     utoipa::openapi::OpenApi::merge(&mut doc, functions_doc);
     let doc: Arc<str> = serde_json::to_string(&openapi::finish(doc))
         .expect("the OpenAPI document serializes")
@@ -240,8 +249,14 @@ fn function_routes(state: &AppState) -> OpenApiRouter<AppState> {
 /// method a route does not take, the body limit, the header limit and the
 /// request id.
 fn finish(router: Router<AppState>, state: AppState) -> Router {
+    let counted = state.metrics.clone();
     router
         .method_not_allowed_fallback(method_not_allowed)
+        // On every route, so each request is counted under its template.
+        .layer(middleware::from_fn_with_state(
+            counted,
+            metrics::count_requests,
+        ))
         .layer(DefaultBodyLimit::max(1024 * 1024))
         .with_state(state)
         .layer(middleware::from_fn(serve::limit_headers))

@@ -15,6 +15,7 @@ pub mod build_logs;
 pub mod console;
 pub mod crashes;
 pub mod eventlog;
+pub mod gauges;
 pub mod idempotency;
 pub mod invocations;
 pub mod jobs;

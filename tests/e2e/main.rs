@@ -7,6 +7,7 @@ mod edge;
 mod history;
 mod job_slots;
 mod jobs;
+mod metrics;
 mod orphans;
 mod platform;
 mod python_client;

@@ -47,6 +47,7 @@ impl Failure {
 /// One call to an existing function, to be recorded once it is answered.
 pub struct Call {
     pub recorder: Recorder,
+    pub metrics: Arc<sless_telemetry::Metrics>,
     pub meter: Arc<Meter>,
     pub started: Instant,
     pub started_at: DateTime<Utc>,
@@ -95,6 +96,22 @@ impl Call {
     }
 
     pub(super) fn record(self, status: u16, bytes_out: u64, failure: Option<Failure>) {
+        let duration = self.started.elapsed();
+        self.metrics.invocation(
+            &self.namespace,
+            &self.function,
+            status,
+            "http",
+            duration.as_secs_f64(),
+            self.cold,
+        );
+        // The proxy's own answers (the function's are never a `Failure`).
+        if failure.is_some() && matches!(status, 413 | 502 | 503 | 504) {
+            self.metrics
+                .proxy_errors
+                .get_or_create(&sless_telemetry::StatusLabels { status })
+                .inc();
+        }
         let (error, error_kind) = match failure {
             Some(f) => (Some(f.detail), Some(f.kind.to_owned())),
             None => (None, None),
@@ -105,7 +122,7 @@ impl Call {
             function: self.function,
             version: self.version,
             started_at: self.started_at,
-            duration: self.started.elapsed(),
+            duration,
             status,
             bytes_in: self.meter.bytes_in.load(Ordering::Relaxed),
             bytes_out,

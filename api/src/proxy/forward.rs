@@ -99,6 +99,7 @@ pub(super) async fn forward(
     let meter = Arc::new(Meter::default());
     let mut call = Call {
         recorder: state.invocations.clone(),
+        metrics: state.metrics.clone(),
         meter: meter.clone(),
         started,
         started_at,

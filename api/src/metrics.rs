@@ -1,0 +1,131 @@
+//! Metrics: counting each request by its route's template, and `/metrics`,
+//! the registry of this process written for Prometheus. On the API's
+//! origin `/metrics` is for admin tokens (its labels name every tenant's
+//! functions); `SLESS_METRICS_LISTEN` serves it on a listener of its own
+//! instead, for a scraper on a private network (the binary's).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, OriginalUri, Request, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sless_store::PgPool;
+use sless_telemetry::{HttpLabels, Metrics, ProjectionLabels, QueueLabels, RouteLabels};
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiResult;
+
+/// What a process reports of the database beside its own counts: the
+/// projector's lag (a process that runs the projector) and the queue (one
+/// that runs a worker).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scope {
+    pub projector: bool,
+    pub queue: bool,
+}
+
+/// Counts a request and how long its answer took to start, under its
+/// route's template (`(none)` when no route matched).
+pub async fn count_requests(
+    State(metrics): State<Arc<Metrics>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("(none)", MatchedPath::as_str)
+        .to_owned();
+    let method = req.method().as_str().to_owned();
+    let res = next.run(req).await;
+    metrics
+        .http_requests
+        .get_or_create(&HttpLabels {
+            route: route.clone(),
+            method: method.clone(),
+            status: res.status().as_u16(),
+        })
+        .inc();
+    metrics
+        .http_duration
+        .get_or_create(&RouteLabels { route, method })
+        .observe(started.elapsed().as_secs_f64());
+    res
+}
+
+/// Reads what `scope` reports from the database into the gauges. A
+/// failure leaves them as they were (the scrape still answers).
+pub async fn refresh(pool: &PgPool, metrics: &Metrics, scope: Scope) {
+    if scope.projector {
+        match sless_store::gauges::projections(pool).await {
+            Ok(projections) => {
+                for p in projections {
+                    let labels = ProjectionLabels { projection: p.name };
+                    metrics
+                        .projector_position
+                        .get_or_create(&labels)
+                        .set(p.position);
+                    metrics
+                        .projector_lag_events
+                        .get_or_create(&labels)
+                        .set(p.behind);
+                    metrics
+                        .projector_lag_seconds
+                        .get_or_create(&labels)
+                        .set(p.behind_secs);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the projector's lag for /metrics"),
+        }
+    }
+    if scope.queue {
+        match sless_store::gauges::queue(pool).await {
+            Ok(items) => {
+                // A kind and state with no items left reads 0, not its last count.
+                metrics.queue_items.clear();
+                for (kind, state, n) in items {
+                    metrics
+                        .queue_items
+                        .get_or_create(&QueueLabels { kind, state })
+                        .set(n);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the queue for /metrics"),
+        }
+    }
+}
+
+/// The registry, refreshed, in the format `headers` ask for.
+pub async fn scrape(
+    pool: &PgPool,
+    metrics: &Metrics,
+    scope: Scope,
+    headers: &HeaderMap,
+) -> Response {
+    refresh(pool, metrics, scope).await;
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(Metrics::wants_openmetrics);
+    let (body, content_type) = metrics.encode(openmetrics);
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
+        body,
+    )
+        .into_response()
+}
+
+/// `GET /metrics` on the API's origin: admin tokens only.
+pub async fn serve(
+    State(state): State<AppState>,
+    caller: Caller,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    crate::admin::admin(&caller, &uri)?;
+    Ok(scrape(&state.pool, &state.metrics, state.metrics_scope, &headers).await)
+}

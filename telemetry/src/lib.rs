@@ -1,0 +1,364 @@
+//! The metrics of every role of sless, in one registry per process
+//! ([`Metrics`]), written in the Prometheus text format (0.0.4) or, when a
+//! scraper asks for it, OpenMetrics (docs/observability.md lists them).
+//!
+//! Labels that name a function are bounded: each namespace gets at most
+//! [`FunctionLabels::per_namespace`] function names, the rest are counted
+//! under `function="other"`; with per-function labels off, every function
+//! is `function=""`. A tenant creating 10,000 functions adds at most that
+//! many series per metric.
+//!
+//! This crate sits at the bottom of the dependency graph: it depends on no
+//! other crate of sless.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of the Prometheus text format.
+pub const PROMETHEUS_TEXT: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+/// The `Content-Type` of OpenMetrics' text format.
+pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The function label of the functions past a namespace's cap.
+pub const OTHER: &str = "other";
+
+/// How function names become labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FunctionLabels {
+    /// `SLESS_METRICS_FUNCTION_LABELS` (default true).
+    pub enabled: bool,
+    /// `SLESS_METRICS_FUNCTIONS_PER_NAMESPACE` (default 100).
+    pub per_namespace: usize,
+}
+
+impl Default for FunctionLabels {
+    fn default() -> Self {
+        FunctionLabels {
+            enabled: true,
+            per_namespace: 100,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// The route's template (`/v1/namespaces/{namespace}/functions`), never
+    /// the path asked for.
+    pub route: String,
+    pub method: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: String,
+    pub method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InvocationLabels {
+    pub namespace: String,
+    pub function: String,
+    /// `2xx`, `3xx`, `4xx` or `5xx`.
+    pub code_class: String,
+    /// What made the call: `http`, `job`, `cron`.
+    pub origin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FunctionLabelSet {
+    pub namespace: String,
+    pub function: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProjectionLabels {
+    pub projection: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    pub kind: String,
+    pub state: String,
+}
+
+/// The metrics of one process.
+pub struct Metrics {
+    registry: Registry,
+    labels: FunctionLabels,
+    /// The function names given a label of their own, per namespace.
+    named: Mutex<HashMap<String, HashSet<String>>>,
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_duration: Family<RouteLabels, Histogram>,
+    pub invocations: Family<InvocationLabels, Counter>,
+    pub invocation_duration: Family<FunctionLabelSet, Histogram>,
+    pub cold_starts: Family<FunctionLabelSet, Counter>,
+    pub proxy_errors: Family<StatusLabels, Counter>,
+    pub projector_position: Family<ProjectionLabels, Gauge>,
+    pub projector_lag_events: Family<ProjectionLabels, Gauge>,
+    pub projector_lag_seconds: Family<ProjectionLabels, Gauge<f64, AtomicU64>>,
+    pub queue_items: Family<QueueLabels, Gauge>,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 0.5 ms to about 65 s.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new(FunctionLabels::default())
+    }
+}
+
+impl Metrics {
+    /// Every metric, registered, at zero.
+    pub fn new(labels: FunctionLabels) -> Metrics {
+        let mut registry = Registry::default();
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        let http_duration =
+            Family::<RouteLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
+        let invocations = Family::<InvocationLabels, Counter>::default();
+        let invocation_duration = Family::<FunctionLabelSet, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> _,
+        );
+        let cold_starts = Family::<FunctionLabelSet, Counter>::default();
+        let proxy_errors = Family::<StatusLabels, Counter>::default();
+        let projector_position = Family::<ProjectionLabels, Gauge>::default();
+        let projector_lag_events = Family::<ProjectionLabels, Gauge>::default();
+        let projector_lag_seconds = Family::<ProjectionLabels, Gauge<f64, AtomicU64>>::default();
+        let queue_items = Family::<QueueLabels, Gauge>::default();
+        registry.register(
+            "sless_http_requests",
+            "Requests the API and the functions' origin answered, by route template, method and status",
+            http_requests.clone(),
+        );
+        registry.register(
+            "sless_http_request_duration_seconds",
+            "How long the API and the functions' origin took to answer, by route template and method",
+            http_duration.clone(),
+        );
+        registry.register(
+            "sless_function_invocations",
+            "Calls of functions through /fn, by namespace, function, status class and origin",
+            invocations.clone(),
+        );
+        registry.register(
+            "sless_function_duration_seconds",
+            "How long calls of functions through /fn took, held calls' wait included",
+            invocation_duration.clone(),
+        );
+        registry.register(
+            "sless_function_cold_starts",
+            "Calls of functions through /fn that found the function at zero and were held while it started",
+            cold_starts.clone(),
+        );
+        registry.register(
+            "sless_proxy_errors",
+            "Calls through /fn the proxy answered itself with an error, by status (413, 502, 503, 504)",
+            proxy_errors.clone(),
+        );
+        registry.register(
+            "sless_projector_checkpoint_position",
+            "The last event position each projection has applied",
+            projector_position.clone(),
+        );
+        registry.register(
+            "sless_projector_lag_events",
+            "Events committed that a projection has not applied yet",
+            projector_lag_events.clone(),
+        );
+        registry.register(
+            "sless_projector_lag_seconds",
+            "How long ago the oldest event a projection has not applied was recorded (0 when caught up)",
+            projector_lag_seconds.clone(),
+        );
+        registry.register(
+            "sless_queue_items",
+            "Work items in the queue, by kind and state (pending, running, dead)",
+            queue_items.clone(),
+        );
+        Metrics {
+            registry,
+            labels,
+            named: Mutex::new(HashMap::new()),
+            http_requests,
+            http_duration,
+            invocations,
+            invocation_duration,
+            cold_starts,
+            proxy_errors,
+            projector_position,
+            projector_lag_events,
+            projector_lag_seconds,
+            queue_items,
+        }
+    }
+
+    /// The label of function `name` of `namespace`: its name while the
+    /// namespace has room, else [`OTHER`]; `""` with function labels off.
+    pub fn function_label(&self, namespace: &str, name: &str) -> String {
+        if !self.labels.enabled {
+            return String::new();
+        }
+        let mut named = self.named.lock().unwrap_or_else(|p| p.into_inner());
+        let names = named.entry(namespace.to_owned()).or_default();
+        if names.contains(name) {
+            return name.to_owned();
+        }
+        if names.len() < self.labels.per_namespace {
+            names.insert(name.to_owned());
+            return name.to_owned();
+        }
+        OTHER.to_owned()
+    }
+
+    /// The labels of function `name` of `namespace`.
+    pub fn function(&self, namespace: &str, name: &str) -> FunctionLabelSet {
+        FunctionLabelSet {
+            namespace: namespace.to_owned(),
+            function: self.function_label(namespace, name),
+        }
+    }
+
+    /// Records one call through `/fn`.
+    pub fn invocation(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: u16,
+        origin: &str,
+        seconds: f64,
+        cold: bool,
+    ) {
+        let function = self.function(namespace, name);
+        self.invocations
+            .get_or_create(&InvocationLabels {
+                namespace: function.namespace.clone(),
+                function: function.function.clone(),
+                code_class: format!("{}xx", (status / 100).clamp(1, 5)),
+                origin: origin.to_owned(),
+            })
+            .inc();
+        self.invocation_duration
+            .get_or_create(&function)
+            .observe(seconds);
+        if cold {
+            self.cold_starts.get_or_create(&function).inc();
+        }
+    }
+
+    /// Everything, in the Prometheus text format, or OpenMetrics when
+    /// `openmetrics`: the body and its `Content-Type`.
+    pub fn encode(&self, openmetrics: bool) -> (String, &'static str) {
+        let mut out = String::new();
+        let written = if openmetrics {
+            prometheus_client::encoding::text::encode(&mut out, &self.registry)
+                .map(|()| OPENMETRICS_TEXT)
+        } else {
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+                .map(|()| PROMETHEUS_TEXT)
+        };
+        // Writing to a String cannot fail.
+        (out, written.unwrap_or(PROMETHEUS_TEXT))
+    }
+
+    /// Whether an `Accept` header asks for OpenMetrics.
+    pub fn wants_openmetrics(accept: &str) -> bool {
+        accept.contains("application/openmetrics-text")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_gets_its_cap_of_function_names_and_the_rest_is_other() {
+        let m = Metrics::new(FunctionLabels {
+            enabled: true,
+            per_namespace: 3,
+        });
+        for i in 0..500 {
+            m.invocation("ns-a", &format!("f{i}"), 200, "http", 0.01, false);
+        }
+        m.invocation("ns-b", "g", 500, "http", 0.01, true);
+        let (text, _) = m.encode(false);
+        let series = |metric: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("{metric}{{")))
+                .count()
+        };
+        assert_eq!(
+            series("sless_function_invocations_total"),
+            3 + 1 + 1,
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "sless_function_invocations_total{namespace=\"ns-a\",function=\"other\",code_class=\"2xx\",origin=\"http\"} 497"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("sless_function_cold_starts_total{namespace=\"ns-b\",function=\"g\"} 1")
+        );
+        assert!(text.contains("code_class=\"5xx\""));
+        // A name seen before keeps its label.
+        assert_eq!(m.function_label("ns-a", "f1"), "f1");
+    }
+
+    #[test]
+    fn function_labels_off_name_no_function() {
+        let m = Metrics::new(FunctionLabels {
+            enabled: false,
+            per_namespace: 100,
+        });
+        m.invocation("ns", "f", 204, "http", 0.001, false);
+        m.invocation("ns", "g", 204, "http", 0.001, false);
+        let (text, _) = m.encode(false);
+        assert!(
+            text.contains(
+                "sless_function_invocations_total{namespace=\"ns\",function=\"\",code_class=\"2xx\",origin=\"http\"} 2"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn both_formats_are_written() {
+        let m = Metrics::default();
+        m.http_requests
+            .get_or_create(&HttpLabels {
+                route: "/v1/namespaces/{namespace}/functions".into(),
+                method: "GET".into(),
+                status: 200,
+            })
+            .inc();
+        let (text, kind) = m.encode(false);
+        assert_eq!(kind, PROMETHEUS_TEXT);
+        assert!(
+            text.contains("# TYPE sless_http_requests_total counter"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"));
+        let (open, kind) = m.encode(true);
+        assert_eq!(kind, OPENMETRICS_TEXT);
+        assert!(open.ends_with("# EOF\n"), "{open}");
+        assert!(Metrics::wants_openmetrics(
+            "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"
+        ));
+    }
+}

@@ -1,0 +1,210 @@
+//! `/metrics` on `sless dev`: for admin tokens only on the API's origin,
+//! on a listener of its own with `SLESS_METRICS_LISTEN`; what Prometheus's
+//! own `promtool check metrics` accepts; and after a known sequence of
+//! commands and calls, counters that hold exactly those numbers.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::dev::{start_dev_configured, stop_dev};
+use crate::support::sless;
+use crate::{Client, zip_files};
+
+const HANDLER: &str = "def handle(event):\n    if event['path'] == '/boom':\n        return {'statusCode': 500, 'body': 'boom'}\n    return {'ok': True}\n";
+
+/// `promtool`, installed when missing (`scripts/ensure-promtool`).
+fn promtool() -> &'static str {
+    let ensure = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/ensure-promtool");
+    let installed = std::process::Command::new(ensure).status().unwrap();
+    assert!(installed.success(), "installing promtool");
+    "promtool"
+}
+
+/// What `promtool check metrics` says of `text`: its exit status and output.
+fn check(text: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new(promtool())
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+/// The value of the series `series` (name and labels, as written) in `text`.
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn admin_token(dir: &Path) -> String {
+    let out = sless()
+        .args([
+            "token",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--sub",
+            "ops",
+            "--admin",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+async fn scrape(c: &Client, url: &str, token: Option<&str>) -> (u16, String, String) {
+    let mut req = c.http.get(url);
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status().as_u16();
+    let kind = res
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, kind, res.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_a_known_sequence_and_pass_promtool() {
+    let dir = sless_testkit::scratch_dir("metrics").join("data");
+    let listen = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let listen = listen.to_string();
+    let (proc, c) =
+        start_dev_configured(&dir, "log", &[], &[("SLESS_METRICS_LISTEN", &listen)]).await;
+
+    let res = c
+        .create(json!({"name": "counted", "runtime": "python3.11", "entrypoint": "handler.handle"}))
+        .await;
+    assert_eq!(res.status(), 201);
+    let res = c
+        .upload("counted", zip_files(&[("handler.py", HANDLER)]))
+        .await;
+    assert_eq!(res.status(), 202);
+    c.wait_ready("counted", Duration::from_secs(120)).await;
+    let url = format!("{}/fn/{}/counted", c.fn_url, c.namespace);
+    for i in 0..10 {
+        let path = if i % 5 == 4 { "/boom" } else { "/fine" };
+        let res = c.http.get(format!("{url}{path}")).send().await.unwrap();
+        let expected = if path == "/boom" { 500 } else { 200 };
+        assert_eq!(res.status().as_u16(), expected);
+    }
+
+    // The API's origin: admin tokens only.
+    let on_api = format!("{}/metrics", c.url);
+    let (status, _, _) = scrape(&c, &on_api, None).await;
+    assert_eq!(status, 401, "no token");
+    let (status, _, _) = scrape(&c, &on_api, Some(&c.token)).await;
+    assert_eq!(status, 403, "a tenant's token");
+    let admin = admin_token(&dir);
+    let (status, kind, text) = scrape(&c, &on_api, Some(&admin)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+    let (ok, said) = check(&text);
+    assert!(ok, "promtool check metrics: {said}\n{text}");
+
+    let ns = &c.namespace;
+    let invocations = |class: &str| {
+        format!(
+            "sless_function_invocations_total{{namespace=\"{ns}\",function=\"counted\",code_class=\"{class}\",origin=\"http\"}}"
+        )
+    };
+    assert_eq!(value(&text, &invocations("2xx")), Some(8.0), "{text}");
+    assert_eq!(value(&text, &invocations("5xx")), Some(2.0), "{text}");
+    assert_eq!(
+        value(
+            &text,
+            &format!(
+                "sless_function_duration_seconds_count{{namespace=\"{ns}\",function=\"counted\"}}"
+            )
+        ),
+        Some(10.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "sless_http_requests_total{route=\"/v1/namespaces/{ns}/functions\",method=\"POST\",status=\"201\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            "sless_http_requests_total{route=\"/fn/{ns}/{name}/{*rest}\",method=\"GET\",status=\"500\"}"
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    assert!(!text.contains("/fine"), "routes are templates, never paths");
+
+    // The projector catches up: its lag reads 0.
+    let (_, _, text) = sless_testkit::eventually(
+        "the projector's lag to be 0",
+        Duration::from_secs(30),
+        || {
+            let (c, on_api, admin) = (c.clone(), on_api.clone(), admin.clone());
+            async move {
+                let scraped = scrape(&c, &on_api, Some(&admin)).await;
+                (value(
+                    &scraped.2,
+                    "sless_projector_lag_events{projection=\"read_models\"}",
+                ) == Some(0.0))
+                .then_some(scraped)
+            }
+        },
+    )
+    .await;
+    assert!(
+        value(
+            &text,
+            "sless_projector_checkpoint_position{projection=\"read_models\"}"
+        )
+        .unwrap()
+            > 0.0,
+        "{text}"
+    );
+
+    // Its own listener: no token, and OpenMetrics when asked.
+    let own = format!("http://{listen}/metrics");
+    let res = c
+        .http
+        .get(&own)
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(
+        res.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text"),
+    );
+    let open = res.text().await.unwrap();
+    assert!(open.ends_with("# EOF\n"), "{open}");
+    assert_eq!(value(&open, &invocations("2xx")), Some(8.0), "{open}");
+    stop_dev(proc, &dir).await;
+}
