@@ -194,6 +194,13 @@ impl Driver for AnyDriver {
         }
     }
 
+    fn kind(&self) -> &'static str {
+        match self {
+            AnyDriver::Local(d) => d.kind(),
+            AnyDriver::Kubernetes(d) => d.kind(),
+        }
+    }
+
     fn runs_cron(&self) -> bool {
         match self {
             AnyDriver::Local(d) => d.runs_cron(),

@@ -18,9 +18,13 @@ use tokio::task::JoinHandle;
 
 use crate::config;
 
-/// The registry of this process.
+/// Makes the process's registry one with `cfg`'s labels: call it before
+/// anything counts.
 pub fn registry(cfg: &config::Metrics) -> Arc<Metrics> {
-    Arc::new(Metrics::new(cfg.labels))
+    if !sless_telemetry::install(Metrics::new(cfg.labels)) {
+        tracing::warn!("the metrics registry was in use before its settings were read");
+    }
+    sless_telemetry::global().clone()
 }
 
 #[derive(Clone)]

@@ -123,6 +123,9 @@ pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyh
         functions,
         unsafe_no_sandbox,
     } = args;
+    // Every role runs here: one registry, made before anything counts.
+    let metrics_config = config::Metrics::from_env()?;
+    let registry = crate::metrics::registry(&metrics_config);
     if unsafe_no_sandbox && !dev {
         anyhow::bail!(
             "--unsafe-no-sandbox is for `sless dev` only: `sless serve` serves several users, \
@@ -227,9 +230,8 @@ pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyh
     if unsafe_no_sandbox {
         state.only_namespace = Some(Namespace::for_subject(DEV_USER));
     }
-    // Every role runs here: one registry, and the database's gauges of all.
-    let metrics_config = config::Metrics::from_env()?;
-    state.metrics = crate::metrics::registry(&metrics_config);
+    // ... and the database's gauges of all.
+    state.metrics = registry;
     state.metrics_scope = Scope {
         projector: true,
         queue: true,
@@ -405,13 +407,14 @@ fn blobs_from_env() -> anyhow::Result<BlobStore> {
 }
 
 pub async fn api(listen: SocketAddr, functions: FnOrigin) -> anyhow::Result<()> {
+    let metrics_config = config::Metrics::from_env()?;
+    let registry = crate::metrics::registry(&metrics_config);
     let auth = config::TokenSettings::from_env()?.auth(None)?;
     let api_config = config::Api::from_env()?;
     let pool = pool_from_env(30).await?;
     let blobs = blobs_from_env()?;
     let mut state = app_state(pool.clone(), blobs, auth, &api_config);
-    let metrics_config = config::Metrics::from_env()?;
-    state.metrics = crate::metrics::registry(&metrics_config);
+    state.metrics = registry;
     let recorder = state.invocations.clone();
     let listeners = Listeners::bind(listen, functions).await?;
     eprintln!(
@@ -455,8 +458,9 @@ pub async fn worker(
     if unsafe_no_sandbox {
         warn_unsafe();
     }
-    let cfg = config::Worker::from_env()?;
     let metrics_config = config::Metrics::from_env()?;
+    let registry = crate::metrics::registry(&metrics_config);
+    let cfg = config::Worker::from_env()?;
     let pool = pool_from_env(10).await?;
     let blobs = blobs_from_env()?;
     let driver =
@@ -480,7 +484,6 @@ pub async fn worker(
         projector: false,
         queue: true,
     };
-    let registry = crate::metrics::registry(&metrics_config);
     let metrics = crate::metrics::listen(&metrics_config, &pool, &registry, queue, &rx).await?;
     let scheduler = cron(&driver, &pool, &cfg, &rx);
     let crashes = record_crashes(&driver, &pool, &rx);
@@ -587,6 +590,7 @@ fn cron(
 /// The read models, and the version manifests in S3.
 pub async fn projector() -> anyhow::Result<()> {
     let metrics_config = config::Metrics::from_env()?;
+    let registry = crate::metrics::registry(&metrics_config);
     let pool = pool_from_env(4).await?;
     let blobs = blobs_from_env()?;
     let (tx, rx) = watch::channel(false);
@@ -594,7 +598,6 @@ pub async fn projector() -> anyhow::Result<()> {
         projector: true,
         queue: false,
     };
-    let registry = crate::metrics::registry(&metrics_config);
     let metrics = crate::metrics::listen(&metrics_config, &pool, &registry, lag, &rx).await?;
     let task = tokio::spawn(sless_projector::run(
         pool.clone(),

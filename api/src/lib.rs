@@ -138,7 +138,7 @@ impl AppState {
             maintenance: None,
             fn_url: None,
             only_namespace: None,
-            metrics: Arc::default(),
+            metrics: sless_telemetry::global().clone(),
             metrics_scope: metrics::Scope::default(),
         }
     }

@@ -12,8 +12,8 @@
 //! other crate of sless.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -89,6 +89,29 @@ pub struct ProjectionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    pub runtime: String,
+    /// `local` or `kubernetes`.
+    pub driver: String,
+    /// `succeeded`; `failed` (the function's build or start failed);
+    /// `error` (the platform's: sless tries again).
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuntimeLabels {
+    pub runtime: String,
+    pub driver: String,
+}
+
+/// A step of the worker's that [`Metrics::step`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Build,
+    Deploy,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
     pub kind: String,
     pub state: String,
@@ -110,6 +133,26 @@ pub struct Metrics {
     pub projector_lag_events: Family<ProjectionLabels, Gauge>,
     pub projector_lag_seconds: Family<ProjectionLabels, Gauge<f64, AtomicU64>>,
     pub queue_items: Family<QueueLabels, Gauge>,
+    pub builds: Family<StepLabels, Counter>,
+    pub build_duration: Family<RuntimeLabels, Histogram>,
+    pub deploys: Family<StepLabels, Counter>,
+    pub deploy_duration: Family<RuntimeLabels, Histogram>,
+    /// Function processes (local driver) this process runs.
+    pub processes: Gauge,
+}
+
+static GLOBAL: OnceLock<Arc<Metrics>> = OnceLock::new();
+
+/// Makes `metrics` the process's registry, which [`global`] returns from
+/// now on; `false` when one was installed (or used) already.
+pub fn install(metrics: Metrics) -> bool {
+    GLOBAL.set(Arc::new(metrics)).is_ok()
+}
+
+/// The process's registry: what [`install`] made it, else one with the
+/// default labels, made on first use.
+pub fn global() -> &'static Arc<Metrics> {
+    GLOBAL.get_or_init(|| Arc::new(Metrics::default()))
 }
 
 fn seconds_histogram() -> Histogram {
@@ -140,6 +183,40 @@ impl Metrics {
         let projector_lag_events = Family::<ProjectionLabels, Gauge>::default();
         let projector_lag_seconds = Family::<ProjectionLabels, Gauge<f64, AtomicU64>>::default();
         let queue_items = Family::<QueueLabels, Gauge>::default();
+        let builds = Family::<StepLabels, Counter>::default();
+        let build_duration = Family::<RuntimeLabels, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> _,
+        );
+        let deploys = Family::<StepLabels, Counter>::default();
+        let deploy_duration = Family::<RuntimeLabels, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> _,
+        );
+        let processes = Gauge::default();
+        registry.register(
+            "sless_builds",
+            "Builds a worker ran, by runtime, driver and outcome",
+            builds.clone(),
+        );
+        registry.register(
+            "sless_build_duration_seconds",
+            "How long builds took, by runtime and driver",
+            build_duration.clone(),
+        );
+        registry.register(
+            "sless_deploys",
+            "Deploys (starts of a version) a worker ran, by runtime, driver and outcome",
+            deploys.clone(),
+        );
+        registry.register(
+            "sless_deploy_duration_seconds",
+            "How long deploys took, until the function answered its health check",
+            deploy_duration.clone(),
+        );
+        registry.register(
+            "sless_function_processes_running",
+            "Function processes this worker's local driver runs",
+            processes.clone(),
+        );
         registry.register(
             "sless_http_requests",
             "Requests the API and the functions' origin answered, by route template, method and status",
@@ -204,7 +281,32 @@ impl Metrics {
             projector_lag_events,
             projector_lag_seconds,
             queue_items,
+            builds,
+            build_duration,
+            deploys,
+            deploy_duration,
+            processes,
         }
+    }
+
+    /// Counts a build or deploy that ended with `outcome`.
+    pub fn step(&self, step: Step, runtime: &str, driver: &str, outcome: &str, seconds: f64) {
+        let (count, took) = match step {
+            Step::Build => (&self.builds, &self.build_duration),
+            Step::Deploy => (&self.deploys, &self.deploy_duration),
+        };
+        count
+            .get_or_create(&StepLabels {
+                runtime: runtime.to_owned(),
+                driver: driver.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        took.get_or_create(&RuntimeLabels {
+            runtime: runtime.to_owned(),
+            driver: driver.to_owned(),
+        })
+        .observe(seconds);
     }
 
     /// The label of function `name` of `namespace`: its name while the

@@ -159,6 +159,20 @@ async fn metrics_count_a_known_sequence_and_pass_promtool() {
         "{text}"
     );
     assert!(!text.contains("/fine"), "routes are templates, never paths");
+    // One build and one deploy, by the local driver; one process runs.
+    for step in ["builds", "deploys"] {
+        assert_eq!(
+            value(
+                &text,
+                &format!(
+                    "sless_{step}_total{{runtime=\"python3.11\",driver=\"local\",outcome=\"succeeded\"}}"
+                )
+            ),
+            Some(1.0),
+            "{step}: {text}"
+        );
+    }
+    assert_eq!(value(&text, "sless_function_processes_running"), Some(1.0));
 
     // The projector catches up: its lag reads 0.
     let (_, _, text) = sless_testkit::eventually(

@@ -204,6 +204,11 @@ pub trait Driver: Send + Sync + 'static {
         self.remove(key)
     }
 
+    /// What the metrics call the driver: `local`, `kubernetes`.
+    fn kind(&self) -> &'static str {
+        "other"
+    }
+
     /// Whether the driver fires cron triggers itself ([`Driver::sync_cron`]);
     /// when it does not, sless's scheduler fires them.
     fn runs_cron(&self) -> bool {

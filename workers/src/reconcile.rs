@@ -31,6 +31,8 @@ use sless_store::trigger_index;
 use crate::build_log::Recording;
 use crate::driver::{Artifact, BuildRequest, CronRequest, DeployRequest, Driver, DriverError};
 use crate::{HandlerError, HandlerResult};
+use sless_domain::Runtime;
+use sless_telemetry::Step;
 
 pub use sless_store::queue::RECONCILE_FUNCTION as KIND;
 
@@ -66,6 +68,29 @@ enum Recorded {
 }
 
 impl<D: Driver> Reconciler<D> {
+    /// Counts a build or deploy in the metrics: `failed` when the
+    /// function's own build or start failed, `error` when the platform did.
+    fn count<T>(
+        &self,
+        step: Step,
+        runtime: Runtime,
+        result: &Result<T, DriverError>,
+        started: std::time::Instant,
+    ) {
+        let outcome = match result {
+            Ok(_) => "succeeded",
+            Err(DriverError::Build { .. } | DriverError::Deploy { .. }) => "failed",
+            Err(DriverError::Infra(_)) => "error",
+        };
+        sless_telemetry::global().step(
+            step,
+            runtime.as_str(),
+            self.driver.kind(),
+            outcome,
+            started.elapsed().as_secs_f64(),
+        );
+    }
+
     /// Appends `event` to the function's stream if it is still at the version
     /// we read and this worker still holds the item's lease.
     async fn record(
@@ -234,6 +259,7 @@ impl<D: Driver> Reconciler<D> {
         {
             return Ok(None);
         }
+        let started = std::time::Instant::now();
         let deployed = self
             .driver
             .deploy(DeployRequest {
@@ -249,6 +275,7 @@ impl<D: Driver> Reconciler<D> {
                 },
             })
             .await;
+        self.count(Step::Deploy, spec.runtime, &deployed, started);
         match deployed {
             Ok(d) => {
                 let again = FunctionEvent::FunctionDeployed {
@@ -359,6 +386,7 @@ impl<D: Driver> Reconciler<D> {
         let recording = Recording::start(&self.pool, key, current.version)
             .await
             .map_err(HandlerError::retry)?;
+        let started = std::time::Instant::now();
         let build = self
             .driver
             .build(BuildRequest {
@@ -376,6 +404,10 @@ impl<D: Driver> Reconciler<D> {
                 log: recording.log(),
             })
             .await;
+        // A version built already only has its artifact checked.
+        if built.is_none() {
+            self.count(Step::Build, spec.runtime, &build, started);
+        }
         recording
             .finish(&self.pool, &self.blobs, &build)
             .await
@@ -405,6 +437,7 @@ impl<D: Driver> Reconciler<D> {
         if now.current_version != Some(current.version) || now.spec != state.spec {
             return Ok(Some(Recorded::Stale));
         }
+        let started = std::time::Instant::now();
         let deployed = self
             .driver
             .deploy(DeployRequest {
@@ -418,6 +451,7 @@ impl<D: Driver> Reconciler<D> {
                 artifact,
             })
             .await;
+        self.count(Step::Deploy, spec.runtime, &deployed, started);
         let events = match deployed {
             Ok(d) => vec![FunctionEvent::FunctionDeployed {
                 version: d.version,

@@ -122,6 +122,10 @@ impl Driver for KubeDriver {
         run::run(&self.inner, req).await
     }
 
+    fn kind(&self) -> &'static str {
+        "kubernetes"
+    }
+
     /// Cron triggers are CronJobs; [`CronRunRecorder`] records their runs.
     fn runs_cron(&self) -> bool {
         true

@@ -392,6 +392,14 @@ impl LocalDriver {
         &self.cfg.data_dir
     }
 
+    /// Sets the metric of the function processes this driver runs.
+    fn count_processes(&self) {
+        let n = self.registry.lock().unwrap().len();
+        sless_telemetry::global()
+            .processes
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
     fn current(&self, key: &FunctionKey) -> Option<Arc<Instance>> {
         self.registry.lock().unwrap().get(key).cloned()
     }
@@ -751,6 +759,7 @@ impl LocalDriver {
             self.spawner.clone(),
         );
         let previous = self.registry.lock().unwrap().insert(req.key, inst);
+        self.count_processes();
         if let Some(previous) = previous {
             previous.stop().await;
         }
@@ -789,6 +798,7 @@ impl Driver for LocalDriver {
         let lock = self.key_lock(key);
         let _guard = lock.lock().await;
         let inst = self.registry.lock().unwrap().remove(key);
+        self.count_processes();
         if let Some(inst) = inst {
             inst.stop().await;
         }
@@ -806,6 +816,10 @@ impl Driver for LocalDriver {
 
     fn node(&self) -> Option<Node> {
         self.cfg.placement.clone()
+    }
+
+    fn kind(&self) -> &'static str {
+        "local"
     }
 
     fn running_here(&self) -> Vec<RunningHere> {
