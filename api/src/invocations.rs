@@ -65,10 +65,27 @@ pub fn request_id(headers: &mut HeaderMap) -> HeaderValue {
 /// Middleware: gives every request an id (`request_id`) and every answer
 /// the `X-Request-Id` header with it.
 pub async fn with_request_id(mut req: Request, next: Next) -> Response {
+    use tracing::Instrument;
     let id = request_id(req.headers_mut());
-    let mut res = next.run(req).await;
+    // What is logged while the request runs says which request, and whose.
+    let namespace = namespace_of(req.uri().path());
+    let span = tracing::info_span!(
+        "request",
+        request_id = id.to_str().unwrap_or_default(),
+        namespace
+    );
+    let mut res = next.run(req).instrument(span).await;
     res.headers_mut().insert(X_REQUEST_ID, id);
     res
+}
+
+/// The namespace a path names: `/v1/namespaces/{ns}/...`, `/fn/{ns}/...`.
+fn namespace_of(path: &str) -> &str {
+    let rest = path
+        .strip_prefix("/v1/namespaces/")
+        .or_else(|| path.strip_prefix("/fn/"))
+        .unwrap_or_default();
+    rest.split('/').next().unwrap_or_default()
 }
 
 /// How the recorder batches and how long records are kept.

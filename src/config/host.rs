@@ -48,4 +48,14 @@ impl Host {
     pub fn log_filter(&self) -> Option<&str> {
         self.get("RUST_LOG")
     }
+
+    /// How log lines are written, `SLESS_LOG_FORMAT`: `text` (the default)
+    /// or `json` (one object a line, with the request's span).
+    pub fn log_json(&self) -> anyhow::Result<bool> {
+        match self.get("SLESS_LOG_FORMAT") {
+            None | Some("text") => Ok(false),
+            Some("json") => Ok(true),
+            Some(other) => anyhow::bail!("SLESS_LOG_FORMAT={other:?}: text or json"),
+        }
+    }
 }

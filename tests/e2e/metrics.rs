@@ -222,3 +222,69 @@ async fn metrics_count_a_known_sequence_and_pass_promtool() {
     assert_eq!(value(&open, &invocations("2xx")), Some(8.0), "{open}");
     stop_dev(proc, &dir).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_a_line_with_the_request_id_and_namespace() {
+    let dir = sless_testkit::scratch_dir("json-logs").join("data");
+    let (proc, c) = start_dev_configured(&dir, "log", &[], &[("SLESS_LOG_FORMAT", "json")]).await;
+    // A function that dies on each call: the failed call is logged.
+    let res = c
+        .create(json!({"name": "dies", "runtime": "python3.11", "entrypoint": "handler.handle"}))
+        .await;
+    assert_eq!(res.status(), 201);
+    let code = "import os\n\ndef handle(event):\n    os._exit(3)\n";
+    let res = c.upload("dies", zip_files(&[("handler.py", code)])).await;
+    assert_eq!(res.status(), 202);
+    c.wait_ready("dies", Duration::from_secs(120)).await;
+    let res = c
+        .http
+        .get(format!("{}/fn/{}/dies", c.fn_url, c.namespace))
+        .header("x-request-id", "json-logs-test-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 502);
+    let log = dir.with_extension("log");
+    let line = sless_testkit::eventually(
+        "the failed call's log line",
+        Duration::from_secs(30),
+        || {
+            let log = log.clone();
+            async move {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                text.lines()
+                    .find(|l| l.contains("json-logs-test-1"))
+                    .map(str::to_owned)
+            }
+        },
+    )
+    .await;
+    let entry: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(entry["span"]["request_id"], "json-logs-test-1", "{entry}");
+    assert_eq!(entry["span"]["namespace"], c.namespace.as_str(), "{entry}");
+    assert_eq!(entry["fields"]["message"], "request failed", "{entry}");
+    assert!(
+        entry["fields"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("\"dies\""),
+        "{entry}"
+    );
+    stop_dev(proc, &dir).await;
+    // Every log line is an object (what sless dev prints for people is not
+    // a log line: it does not start with `{`).
+    let text = std::fs::read_to_string(&log).unwrap();
+    let objects = text.lines().filter(|l| l.starts_with('{')).count();
+    assert!(objects > 5, "{text}");
+    for l in text.lines().filter(|l| l.starts_with('{')) {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v["timestamp"].is_string() && v["level"].is_string(), "{l}");
+    }
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains(" INFO ") || l.contains(" WARN ")),
+        "no line in the text format: {text}"
+    );
+}
