@@ -21,7 +21,12 @@ use crate::config;
 /// Makes the process's registry one with `cfg`'s labels: call it before
 /// anything counts.
 pub fn registry(cfg: &config::Metrics) -> Arc<Metrics> {
-    if !sless_telemetry::install(Metrics::new(cfg.labels)) {
+    let metrics = if cfg.on {
+        Metrics::new(cfg.labels)
+    } else {
+        Metrics::off()
+    };
+    if !sless_telemetry::install(metrics) {
         tracing::warn!("the metrics registry was in use before its settings were read");
     }
     sless_telemetry::global().clone()
@@ -47,7 +52,7 @@ pub async fn listen(
     scope: Scope,
     stop: &watch::Receiver<bool>,
 ) -> anyhow::Result<Option<JoinHandle<()>>> {
-    let Some(addr) = cfg.listen else {
+    let Some(addr) = cfg.listen.filter(|_| cfg.on) else {
         return Ok(None);
     };
     let listener = tokio::net::TcpListener::bind(addr)

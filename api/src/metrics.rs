@@ -34,6 +34,9 @@ pub async fn count_requests(
     req: Request,
     next: Next,
 ) -> Response {
+    if !metrics.is_on() {
+        return next.run(req).await;
+    }
     let started = Instant::now();
     let route = req
         .extensions()
@@ -127,5 +130,10 @@ pub async fn serve(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     crate::admin::admin(&caller, &uri)?;
+    if !state.metrics.is_on() {
+        return Err(crate::error::ApiError::not_found(
+            "metrics are off in this process (SLESS_METRICS=off)",
+        ));
+    }
     Ok(scrape(&state.pool, &state.metrics, state.metrics_scope, &headers).await)
 }

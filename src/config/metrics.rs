@@ -11,6 +11,9 @@ use super::{Get, number_from};
 /// How a process exposes its metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Metrics {
+    /// `SLESS_METRICS`: `on` (the default) or `off` (nothing is counted,
+    /// and `/metrics` is not served).
+    pub on: bool,
     /// `SLESS_METRICS_LISTEN`: a listener of its own for `/metrics`, with
     /// no token asked (for a scraper on a private network). Unset: the API
     /// role and `sless dev` serve it on the API's port to admin tokens;
@@ -27,6 +30,11 @@ impl Metrics {
     }
 
     pub(super) fn from(get: Get<'_>) -> anyhow::Result<Metrics> {
+        let on = match get("SLESS_METRICS").as_deref() {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(other) => bail!("SLESS_METRICS={other:?}: on or off"),
+        };
         let listen = match get("SLESS_METRICS_LISTEN") {
             None => None,
             Some(v) => Some(v.parse::<SocketAddr>().map_err(|_| {
@@ -45,6 +53,7 @@ impl Metrics {
             bail!("SLESS_METRICS_FUNCTIONS_PER_NAMESPACE={per_namespace} must be from 1 to 10000");
         }
         Ok(Metrics {
+            on,
             listen,
             labels: FunctionLabels {
                 enabled,
@@ -72,6 +81,8 @@ mod tests {
     fn metrics_settings_have_defaults_and_name_a_bad_value() {
         let d = with(&[]).unwrap();
         assert_eq!(d.listen, None);
+        assert!(d.on);
+        assert!(!with(&[("SLESS_METRICS", "off")]).unwrap().on);
         assert_eq!(d.labels, FunctionLabels::default());
         let s = with(&[
             ("SLESS_METRICS_LISTEN", "127.0.0.1:9464"),
@@ -84,6 +95,7 @@ mod tests {
         assert_eq!(s.labels.per_namespace, 20);
         for (name, value) in [
             ("SLESS_METRICS_LISTEN", "9464"),
+            ("SLESS_METRICS", "maybe"),
             ("SLESS_METRICS_FUNCTION_LABELS", "maybe"),
             ("SLESS_METRICS_FUNCTIONS_PER_NAMESPACE", "0"),
             ("SLESS_METRICS_FUNCTIONS_PER_NAMESPACE", "many"),

@@ -121,6 +121,8 @@ pub struct QueueLabels {
 pub struct Metrics {
     registry: Registry,
     labels: FunctionLabels,
+    /// `false`: nothing is counted (`SLESS_METRICS=off`).
+    on: bool,
     /// The function names given a label of their own, per namespace.
     named: Mutex<HashMap<String, HashSet<String>>>,
     pub http_requests: Family<HttpLabels, Counter>,
@@ -270,6 +272,7 @@ impl Metrics {
         Metrics {
             registry,
             labels,
+            on: true,
             named: Mutex::new(HashMap::new()),
             http_requests,
             http_duration,
@@ -291,6 +294,9 @@ impl Metrics {
 
     /// Counts a build or deploy that ended with `outcome`.
     pub fn step(&self, step: Step, runtime: &str, driver: &str, outcome: &str, seconds: f64) {
+        if !self.on {
+            return;
+        }
         let (count, took) = match step {
             Step::Build => (&self.builds, &self.build_duration),
             Step::Deploy => (&self.deploys, &self.deploy_duration),
@@ -307,6 +313,19 @@ impl Metrics {
             driver: driver.to_owned(),
         })
         .observe(seconds);
+    }
+
+    /// A registry that counts nothing: what `SLESS_METRICS=off` asks for.
+    pub fn off() -> Metrics {
+        Metrics {
+            on: false,
+            ..Metrics::default()
+        }
+    }
+
+    /// Whether anything is counted.
+    pub fn is_on(&self) -> bool {
+        self.on
     }
 
     /// The label of function `name` of `namespace`: its name while the
@@ -345,6 +364,9 @@ impl Metrics {
         seconds: f64,
         cold: bool,
     ) {
+        if !self.on {
+            return;
+        }
         let function = self.function(namespace, name);
         self.invocations
             .get_or_create(&InvocationLabels {
@@ -437,6 +459,19 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_registry_that_is_off_counts_nothing() {
+        let m = Metrics::off();
+        m.invocation("ns", "f", 200, "http", 0.001, true);
+        m.step(Step::Build, "python3.11", "local", "succeeded", 1.0);
+        let (text, _) = m.encode(false);
+        assert!(
+            !text.contains("sless_function_invocations_total{"),
+            "{text}"
+        );
+        assert!(!text.contains("sless_builds_total{"), "{text}");
     }
 
     #[test]
