@@ -133,6 +133,12 @@ pub const SETTINGS: &[Setting] = &[
         "the worker's scratch directory (an emptyDir at /var/lib/sless)"
     ),
     setting!(
+        "SLESS_METRICS_LISTEN",
+        "unset",
+        Container,
+        "where each role serves /metrics without a token: 0.0.0.0:9464, the port its annotations name"
+    ),
+    setting!(
         "SLESS_DRIVER",
         "local",
         Config("kubernetes"),

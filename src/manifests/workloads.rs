@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{API_PORT, FN_PORT, IMAGE, SERVICE_ACCOUNT, SYSTEM_NAMESPACE};
+use super::{API_PORT, FN_PORT, IMAGE, METRICS_PORT, SERVICE_ACCOUNT, SYSTEM_NAMESPACE};
 
 /// A role of the binary and how its pods run.
 struct Role {
@@ -108,7 +108,10 @@ fn container(
 }
 
 fn deployment(role: &Role, labels: &Value) -> Value {
-    let mut env = vec![secret_env("DATABASE_URL", "sless-database", false)];
+    let mut env = vec![
+        secret_env("DATABASE_URL", "sless-database", false),
+        json!({"name": "SLESS_METRICS_LISTEN", "value": format!("0.0.0.0:{METRICS_PORT}")}),
+    ];
     if role.s3 {
         env.push(secret_env("S3_ACCESS_KEY_ID", "sless-s3", false));
         env.push(secret_env("S3_SECRET_ACCESS_KEY", "sless-s3", false));
@@ -135,10 +138,13 @@ fn deployment(role: &Role, labels: &Value) -> Value {
         "limits": {"memory": role.memory_limit, "ephemeral-storage": "2Gi"},
     });
     let mut main = container(role.name, role.args, env, resources, mounts);
+    let metrics = json!({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"});
+    main["ports"] = json!([metrics]);
     if role.name == "api" {
         main["ports"] = json!([
             {"name": "http", "containerPort": API_PORT, "protocol": "TCP"},
             {"name": "functions", "containerPort": FN_PORT, "protocol": "TCP"},
+            metrics,
         ]);
         main["readinessProbe"] = json!({
             "httpGet": {"path": "/readyz", "port": "http"},
@@ -149,7 +155,7 @@ fn deployment(role: &Role, labels: &Value) -> Value {
             "initialDelaySeconds": 10, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6,
         });
     }
-    // The worker and the projector serve no port: no probe. Each exits when
+    // The worker and the projector serve only their metrics: no probe. Each exits when
     // it cannot go on (its task ends with the error), and the kubelet
     // restarts it.
     let migrate = container(
@@ -179,7 +185,16 @@ fn deployment(role: &Role, labels: &Value) -> Value {
             "selector": {"matchLabels": selector(role.name)},
             "strategy": strategy,
             "template": {
-                "metadata": {"labels": pod_labels},
+                "metadata": {
+                    "labels": pod_labels,
+                    // Where Prometheus's pod discovery scrapes it
+                    // (docs/observability.md).
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": METRICS_PORT.to_string(),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
                 "spec": {
                     "serviceAccountName": SERVICE_ACCOUNT,
                     "automountServiceAccountToken": role.kube_token,

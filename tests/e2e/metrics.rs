@@ -69,6 +69,47 @@ fn admin_token(dir: &Path) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
+/// Every metric family `text` has is listed in docs/observability.md, and
+/// so is every metric the Grafana dashboard (deploy/observability/) charts.
+fn documented_and_charted(text: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next())
+        .collect();
+    // A family with no series yet is not written.
+    assert!(families.len() >= 12, "{families:?}");
+    let docs = std::fs::read_to_string(root.join("docs/observability.md")).unwrap();
+    let listed = |family: &str| docs.contains(&format!("| `{family}` |"));
+    for family in &families {
+        assert!(listed(family), "{family} is not in docs/observability.md");
+    }
+    let dashboard =
+        std::fs::read_to_string(root.join("deploy/observability/sless-dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).unwrap();
+    let mut charted = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if !word.starts_with("sless_") {
+                    continue;
+                }
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| word.strip_suffix(s))
+                    .unwrap_or(word);
+                assert!(
+                    listed(family),
+                    "the dashboard charts {word}, which docs/observability.md does not list"
+                );
+                charted += 1;
+            }
+        }
+    }
+    assert!(charted >= 10, "{charted}");
+}
+
 async fn scrape(c: &Client, url: &str, token: Option<&str>) -> (u16, String, String) {
     let mut req = c.http.get(url);
     if let Some(token) = token {
@@ -173,6 +214,7 @@ async fn metrics_count_a_known_sequence_and_pass_promtool() {
         );
     }
     assert_eq!(value(&text, "sless_function_processes_running"), Some(1.0));
+    documented_and_charted(&text);
 
     // The projector catches up: its lag reads 0.
     let (_, _, text) = sless_testkit::eventually(
