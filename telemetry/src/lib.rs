@@ -112,6 +112,19 @@ pub enum Step {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkLabels {
+    pub kind: String,
+    /// `done`, `retried`, `dead` (out of attempts, or failed for good),
+    /// `lease_lost`, `handed_back` (at shutdown).
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
     pub kind: String,
     pub state: String,
@@ -141,6 +154,8 @@ pub struct Metrics {
     pub deploy_duration: Family<RuntimeLabels, Histogram>,
     /// Function processes (local driver) this process runs.
     pub processes: Gauge,
+    pub work: Family<WorkLabels, Counter>,
+    pub work_duration: Family<KindLabels, Histogram>,
 }
 
 static GLOBAL: OnceLock<Arc<Metrics>> = OnceLock::new();
@@ -194,6 +209,19 @@ impl Metrics {
             seconds_histogram as fn() -> _,
         );
         let processes = Gauge::default();
+        let work = Family::<WorkLabels, Counter>::default();
+        let work_duration =
+            Family::<KindLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
+        registry.register(
+            "sless_queue_work",
+            "Work items this worker handled, by kind and outcome (done, retried, dead, lease_lost, handed_back)",
+            work.clone(),
+        );
+        registry.register(
+            "sless_queue_work_duration_seconds",
+            "How long handling a work item took, by kind",
+            work_duration.clone(),
+        );
         registry.register(
             "sless_builds",
             "Builds a worker ran, by runtime, driver and outcome",
@@ -289,6 +317,8 @@ impl Metrics {
             deploys,
             deploy_duration,
             processes,
+            work,
+            work_duration,
         }
     }
 
@@ -382,6 +412,24 @@ impl Metrics {
         if cold {
             self.cold_starts.get_or_create(&function).inc();
         }
+    }
+
+    /// Counts a work item handled in `seconds` that ended with `outcome`.
+    pub fn work(&self, kind: &str, outcome: &str, seconds: f64) {
+        if !self.on {
+            return;
+        }
+        self.work
+            .get_or_create(&WorkLabels {
+                kind: kind.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        self.work_duration
+            .get_or_create(&KindLabels {
+                kind: kind.to_owned(),
+            })
+            .observe(seconds);
     }
 
     /// Everything, in the Prometheus text format, or OpenMetrics when

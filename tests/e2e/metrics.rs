@@ -214,6 +214,13 @@ async fn metrics_count_a_known_sequence_and_pass_promtool() {
         );
     }
     assert_eq!(value(&text, "sless_function_processes_running"), Some(1.0));
+    // The worker's reconciles of it: done, none retried or dead.
+    let done = value(
+        &text,
+        "sless_queue_work_total{kind=\"ReconcileFunction\",outcome=\"done\"}",
+    );
+    assert!(done.is_some_and(|n| n >= 1.0), "{text}");
+    assert!(!text.contains("outcome=\"dead\""), "{text}");
     documented_and_charted(&text);
 
     // The projector catches up: its lag reads 0.

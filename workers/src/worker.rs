@@ -503,6 +503,7 @@ impl<D: Driver> Worker<D> {
             let Some(cancel) = shared.start(&item) else {
                 return; // taken from us before it started
             };
+            let started = std::time::Instant::now();
             let outcome = if item.attempt > item.max_attempts {
                 Outcome::Failed(HandlerError::Fatal(
                     "the lease expired on every attempt".into(),
@@ -517,6 +518,16 @@ impl<D: Driver> Worker<D> {
                 }
             };
             shared.release(&item);
+            let counted = match &outcome {
+                Outcome::Done => "done",
+                Outcome::Stopped if shared.stopping.load(Ordering::SeqCst) => "handed_back",
+                Outcome::Stopped | Outcome::Failed(HandlerError::LeaseLost) => "lease_lost",
+                Outcome::Failed(HandlerError::Retry(_)) if item.attempt < item.max_attempts => {
+                    "retried"
+                }
+                Outcome::Failed(_) => "dead",
+            };
+            sless_telemetry::global().work(&item.kind, counted, started.elapsed().as_secs_f64());
             if let Err(e) = Box::pin(self.settle(&item, outcome, shared, ack)).await {
                 tracing::error!(error = %e, "settling a work item failed; its lease will expire");
             }
