@@ -12,7 +12,9 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sless_store::PgPool;
-use sless_telemetry::{HttpLabels, Metrics, ProjectionLabels, QueueLabels, RouteLabels};
+use sless_telemetry::{
+    ConnectionLabels, HttpLabels, Metrics, ProjectionLabels, QueueLabels, RouteLabels,
+};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -63,6 +65,16 @@ pub async fn count_requests(
 /// Reads what `scope` reports from the database into the gauges. A
 /// failure leaves them as they were (the scrape still answers).
 pub async fn refresh(pool: &PgPool, metrics: &Metrics, scope: Scope) {
+    let idle = i64::try_from(pool.num_idle()).unwrap_or(i64::MAX);
+    let size = i64::from(pool.size());
+    for (state, n) in [("idle", idle), ("in_use", (size - idle).max(0))] {
+        metrics
+            .db_connections
+            .get_or_create(&ConnectionLabels {
+                state: state.to_owned(),
+            })
+            .set(n);
+    }
     if scope.projector {
         match sless_store::gauges::projections(pool).await {
             Ok(projections) => {

@@ -80,7 +80,8 @@ impl BlobStore {
     }
 
     pub async fn exists(&self, key: &str) -> Result<bool> {
-        match self
+        let started = std::time::Instant::now();
+        let found = match self
             .client
             .head_object()
             .bucket(&self.bucket)
@@ -91,7 +92,8 @@ impl BlobStore {
             Ok(_) => Ok(true),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
             Err(e) => Err(blob_err("head", key, e)),
-        }
+        };
+        counted("head", started, found)
     }
 
     /// Stores `bytes` under a content-addressed `key`, unless it is already
@@ -116,7 +118,9 @@ impl BlobStore {
         bytes: impl Into<bytes::Bytes>,
         content_type: &str,
     ) -> Result<()> {
-        self.client
+        let started = std::time::Instant::now();
+        let put = self
+            .client
             .put_object()
             .bucket(&self.bucket)
             .key(key)
@@ -124,23 +128,33 @@ impl BlobStore {
             .body(ByteStream::from(bytes.into()))
             .send()
             .await
-            .map_err(|e| blob_err("put", key, e))?;
-        Ok(())
+            .map(|_| ())
+            .map_err(|e| blob_err("put", key, e));
+        counted("put", started, put)
     }
 
     /// Deletes the object `key` (nothing happens when it is not there).
     pub async fn delete(&self, key: &str) -> Result<()> {
-        self.client
+        let started = std::time::Instant::now();
+        let deleted = self
+            .client
             .delete_object()
             .bucket(&self.bucket)
             .key(key)
             .send()
             .await
-            .map_err(|e| blob_err("delete", key, e))?;
-        Ok(())
+            .map(|_| ())
+            .map_err(|e| blob_err("delete", key, e));
+        counted("delete", started, deleted)
     }
 
     pub async fn get(&self, key: &str) -> Result<Vec<u8>> {
+        let started = std::time::Instant::now();
+        let got = self.get_uncounted(key).await;
+        counted("get", started, got)
+    }
+
+    async fn get_uncounted(&self, key: &str) -> Result<Vec<u8>> {
         let out = self
             .client
             .get_object()
@@ -217,4 +231,10 @@ pub fn context_key(sha256: &str) -> String {
 /// prunes it.
 pub fn build_log_key(namespace: &str, name: &str, version: u32) -> String {
     format!("blobs/build-logs/{namespace}/{name}/v{version}.log")
+}
+
+/// `result`, counted in the metrics as `operation` that began at `started`.
+fn counted<T>(operation: &str, started: std::time::Instant, result: Result<T>) -> Result<T> {
+    sless_telemetry::global().s3(operation, result.is_ok(), started.elapsed().as_secs_f64());
+    result
 }

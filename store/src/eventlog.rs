@@ -172,6 +172,7 @@ pub async fn append(
         .iter()
         .map(|e| serde_json::to_value(&e.metadata).expect("metadata serializes"))
         .collect();
+    let started = std::time::Instant::now();
     let (first_write, actual, position): (bool, Option<i64>, Option<i64>) = sqlx::query_as(
         "select first_write, actual, last_position from append_events($1, $2, $3, $4, $5, $6, $7)",
     )
@@ -192,6 +193,10 @@ pub async fn append(
         )));
     }
     let actual = actual.unwrap_or_default() as u64;
+    sless_telemetry::global().append(
+        position.is_none() && !(actual == expected && events.is_empty()),
+        started.elapsed().as_secs_f64(),
+    );
     match position {
         Some(position) => Ok(Appended {
             version: actual,

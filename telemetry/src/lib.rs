@@ -120,6 +120,29 @@ pub struct WorkLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabels {
+    pub operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpOutcomeLabels {
+    pub operation: String,
+    /// `ok` or `error`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionLabels {
+    /// `idle` or `in_use`.
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
 }
@@ -156,6 +179,11 @@ pub struct Metrics {
     pub processes: Gauge,
     pub work: Family<WorkLabels, Counter>,
     pub work_duration: Family<KindLabels, Histogram>,
+    pub appends: Family<OutcomeLabels, Counter>,
+    pub append_duration: Histogram,
+    pub s3: Family<OpOutcomeLabels, Counter>,
+    pub s3_duration: Family<OpLabels, Histogram>,
+    pub db_connections: Family<ConnectionLabels, Gauge>,
 }
 
 static GLOBAL: OnceLock<Arc<Metrics>> = OnceLock::new();
@@ -209,6 +237,37 @@ impl Metrics {
             seconds_histogram as fn() -> _,
         );
         let processes = Gauge::default();
+        let appends = Family::<OutcomeLabels, Counter>::default();
+        let append_duration = seconds_histogram();
+        let s3 = Family::<OpOutcomeLabels, Counter>::default();
+        let s3_duration =
+            Family::<OpLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
+        let db_connections = Family::<ConnectionLabels, Gauge>::default();
+        registry.register(
+            "sless_event_appends",
+            "Appends to the event log by this process, by outcome (appended, conflict: the stream had moved on)",
+            appends.clone(),
+        );
+        registry.register(
+            "sless_event_append_duration_seconds",
+            "How long an append to the event log took (one statement)",
+            append_duration.clone(),
+        );
+        registry.register(
+            "sless_s3_operations",
+            "Operations on the blob store, by operation and outcome",
+            s3.clone(),
+        );
+        registry.register(
+            "sless_s3_operation_duration_seconds",
+            "How long operations on the blob store took, by operation",
+            s3_duration.clone(),
+        );
+        registry.register(
+            "sless_db_pool_connections",
+            "Connections of this process's PostgreSQL pool, idle or in use",
+            db_connections.clone(),
+        );
         let work = Family::<WorkLabels, Counter>::default();
         let work_duration =
             Family::<KindLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
@@ -319,6 +378,11 @@ impl Metrics {
             processes,
             work,
             work_duration,
+            appends,
+            append_duration,
+            s3,
+            s3_duration,
+            db_connections,
         }
     }
 
@@ -428,6 +492,38 @@ impl Metrics {
         self.work_duration
             .get_or_create(&KindLabels {
                 kind: kind.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// Counts an append to the event log.
+    pub fn append(&self, conflict: bool, seconds: f64) {
+        if !self.on {
+            return;
+        }
+        let outcome = if conflict { "conflict" } else { "appended" };
+        self.appends
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        self.append_duration.observe(seconds);
+    }
+
+    /// Counts an operation on the blob store.
+    pub fn s3(&self, operation: &str, ok: bool, seconds: f64) {
+        if !self.on {
+            return;
+        }
+        self.s3
+            .get_or_create(&OpOutcomeLabels {
+                operation: operation.to_owned(),
+                outcome: if ok { "ok" } else { "error" }.to_owned(),
+            })
+            .inc();
+        self.s3_duration
+            .get_or_create(&OpLabels {
+                operation: operation.to_owned(),
             })
             .observe(seconds);
     }

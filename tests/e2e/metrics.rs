@@ -153,6 +153,31 @@ async fn metrics_count_a_known_sequence_and_pass_promtool() {
         assert_eq!(res.status().as_u16(), expected);
     }
 
+    // One job of it.
+    let res = c
+        .http
+        .post(c.v1("/jobs"))
+        .bearer_auth(&c.token)
+        .json(&json!({"name": "once", "function": "counted", "input": {"n": 1}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202, "{}", res.text().await.unwrap());
+    sless_testkit::eventually("the job to succeed", Duration::from_secs(60), || async {
+        let job: serde_json::Value = c
+            .http
+            .get(c.v1("/jobs/once"))
+            .bearer_auth(&c.token)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (job["status"] == "Succeeded").then_some(())
+    })
+    .await;
+
     // The API's origin: admin tokens only.
     let on_api = format!("{}/metrics", c.url);
     let (status, _, _) = scrape(&c, &on_api, None).await;
@@ -172,6 +197,22 @@ async fn metrics_count_a_known_sequence_and_pass_promtool() {
             "sless_function_invocations_total{{namespace=\"{ns}\",function=\"counted\",code_class=\"{class}\",origin=\"http\"}}"
         )
     };
+    let job = format!(
+        "sless_function_invocations_total{{namespace=\"{ns}\",function=\"counted\",code_class=\"2xx\",origin=\"job\"}}"
+    );
+    assert_eq!(value(&text, &job), Some(1.0), "{text}");
+    // The log, the blob store and the database pool.
+    let appended = value(&text, "sless_event_appends_total{outcome=\"appended\"}");
+    assert!(appended.is_some_and(|n| n >= 5.0), "{text}");
+    let put = value(
+        &text,
+        "sless_s3_operations_total{operation=\"put\",outcome=\"ok\"}",
+    );
+    assert!(put.is_some_and(|n| n >= 1.0), "{text}");
+    assert!(
+        value(&text, "sless_db_pool_connections{state=\"idle\"}").is_some(),
+        "{text}"
+    );
     assert_eq!(value(&text, &invocations("2xx")), Some(8.0), "{text}");
     assert_eq!(value(&text, &invocations("5xx")), Some(2.0), "{text}");
     assert_eq!(
@@ -181,7 +222,8 @@ async fn metrics_count_a_known_sequence_and_pass_promtool() {
                 "sless_function_duration_seconds_count{{namespace=\"{ns}\",function=\"counted\"}}"
             )
         ),
-        Some(10.0)
+        Some(11.0),
+        "ten calls and one job"
     );
     assert_eq!(
         value(

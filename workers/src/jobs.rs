@@ -212,6 +212,14 @@ impl<D: Driver> Reconciler<D> {
                 .unwrap_or_else(|| format!("exit code {:?}", result.exit_code))
         });
         let duration = Duration::from_millis(result.duration_ms);
+        sless_telemetry::global().invocation(
+            ns.as_str(),
+            request.function.as_str(),
+            status,
+            origin,
+            duration.as_secs_f64(),
+            false,
+        );
         let bytes_out = result.stdout.bytes + result.stderr.bytes;
         let error_kind = error_kind(&result).map(str::to_owned);
         self.job_append(
