@@ -115,25 +115,18 @@ impl LocalDriver {
             Some(_) => self.warm_for(&as_deploy).await,
             None => None,
         };
-        let spawned = match warm {
-            // The event goes on stdin, after the line.
-            Some(warm) => {
-                let to = pool::Specialisation {
-                    artifact_dir: &artifact_dir,
-                    spec: &spec,
-                    memory_mb: req.memory_mb,
-                    job: Some((&event, cpu_secs)),
-                };
-                match warm.specialise(to).await {
-                    Ok(running) => Ok(running),
-                    Err(e) => {
-                        tracing::warn!(run = %req.run, "a process of the warm pool could not take the run ({e}); starting one");
-                        process::spawn(&self.spawner, &spec, Stdio::null()).await
-                    }
-                }
-            }
-            None => process::spawn(&self.spawner, &spec, Stdio::null()).await,
+        // From the pool, the event goes on stdin, after the line.
+        let to = pool::Specialisation {
+            artifact_dir: &artifact_dir,
+            spec: &spec,
+            memory_mb: req.memory_mb,
+            job: Some((&event, cpu_secs)),
         };
+        let what = format!("run {}", req.run);
+        let cold = async || process::spawn(&self.spawner, &spec, Stdio::null()).await;
+        let spawned = pool::warm_or_cold(warm, to, &what, cold)
+            .await
+            .map(|(running, _)| running);
         let mut running = spawned.map_err(|e| {
             DriverError::Infra(format!(
                 "cannot start {}: {e}",

@@ -692,27 +692,24 @@ impl LocalDriver {
                 1 => self.warm_for(&req).await,
                 _ => None,
             };
-            let started = match warm {
-                Some(warm) => {
-                    let to = pool::Specialisation {
-                        artifact_dir: &artifact_dir,
-                        spec: &spec,
-                        memory_mb: req.memory_mb,
-                        job: None,
-                    };
-                    match warm.specialise(to).await {
-                        Ok(mut running) => {
-                            process::read_output(&mut running, &sink);
-                            Ok(running)
-                        }
-                        Err(e) => {
-                            tracing::warn!(function = %req.key, "a process of the warm pool could not take the function ({e}); starting one");
-                            process::start(&self.spawner, &spec, &sink).await
-                        }
-                    }
-                }
-                None => process::start(&self.spawner, &spec, &sink).await,
+            let to = pool::Specialisation {
+                artifact_dir: &artifact_dir,
+                spec: &spec,
+                memory_mb: req.memory_mb,
+                job: None,
             };
+            let what = format!("function {}", req.key);
+            let cold = async || process::start(&self.spawner, &spec, &sink).await;
+            let started =
+                pool::warm_or_cold(warm, to, &what, cold)
+                    .await
+                    .map(|(mut running, pooled)| {
+                        // A cold start reads its output from the start.
+                        if pooled {
+                            process::read_output(&mut running, &sink);
+                        }
+                        running
+                    });
             let mut running = started.map_err(|e| {
                 DriverError::Infra(format!(
                     "cannot start {}: {e}",

@@ -160,6 +160,26 @@ impl Warm {
     }
 }
 
+/// A process for `to`: `warm` specialised for it, and `true`; without one,
+/// or when specialising it fails (logged, naming `what`), one `cold` starts,
+/// and `false`.
+pub(crate) async fn warm_or_cold(
+    warm: Option<Warm>,
+    to: Specialisation<'_>,
+    what: &str,
+    cold: impl AsyncFnOnce() -> std::io::Result<Running>,
+) -> std::io::Result<(Running, bool)> {
+    if let Some(warm) = warm {
+        match warm.specialise(to).await {
+            Ok(running) => return Ok((running, true)),
+            Err(e) => tracing::warn!(
+                "a process of the warm pool could not take {what} ({e}); starting one"
+            ),
+        }
+    }
+    Ok((cold().await?, false))
+}
+
 /// A waiting process's holder, asked for it with a reply channel.
 type Slot = oneshot::Sender<oneshot::Sender<Warm>>;
 
