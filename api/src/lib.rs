@@ -206,7 +206,6 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(health::healthz))
         .routes(routes!(openapi::document))
         .split_for_parts();
-    let router = router.route("/metrics", axum::routing::get(metrics::serve));
     utoipa::openapi::OpenApi::merge(&mut doc, functions_doc);
     let doc: Arc<str> = serde_json::to_string(&openapi::finish(doc))
         .expect("the OpenAPI document serializes")
@@ -214,6 +213,7 @@ pub fn router(state: AppState) -> Router {
     // On this origin `/fn/...` only points at the functions' origin.
     let router = router
         .merge(console::routes())
+        .merge(metrics::routes())
         .layer(Extension(doc))
         .fallback(api_fallback);
     finish(router, state)

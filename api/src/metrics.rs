@@ -134,6 +134,13 @@ pub async fn scrape(
         .into_response()
 }
 
+/// `/metrics` on the API's origin. Prometheus's text, not an operation of
+/// the API's JSON: it is not in the OpenAPI document (as the console's
+/// pages are not).
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new().route("/metrics", axum::routing::get(serve))
+}
+
 /// `GET /metrics` on the API's origin: admin tokens only.
 pub async fn serve(
     State(state): State<AppState>,

@@ -435,18 +435,21 @@ async fn every_documented_operation_is_routed_and_no_other_method_is() {
 }
 
 /// Routes are added to the routers only with `routes!`, which documents
-/// them: the routers' source adds none any other way. The one exception is
+/// them: the routers' source adds none any other way. The exceptions are
 /// the console's pages (`console::routes()`: HTML for browsers under
 /// `/console` and the seed's plain text under `/funcs`, none of them an
 /// operation of the API), which `console_routes_are_pages_outside_the_api`
-/// checks.
+/// checks, and `/metrics` (`metrics::routes()`: Prometheus's text, for
+/// admin tokens, docs/observability.md).
 #[test]
 fn the_router_adds_routes_only_documented() {
     let src = include_str!("../../src/lib.rs");
     for router in ["pub fn router(", "pub fn fn_router(", "fn function_routes("] {
         let start = src.find(router).expect("the router function");
         let end = start + src[start..].find("\n}\n").expect("its end");
-        let body = src[start..end].replace(".merge(console::routes())", "");
+        let body = src[start..end]
+            .replace(".merge(console::routes())", "")
+            .replace(".merge(metrics::routes())", "");
         let body = body.as_str();
         for undocumented in [".route(", ".route_service(", ".nest_service(", ".merge("] {
             assert!(
