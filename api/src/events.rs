@@ -462,6 +462,7 @@ pub async fn tail(
         }
     };
     let tailer = Tailer {
+        _following: state.metrics.follow_audit(),
         pool: state.pool.clone(),
         filter,
         at: start,
@@ -479,6 +480,8 @@ pub async fn tail(
 
 /// One client's tail: where it is, and what it has read but not sent.
 struct Tailer {
+    /// Counted in the metrics while it follows.
+    _following: sless_telemetry::Following,
     pool: PgPool,
     filter: Filter,
     /// Where the next read starts.

@@ -184,6 +184,19 @@ pub struct Metrics {
     pub s3: Family<OpOutcomeLabels, Counter>,
     pub s3_duration: Family<OpLabels, Histogram>,
     pub db_connections: Family<ConnectionLabels, Gauge>,
+    /// Clients following the audit log (its Server-Sent Events tail).
+    pub audit_followers: Gauge,
+}
+
+/// One client counted by [`Metrics::follow_audit`] while this lives.
+pub struct Following(Option<Gauge>);
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        if let Some(level) = &self.0 {
+            level.dec();
+        }
+    }
 }
 
 static GLOBAL: OnceLock<Arc<Metrics>> = OnceLock::new();
@@ -243,6 +256,12 @@ impl Metrics {
         let s3_duration =
             Family::<OpLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
         let db_connections = Family::<ConnectionLabels, Gauge>::default();
+        let audit_followers = Gauge::default();
+        registry.register(
+            "sless_audit_followers",
+            "Clients following the audit log's Server-Sent Events tail in this process",
+            audit_followers.clone(),
+        );
         registry.register(
             "sless_event_appends",
             "Appends to the event log by this process, by outcome (appended, conflict: the stream had moved on)",
@@ -383,6 +402,7 @@ impl Metrics {
             s3,
             s3_duration,
             db_connections,
+            audit_followers,
         }
     }
 
@@ -420,6 +440,16 @@ impl Metrics {
     /// Whether anything is counted.
     pub fn is_on(&self) -> bool {
         self.on
+    }
+
+    /// Counts one more client following the audit log, until the handle
+    /// is dropped.
+    pub fn follow_audit(&self) -> Following {
+        if !self.on {
+            return Following(None);
+        }
+        self.audit_followers.inc();
+        Following(Some(self.audit_followers.clone()))
     }
 
     /// The label of function `name` of `namespace`: its name while the

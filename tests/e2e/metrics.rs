@@ -292,6 +292,36 @@ async fn metrics_count_a_known_sequence_and_pass_promtool() {
         "{text}"
     );
 
+    // A client following the audit log is counted while it does.
+    let follower = c
+        .http
+        .get(c.v1("/events/stream"))
+        .bearer_auth(&c.token)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(follower.status(), 200);
+    let followers = |text: &str| value(text, "sless_audit_followers");
+    let (c2, on_api2, admin2) = (c.clone(), on_api.clone(), admin.clone());
+    sless_testkit::eventually("one follower counted", Duration::from_secs(30), || {
+        let (c, on_api, admin) = (c2.clone(), on_api2.clone(), admin2.clone());
+        async move {
+            let (_, _, text) = scrape(&c, &on_api, Some(&admin)).await;
+            (followers(&text) == Some(1.0)).then_some(())
+        }
+    })
+    .await;
+    drop(follower);
+    sless_testkit::eventually("the follower gone", Duration::from_secs(30), || {
+        let (c, on_api, admin) = (c.clone(), on_api.clone(), admin.clone());
+        async move {
+            let (_, _, text) = scrape(&c, &on_api, Some(&admin)).await;
+            (followers(&text) == Some(0.0)).then_some(())
+        }
+    })
+    .await;
+
     // Its own listener: no token, and OpenMetrics when asked.
     let own = format!("http://{listen}/metrics");
     let res = c
