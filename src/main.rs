@@ -175,23 +175,74 @@ fn main() -> anyhow::Result<ExitCode> {
         .log_filter()
         .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| default_filter.into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if host.log_json()? {
-        // The request's id and namespace come with the span it runs in.
-        logs.json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .init();
-    } else {
-        logs.init();
-    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async {
-        match cli.command {
+    let traces = logging(&cli.command, &host, filter, rt.handle())?;
+    let done = rt.block_on(run(cli.command, host));
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    done
+}
+
+/// Log lines on stderr (text, or JSON with `SLESS_LOG_FORMAT=json`), and
+/// traces when the `OTEL_*` variables ask for them: their exporter, to be
+/// shut down before the runtime `rt` ends.
+fn logging(
+    command: &Command,
+    host: &config::Host,
+    filter: tracing_subscriber::EnvFilter,
+    rt: &tokio::runtime::Handle,
+) -> anyhow::Result<Option<sless_telemetry::trace::Exporter>> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::filter::FilterExt;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let shown = tracing_subscriber::filter::filter_fn(sless_telemetry::trace::logged);
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = if host.log_json()? {
+        // The request's id and namespace (and, with traces, the trace and
+        // span ids) come with the span it runs in.
+        logs.json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_filter(filter.and(shown))
+            .boxed()
+    } else {
+        logs.with_filter(filter.and(shown)).boxed()
+    };
+    let settings = config::traces(role(command))?;
+    match sless_telemetry::trace::install(&settings, rt.clone()).map_err(anyhow::Error::msg)? {
+        Some((traces, exporter)) => {
+            tracing_subscriber::registry()
+                .with(logs)
+                .with(traces)
+                .init();
+            Ok(Some(exporter))
+        }
+        None => {
+            tracing_subscriber::registry().with(logs).init();
+            Ok(None)
+        }
+    }
+}
+
+/// The role a command runs as, which names its service in traces.
+fn role(command: &Command) -> &'static str {
+    match command {
+        Command::Dev(_) => "dev",
+        Command::Serve(_) => "serve",
+        Command::Api { .. } => "api",
+        Command::Worker { .. } => "worker",
+        Command::Projector => "projector",
+        _ => "cli",
+    }
+}
+
+async fn run(command: Command, host: config::Host) -> anyhow::Result<ExitCode> {
+    async {
+        match command {
             Command::Dev(args) => serve::all_in_one(args, true, &host).await?,
             Command::Serve(args) => serve::all_in_one(args, false, &host).await?,
             Command::Api { listen, functions } => serve::api(listen, functions).await?,
@@ -263,6 +314,7 @@ fn main() -> anyhow::Result<ExitCode> {
             }
         }
         Ok(ExitCode::SUCCESS)
-    })
+    }
+    .await
     .context("sless")
 }

@@ -155,7 +155,7 @@ impl RequestContext {
         Ok(RequestContext {
             caller,
             request_id: header("x-request-id").unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
-            traceparent: header("traceparent"),
+            traceparent: sless_telemetry::trace::current().or_else(|| header("traceparent")),
             idempotency,
             precondition: Precondition::from_headers(headers)?,
         })

@@ -72,9 +72,24 @@ pub async fn with_request_id(mut req: Request, next: Next) -> Response {
     let span = tracing::info_span!(
         "request",
         request_id = id.to_str().unwrap_or_default(),
-        namespace
+        namespace,
+        otel.name = tracing::field::Empty,
+        otel.kind = "server",
+        http.route = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
     );
-    let mut res = next.run(req).instrument(span).await;
+    // With traces on, the request continues its caller's trace.
+    let traceparent = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok());
+    sless_telemetry::trace::continue_from(&span, traceparent);
+    let mut res = next.run(req).instrument(span.clone()).await;
+    if sless_telemetry::trace::enabled() {
+        span.record("http.response.status_code", res.status().as_u16());
+    }
     res.headers_mut().insert(X_REQUEST_ID, id);
     res
 }

@@ -36,6 +36,22 @@ pub async fn count_requests(
     req: Request,
     next: Next,
 ) -> Response {
+    if sless_telemetry::trace::enabled() {
+        // The request's span is named after its route, as the metrics are.
+        let route = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map(MatchedPath::as_str);
+        let span = tracing::Span::current();
+        span.record(
+            "otel.name",
+            format!("{} {}", req.method(), route.unwrap_or("")).trim_end(),
+        );
+        if let Some(route) = route {
+            span.record("http.route", route);
+        }
+        sless_telemetry::trace::record_ids(&span);
+    }
     if !metrics.is_on() {
         return next.run(req).await;
     }

@@ -1,4 +1,5 @@
-//! The metrics of every role (`SLESS_METRICS_*`, docs/observability.md).
+//! The metrics of every role (`SLESS_METRICS_*`, docs/observability.md),
+//! and its traces (the standard `OTEL_*` variables).
 
 use std::net::SocketAddr;
 
@@ -61,6 +62,16 @@ impl Metrics {
             },
         })
     }
+}
+
+/// Whether the process of `role` sends traces, as the standard variables
+/// say (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
+/// `OTEL_SERVICE_NAME`, `OTEL_SDK_DISABLED`, `OTEL_TRACES_EXPORTER`,
+/// `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`);
+/// the OpenTelemetry SDK itself reads the sampler's, the batches' and the
+/// exporter's headers and timeout.
+pub fn traces(role: &str) -> anyhow::Result<sless_telemetry::trace::Settings> {
+    sless_telemetry::trace::Settings::read(role, var).map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]

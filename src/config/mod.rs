@@ -39,7 +39,7 @@ pub use dev::Dev;
 pub use host::Host;
 pub use kube::Kube;
 pub use local::Local;
-pub use metrics::Metrics;
+pub use metrics::{Metrics, traces};
 pub use store::{Blobs, Database};
 pub use tokens::TokenSettings;
 pub use worker::{DriverKind, Worker};

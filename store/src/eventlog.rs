@@ -23,6 +23,7 @@ use sless_domain::job::JobEvent;
 use sless_domain::trigger::TriggerEvent;
 use sless_domain::{Aggregate, FunctionEvent, FunctionKey, Namespace};
 use sqlx::{AssertSqlSafe, PgConnection, PgExecutor, Row};
+use tracing::Instrument;
 
 use crate::{Error, Result};
 
@@ -168,10 +169,28 @@ pub async fn append(
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
     let namespaces: Vec<&str> = events.iter().map(|e| e.namespace.as_str()).collect();
     let data: Vec<serde_json::Value> = events.iter().map(|e| e.data.clone()).collect();
+    // An event records the trace it was appended in, unless it names one.
+    let trace = sless_telemetry::trace::current();
     let metadata: Vec<serde_json::Value> = events
         .iter()
-        .map(|e| serde_json::to_value(&e.metadata).expect("metadata serializes"))
+        .map(|e| match (&e.metadata.traceparent, &trace) {
+            (None, Some(t)) => {
+                let mut m = e.metadata.clone();
+                m.traceparent = Some(t.clone());
+                serde_json::to_value(&m)
+            }
+            _ => serde_json::to_value(&e.metadata),
+        })
+        .map(|m| m.expect("metadata serializes"))
         .collect();
+    let span = tracing::info_span!(
+        target: sless_telemetry::trace::TARGET,
+        "append",
+        otel.kind = "client",
+        db.system.name = "postgresql",
+        stream,
+        events = events.len(),
+    );
     let started = std::time::Instant::now();
     let (first_write, actual, position): (bool, Option<i64>, Option<i64>) = sqlx::query_as(
         "select first_write, actual, last_position from append_events($1, $2, $3, $4, $5, $6, $7)",
@@ -184,6 +203,7 @@ pub async fn append(
     .bind(&data)
     .bind(&metadata)
     .fetch_one(&mut *conn)
+    .instrument(span)
     .await?;
     if !first_write {
         // Another write came first: the stream lock would no longer order this

@@ -76,17 +76,43 @@ pub async fn enqueue_reconcile_all(pool: &PgPool) -> Result<u64> {
 /// Adds work for `key`, or refreshes the pending item that is already there
 /// (newer desired state supersedes older pending work: the payload is
 /// replaced, the attempt count starts over, and it is due now).
+///
+/// With traces on, the payload records the trace it was enqueued in
+/// (`traceparent`: the worker's span continues it) unless it names its
+/// causes itself (`links`: a cron tick's). A superseded item's causes are
+/// kept as `links` of the new one, at most [`MAX_LINKS`].
 pub async fn enqueue<'e>(
     exec: impl PgExecutor<'e>,
     kind: &str,
     key: &str,
     payload: &serde_json::Value,
 ) -> Result<()> {
+    let traced;
+    let payload = match sless_telemetry::trace::current() {
+        Some(tp) if payload.get("links").is_none() && payload.get("traceparent").is_none() => {
+            let mut p = payload.as_object().cloned().unwrap_or_default();
+            p.insert("traceparent".into(), tp.into());
+            traced = serde_json::Value::Object(p);
+            &traced
+        }
+        _ => payload,
+    };
     sqlx::query(
         "with upsert as (
              insert into work_items (kind, key, payload) values ($1, $2, $3)
              on conflict (key) where state = 'pending'
-             do update set kind = excluded.kind, payload = excluded.payload,
+             do update set kind = excluded.kind,
+                           payload = case
+                               when work_items.payload ?| array['traceparent', 'links'] then
+                                   excluded.payload || jsonb_build_object('links', jsonb_path_query_array(
+                                       coalesce(excluded.payload -> 'links', '[]')
+                                       || coalesce(work_items.payload -> 'links', '[]')
+                                       || case when work_items.payload ? 'traceparent'
+                                              then jsonb_build_array(work_items.payload -> 'traceparent')
+                                              else '[]' end,
+                                       $5::jsonpath))
+                               else excluded.payload
+                           end,
                            attempts = 0, run_at = now(), last_error = null
              returning 1
          )
@@ -96,9 +122,26 @@ pub async fn enqueue<'e>(
     .bind(key)
     .bind(payload)
     .bind(CHANNEL)
+    .bind(format!("$[0 to {}]", MAX_LINKS - 1))
     .execute(exec)
     .await?;
     Ok(())
+}
+
+/// The most trace links a work item keeps of the items it superseded.
+pub const MAX_LINKS: usize = 16;
+
+/// The trace contexts a work item continues: the one that caused it, if
+/// one did alone, and the links to the others.
+pub fn trace_of(item: &WorkItem) -> (Option<&str>, Vec<&str>) {
+    let parent = item.payload.get("traceparent").and_then(|v| v.as_str());
+    let links = item
+        .payload
+        .get("links")
+        .and_then(|v| v.as_array())
+        .map(|l| l.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    (parent, links)
 }
 
 /// Which kinds of work a claim may take. A worker has a pool of handler

@@ -742,3 +742,5 @@ async fn handed_back_items_are_due_now_unless_newer_work_supersedes_them() {
 
 #[path = "queue/kinds.rs"]
 mod kinds;
+#[path = "queue/traces.rs"]
+mod traces;

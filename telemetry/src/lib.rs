@@ -11,6 +11,8 @@
 //! This crate sits at the bottom of the dependency graph: it depends on no
 //! other crate of sless.
 
+pub mod trace;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -18,6 +18,7 @@ mod scaling;
 #[path = "../support/mod.rs"]
 mod support;
 mod terraform;
+mod traces;
 mod triggers;
 mod worker_kill;
 

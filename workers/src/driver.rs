@@ -176,6 +176,40 @@ pub enum DriverError {
     Infra(String),
 }
 
+/// Runs a driver's `step` (`build`, `deploy`, `run`) of `version` of the
+/// function `key` as a span of the work item's trace (traces only), marked
+/// as an error when it fails.
+pub async fn traced<T>(
+    step: &'static str,
+    key: &FunctionKey,
+    version: u32,
+    runtime: Runtime,
+    driver: &'static str,
+    work: impl Future<Output = Result<T, DriverError>>,
+) -> Result<T, DriverError> {
+    use tracing::Instrument;
+    if !sless_telemetry::trace::enabled() {
+        return work.await;
+    }
+    let span = tracing::info_span!(
+        target: sless_telemetry::trace::TARGET,
+        "driver step",
+        otel.name = step,
+        otel.status_code = tracing::field::Empty,
+        otel.status_message = tracing::field::Empty,
+        faas.name = %key.queue_key(),
+        version,
+        runtime = runtime.as_str(),
+        driver,
+    );
+    let done = work.instrument(span.clone()).await;
+    if let Err(e) = &done {
+        span.record("otel.status_code", "ERROR");
+        span.record("otel.status_message", e.to_string());
+    }
+    done
+}
+
 /// A place functions run. Every method is idempotent: calling it twice with
 /// the same request has the effect of calling it once.
 pub trait Driver: Send + Sync + 'static {

@@ -20,7 +20,7 @@ use sless_store::invocations::{self, Invocation};
 use sless_store::queue::{self, WorkItem};
 
 use crate::driver::{
-    Artifact, BuildLog, BuildRequest, Captured, Driver, DriverError, JobOutput, JobRequest,
+    self, Artifact, BuildLog, BuildRequest, Captured, Driver, DriverError, JobOutput, JobRequest,
 };
 use crate::reconcile::Reconciler;
 use crate::{HandlerError, HandlerResult};
@@ -289,9 +289,13 @@ impl<D: Driver> Reconciler<D> {
             .get(&source.context_key)
             .await
             .map_err(HandlerError::retry)?;
-        let artifact = match self
-            .driver
-            .build(BuildRequest {
+        let artifact = match driver::traced(
+            "build",
+            &key,
+            request.version,
+            runtime,
+            self.driver.kind(),
+            self.driver.build(BuildRequest {
                 key: key.clone(),
                 version: request.version,
                 runtime,
@@ -306,8 +310,9 @@ impl<D: Driver> Reconciler<D> {
                 // The version's build log is its reconcile's build; this
                 // one (normally found cached) is the run's business only.
                 log: BuildLog::default(),
-            })
-            .await
+            }),
+        )
+        .await
         {
             Ok(a) => a,
             Err(DriverError::Build { message, log_tail }) => {
@@ -318,10 +323,14 @@ impl<D: Driver> Reconciler<D> {
             }
             Err(e) => return Err(HandlerError::retry(e)),
         };
-        let run = self
-            .driver
-            .run_job(JobRequest {
-                key,
+        let run = driver::traced(
+            "run",
+            &key,
+            request.version,
+            runtime,
+            self.driver.kind(),
+            self.driver.run_job(JobRequest {
+                key: key.clone(),
                 run: stream.to_owned(),
                 version: request.version,
                 runtime,
@@ -331,8 +340,9 @@ impl<D: Driver> Reconciler<D> {
                 timeout: Duration::from_secs(request.timeout_sec as u64),
                 artifact,
                 event: handler_event(request),
-            })
-            .await;
+            }),
+        )
+        .await;
         match run {
             Ok(out) => Ok(run_result(out)),
             Err(DriverError::Infra(e)) => Err(HandlerError::Retry(e)),

@@ -29,7 +29,9 @@ use sless_store::queue::{self, WorkItem};
 use sless_store::trigger_index;
 
 use crate::build_log::Recording;
-use crate::driver::{Artifact, BuildRequest, CronRequest, DeployRequest, Driver, DriverError};
+use crate::driver::{
+    self, Artifact, BuildRequest, CronRequest, DeployRequest, Driver, DriverError,
+};
 use crate::{HandlerError, HandlerResult};
 use sless_domain::Runtime;
 use sless_telemetry::Step;
@@ -260,9 +262,13 @@ impl<D: Driver> Reconciler<D> {
             return Ok(None);
         }
         let started = std::time::Instant::now();
-        let deployed = self
-            .driver
-            .deploy(DeployRequest {
+        let deployed = driver::traced(
+            "deploy",
+            key,
+            served,
+            spec.runtime,
+            self.driver.kind(),
+            self.driver.deploy(DeployRequest {
                 key: key.clone(),
                 version: served,
                 runtime: spec.runtime,
@@ -273,8 +279,9 @@ impl<D: Driver> Reconciler<D> {
                 artifact: Artifact {
                     reference: state.artifacts[&served].clone(),
                 },
-            })
-            .await;
+            }),
+        )
+        .await;
         self.count(Step::Deploy, spec.runtime, &deployed, started);
         match deployed {
             Ok(d) => {
@@ -387,9 +394,13 @@ impl<D: Driver> Reconciler<D> {
             .await
             .map_err(HandlerError::retry)?;
         let started = std::time::Instant::now();
-        let build = self
-            .driver
-            .build(BuildRequest {
+        let build = driver::traced(
+            "build",
+            key,
+            current.version,
+            spec.runtime,
+            self.driver.kind(),
+            self.driver.build(BuildRequest {
                 key: key.clone(),
                 version: current.version,
                 runtime: spec.runtime,
@@ -402,8 +413,9 @@ impl<D: Driver> Reconciler<D> {
                     .cloned()
                     .map(|reference| Artifact { reference }),
                 log: recording.log(),
-            })
-            .await;
+            }),
+        )
+        .await;
         // A version built already only has its artifact checked.
         if built.is_none() {
             self.count(Step::Build, spec.runtime, &build, started);
@@ -438,9 +450,13 @@ impl<D: Driver> Reconciler<D> {
             return Ok(Some(Recorded::Stale));
         }
         let started = std::time::Instant::now();
-        let deployed = self
-            .driver
-            .deploy(DeployRequest {
+        let deployed = driver::traced(
+            "deploy",
+            key,
+            current.version,
+            spec.runtime,
+            self.driver.kind(),
+            self.driver.deploy(DeployRequest {
                 key: key.clone(),
                 version: current.version,
                 runtime: spec.runtime,
@@ -449,8 +465,9 @@ impl<D: Driver> Reconciler<D> {
                 timeout_sec: spec.timeout_sec,
                 env_vars: spec.env_vars.clone(),
                 artifact,
-            })
-            .await;
+            }),
+        )
+        .await;
         self.count(Step::Deploy, spec.runtime, &deployed, started);
         let events = match deployed {
             Ok(d) => vec![FunctionEvent::FunctionDeployed {

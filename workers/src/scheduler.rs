@@ -33,6 +33,7 @@ use sless_store::jobs::{last_cron_run, unfinished_cron_run};
 use sless_store::triggers::{CronTrigger, enabled_cron};
 use sless_store::{PgPool, queue};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 /// Most ticks counted as missed before one that fires.
 const MAX_MISSED_COUNTED: u32 = 10_000;
@@ -92,7 +93,16 @@ impl Scheduler {
             if self.handled.lock().unwrap().get(&id) == Some(&at) {
                 continue;
             }
-            match self.fire(&t, &cron, at).await {
+            // A tick is a trace of its own; the run it enqueues links to it.
+            let span = tracing::info_span!(
+                target: sless_telemetry::trace::TARGET,
+                "cron tick",
+                otel.kind = "producer",
+                namespace = %t.namespace,
+                trigger = %t.name,
+                scheduled_at = %at.to_rfc3339(),
+            );
+            match self.fire(&t, &cron, at).instrument(span).await {
                 Ok(Fired::Run(stream)) => report.fired.push(stream),
                 Ok(Fired::Skipped(stream)) => report.skipped.push(stream),
                 Ok(Fired::Already) => report.already += 1,
@@ -202,7 +212,11 @@ impl Scheduler {
             Err(e) => return Err(e),
         }
         if skip.is_none() {
-            queue::enqueue(&mut *tx, queue::RUN_JOB, &stream, &serde_json::json!({})).await?;
+            let payload = match sless_telemetry::trace::current() {
+                Some(tick) => serde_json::json!({ "links": [tick] }),
+                None => serde_json::json!({}),
+            };
+            queue::enqueue(&mut *tx, queue::RUN_JOB, &stream, &payload).await?;
         }
         tx.commit().await?;
         Ok(match skip {

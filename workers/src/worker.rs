@@ -498,7 +498,23 @@ impl<D: Driver> Worker<D> {
 
     /// Runs one item under its lease, then settles it.
     async fn process(&self, item: WorkItem, shared: &Shared, ack: &Ack) {
-        let span = tracing::info_span!("work", id = item.id, kind = %item.kind, key = %item.key, attempt = item.attempt);
+        let span = tracing::info_span!(
+            "work",
+            id = item.id,
+            kind = %item.kind,
+            key = %item.key,
+            attempt = item.attempt,
+            otel.name = format!("process {}", item.kind),
+            otel.kind = "consumer",
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+        );
+        // It continues the trace of what caused it: the request whose events
+        // enqueued it, or links to a cron tick and to superseded requests.
+        let (parent, links) = queue::trace_of(&item);
+        sless_telemetry::trace::continue_from(&span, parent);
+        sless_telemetry::trace::link(&span, &links);
+        sless_telemetry::trace::record_ids(&span);
         async {
             let Some(cancel) = shared.start(&item) else {
                 return; // taken from us before it started
