@@ -12,6 +12,7 @@ mod console;
 mod jail;
 mod lag;
 mod nginx;
+mod otlp;
 mod pgbench;
 mod projector;
 mod proxy;

@@ -12,7 +12,9 @@ use sless_workers::local::{LocalDriver, LocalDriverConfig};
 use sless_workers::{Reconciler, Worker, WorkerConfig};
 use tokio::sync::watch;
 
+use crate::otlp::Sink;
 use crate::{Server, percentile};
+use sless_telemetry::trace::Exporter;
 
 #[derive(clap::Args)]
 pub struct DrainArgs {
@@ -32,9 +34,58 @@ pub struct DrainArgs {
     /// that many copies of this binary as workers.
     #[arg(long, default_value_t = 1)]
     processes: usize,
+    /// What the workers record: nothing, metrics (sless's default), or
+    /// metrics and traces of every item (sampled at 100%, sent over OTLP to
+    /// a sink on loopback).
+    #[arg(long, value_enum, default_value = "metrics")]
+    telemetry: Telemetry,
     /// (internal) Run as a worker process against this database until killed.
     #[arg(long, hide = true)]
     join: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Telemetry {
+    Off,
+    Metrics,
+    Traces,
+}
+
+impl Telemetry {
+    fn name(self) -> &'static str {
+        match self {
+            Telemetry::Off => "off",
+            Telemetry::Metrics => "metrics",
+            Telemetry::Traces => "traces",
+        }
+    }
+
+    /// Sets this process's metrics and traces up as `sless worker` would:
+    /// the traces' sink and exporter, when they are on.
+    async fn install(self) -> anyhow::Result<Option<(Sink, Exporter)>> {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        if self == Telemetry::Off {
+            sless_telemetry::install(sless_telemetry::Metrics::off());
+            return Ok(None);
+        }
+        sless_telemetry::install(sless_telemetry::Metrics::default());
+        if self == Telemetry::Metrics {
+            return Ok(None);
+        }
+        let sink = Sink::start().await?;
+        let endpoint = sink.endpoint.clone();
+        let settings = sless_telemetry::trace::Settings::read("bench", |k| {
+            (k == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| endpoint.clone())
+        })
+        .map_err(anyhow::Error::msg)?;
+        let (layer, exporter) =
+            sless_telemetry::trace::install(&settings, tokio::runtime::Handle::current())
+                .map_err(anyhow::Error::msg)?
+                .expect("an endpoint is set");
+        tracing_subscriber::registry().with(layer).init();
+        Ok(Some((sink, exporter)))
+    }
 }
 
 #[derive(clap::Args)]
@@ -112,6 +163,7 @@ async fn run_workers(
 }
 
 pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_json::Value> {
+    let traces = args.telemetry.install().await?;
     if let Some(url) = &args.join {
         // A worker process of a multi-process drain: works until killed.
         let (_stop_tx, stop) = watch::channel(false);
@@ -152,6 +204,7 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
                 .args(["--concurrency", &args.concurrency.to_string()])
                 .args(["--prefetch", &args.prefetch.to_string()])
                 .args(["--workers", &args.workers.to_string()])
+                .args(["--telemetry", args.telemetry.name()])
                 .stdout(std::process::Stdio::null())
                 .kill_on_drop(true)
                 .spawn()?;
@@ -191,11 +244,18 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
     }
     let jobs_per_s = args.items as f64 / elapsed;
     eprintln!(
-        "drained {} items in {elapsed:.2} s: {jobs_per_s:.0} jobs/s",
-        args.items
+        "drained {} items in {elapsed:.2} s: {jobs_per_s:.0} jobs/s (telemetry: {})",
+        args.items,
+        args.telemetry.name()
     );
+    if let Some((sink, exporter)) = traces {
+        exporter.shutdown();
+        let (exports, bytes) = sink.received();
+        eprintln!("the OTLP sink received {exports} exports, {bytes} bytes");
+    }
     Ok(json!({
         "bench": "queue-drain", "items": args.items, "workers": args.workers,
+        "telemetry": args.telemetry.name(),
         "processes": args.processes,
         "concurrency": args.concurrency, "prefetch": args.prefetch,
         "seconds": elapsed, "jobs_per_s": jobs_per_s,

@@ -11,6 +11,7 @@ use anyhow::Context;
 use serde_json::json;
 use sless_store::PgPool;
 
+use crate::otlp::Sink;
 use crate::{Server, wait_for};
 
 /// Where `sless dev` is, and how long to wait for it.
@@ -23,6 +24,10 @@ pub struct DevArgs {
     /// for the figures beside the sandbox's.
     #[arg(skip)]
     pub unsafe_no_sandbox: bool,
+    /// Start it with traces on, sampled at 100%, sent over OTLP to a sink
+    /// on loopback (metrics are on unless `SLESS_METRICS=off` is set).
+    #[arg(long)]
+    pub traces: bool,
 }
 
 /// Which of `sless dev` with the sandbox and without a benchmark measures.
@@ -68,6 +73,8 @@ pub struct SlessDev {
     pub http: reqwest::Client,
     /// The database it runs on, for what the API does not show (endpoints).
     pub pool: PgPool,
+    /// Where its spans go, with `--traces`.
+    traces: Option<Sink>,
 }
 
 /// Resident memory of a process, in KiB.
@@ -151,6 +158,17 @@ impl SlessDev {
             .prefix("sless-bench-dev-")
             .tempdir()?;
         let log = std::fs::File::create(dir.path().join("sless.log"))?;
+        let traces = match args.traces {
+            true => Some(Sink::start().await?),
+            false => None,
+        };
+        let traced: Vec<(&str, &str)> = match &traces {
+            Some(sink) => vec![
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", sink.endpoint.as_str()),
+                ("OTEL_TRACES_SAMPLER", "always_on"),
+            ],
+            None => Vec::new(),
+        };
         let child = tokio::process::Command::new(&binary)
             .arg("dev")
             .arg("--data-dir")
@@ -162,6 +180,7 @@ impl SlessDev {
             // API's fills it with 1,000 functions); quotas this high are
             // still checked on every command, so their cost is measured.
             .envs(Self::BENCH_QUOTAS)
+            .envs(traced)
             .env_remove("S3_ENDPOINT")
             .env_remove("S3_BUCKET")
             .stdin(Stdio::null())
@@ -179,6 +198,7 @@ impl SlessDev {
             namespace: String::new(),
             http: reqwest::Client::new(),
             pool,
+            traces,
         };
         let info_path = dev.dir.path().join("data/dev.json");
         let info: serde_json::Value = {
@@ -343,6 +363,10 @@ impl SlessDev {
 
     /// SIGTERM, then waits for it (and the function processes it stops) to exit.
     pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(sink) = &self.traces {
+            let (exports, bytes) = sink.received();
+            eprintln!("the OTLP sink received {exports} exports, {bytes} bytes of spans");
+        }
         if let Some(pid) = self.child.id() {
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(pid as i32, libc::SIGTERM) };
