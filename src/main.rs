@@ -201,7 +201,9 @@ fn logging(
     use tracing_subscriber::util::SubscriberInitExt;
     let shown = tracing_subscriber::filter::filter_fn(sless_telemetry::trace::logged);
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let logs = if host.log_json()? {
+    let json = host.log_json()?;
+    sless_telemetry::trace::log_ids(json);
+    let logs = if json {
         // The request's id and namespace (and, with traces, the trace and
         // span ids) come with the span it runs in.
         logs.json()

@@ -77,6 +77,9 @@ pub async fn with_request_id(mut req: Request, next: Next) -> Response {
         otel.kind = "server",
         http.route = tracing::field::Empty,
         http.response.status_code = tracing::field::Empty,
+        faas.name = tracing::field::Empty,
+        faas.version = tracing::field::Empty,
+        faas.coldstart = tracing::field::Empty,
         trace_id = tracing::field::Empty,
         span_id = tracing::field::Empty,
     );

@@ -1,5 +1,5 @@
-//! A collector that takes OTLP/HTTP exports and keeps only their count and
-//! size: what a benchmark with traces on sends its spans to, on loopback.
+//! A collector that takes OTLP/HTTP exports and keeps only their count, size
+//! and the spans they held: what a benchmark with traces on sends its spans to, on loopback.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ pub struct Sink {
     pub endpoint: String,
     exports: Arc<AtomicU64>,
     bytes: Arc<AtomicU64>,
+    bodies: Arc<std::sync::Mutex<Vec<bytes::Bytes>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -24,17 +25,20 @@ impl Sink {
         let addr: SocketAddr = listener.local_addr()?;
         let exports = Arc::new(AtomicU64::new(0));
         let bytes = Arc::new(AtomicU64::new(0));
-        let (e, b) = (exports.clone(), bytes.clone());
+        let bodies = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (e, b, n) = (exports.clone(), bytes.clone(), bodies.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (e, b) = (e.clone(), b.clone());
+                let (e, b, n) = (e.clone(), b.clone(), n.clone());
                 tokio::spawn(async move {
                     let serve = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (e, b) = (e.clone(), b.clone());
+                        let (e, b, n) = (e.clone(), b.clone(), n.clone());
                         async move {
                             let body = req.into_body().collect().await?.to_bytes();
                             e.fetch_add(1, Ordering::Relaxed);
                             b.fetch_add(body.len() as u64, Ordering::Relaxed);
+                            // Decoded when asked, not while the load runs.
+                            n.lock().unwrap().push(body);
                             // An empty ExportTraceServiceResponse: all taken.
                             Ok::<_, hyper::Error>(hyper::Response::new(http_body_util::Full::new(
                                 bytes::Bytes::new(),
@@ -51,15 +55,22 @@ impl Sink {
             endpoint: format!("http://{addr}"),
             exports,
             bytes,
+            bodies,
             task,
         })
     }
 
-    /// What it has received: exports and bytes.
-    pub fn received(&self) -> (u64, u64) {
+    /// What it has received: exports, bytes and spans.
+    pub fn received(&self) -> (u64, u64, u64) {
         (
             self.exports.load(Ordering::Relaxed),
             self.bytes.load(Ordering::Relaxed),
+            self.bodies
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|b| count_spans(b))
+                .sum(),
         )
     }
 }
@@ -68,4 +79,17 @@ impl Drop for Sink {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// The spans of one export (0 when it does not decode).
+fn count_spans(body: &[u8]) -> u64 {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    ExportTraceServiceRequest::decode(body).map_or(0, |r| {
+        r.resource_spans
+            .iter()
+            .flat_map(|rs| &rs.scope_spans)
+            .map(|ss| ss.spans.len() as u64)
+            .sum()
+    })
 }

@@ -250,8 +250,8 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
     );
     if let Some((sink, exporter)) = traces {
         exporter.shutdown();
-        let (exports, bytes) = sink.received();
-        eprintln!("the OTLP sink received {exports} exports, {bytes} bytes");
+        let (exports, bytes, spans) = sink.received();
+        eprintln!("the OTLP sink received {spans} spans in {exports} exports, {bytes} bytes");
     }
     Ok(json!({
         "bench": "queue-drain", "items": args.items, "workers": args.workers,

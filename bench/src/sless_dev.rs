@@ -364,8 +364,8 @@ impl SlessDev {
     /// SIGTERM, then waits for it (and the function processes it stops) to exit.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         if let Some(sink) = &self.traces {
-            let (exports, bytes) = sink.received();
-            eprintln!("the OTLP sink received {exports} exports, {bytes} bytes of spans");
+            let (exports, bytes, spans) = sink.received();
+            eprintln!("the OTLP sink received {spans} spans in {exports} exports, {bytes} bytes");
         }
         if let Some(pid) = self.child.id() {
             // SAFETY: kill(2) on our own child's pid.

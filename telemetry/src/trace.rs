@@ -45,6 +45,14 @@ const MAX_ANSWER: usize = 64 * 1024;
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+static IDS_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Whether [`record_ids`] writes the trace and span ids into the spans'
+/// fields, for JSON log lines (otherwise they would only be sent again as
+/// attributes of every span).
+pub fn log_ids(on: bool) {
+    IDS_LOGGED.store(on, Ordering::Relaxed);
+}
 
 /// Whether this process sends traces.
 pub fn enabled() -> bool {
@@ -56,6 +64,9 @@ pub fn enabled() -> bool {
 pub struct Settings {
     /// Whether an OTLP endpoint is set (and the SDK is not disabled).
     pub on: bool,
+    /// The URL spans are posted to: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
+    /// as it is, or `OTEL_EXPORTER_OTLP_ENDPOINT` with `/v1/traces`.
+    pub endpoint: String,
     /// `OTEL_SERVICE_NAME` when set, else `sless-{role}`.
     pub service_name: String,
 }
@@ -77,6 +88,7 @@ impl Settings {
         let Some((variable, endpoint)) = endpoint.filter(|_| !disabled) else {
             return Ok(Settings {
                 on: false,
+                endpoint: String::new(),
                 service_name,
             });
         };
@@ -100,8 +112,15 @@ impl Settings {
                 "OTEL_TRACES_EXPORTER={e:?}: sless exports traces with otlp, or none"
             ));
         }
+        let endpoint = match variable {
+            "OTEL_EXPORTER_OTLP_ENDPOINT" => {
+                format!("{}/v1/traces", endpoint.trim_end_matches('/'))
+            }
+            _ => endpoint,
+        };
         Ok(Settings {
             on: true,
+            endpoint,
             service_name,
         })
     }
@@ -140,6 +159,7 @@ where
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(settings.endpoint.clone())
         .with_http_client(OnRuntime::new(rt))
         .with_timeout(EXPORT_TIMEOUT)
         .build()
@@ -188,10 +208,10 @@ pub fn continue_from(span: &Span, traceparent: Option<&str>) {
 }
 
 /// Records the `trace_id` and `span_id` fields of `span`, where it has
-/// them, for the logs. This starts the span: its name (`otel.name`) and
-/// parent are fixed from then on.
+/// them, for JSON logs ([`log_ids`]). This starts the span: its name
+/// (`otel.name`) and parent are fixed from then on.
 pub fn record_ids(span: &Span) {
-    if !enabled() {
+    if !enabled() || !IDS_LOGGED.load(Ordering::Relaxed) {
         return;
     }
     let cx = span.context();
@@ -231,10 +251,29 @@ pub fn current() -> Option<String> {
     traceparent_of(&Span::current())
 }
 
+/// A W3C `traceparent` (`00-{32 hex}-{16 hex}-{2 hex}`, ids not zero), as
+/// the remote parent it names.
 fn parse(traceparent: &str) -> Option<opentelemetry::trace::SpanContext> {
-    let carrier = HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
-    let cx = TraceContextPropagator::new().extract(&carrier);
-    let sc = cx.span().span_context().clone();
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+    let hex = |s: &str, len: usize| {
+        s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let mut parts = traceparent.trim().split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if !(hex(version, 2) && version != "ff" && hex(trace, 32) && hex(span, 16) && hex(flags, 2))
+        || (version == "00" && parts.next().is_some())
+    {
+        return None;
+    }
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    let sc = SpanContext::new(
+        TraceId::from_hex(trace).ok()?,
+        SpanId::from_hex(span).ok()?,
+        TraceFlags::new(flags & 1),
+        true,
+        TraceState::default(),
+    );
     sc.is_valid().then_some(sc)
 }
 
@@ -291,17 +330,17 @@ mod tests {
         let off = read(&[]).unwrap();
         assert!(!off.on);
         assert_eq!(off.service_name, "sless-api");
-        let on = read(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")]).unwrap();
+        let on = read(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318/")]).unwrap();
         assert!(on.on);
+        assert_eq!(on.endpoint, "http://127.0.0.1:4318/v1/traces");
         let named = read(&[
-            (
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                "http://c:4318/v1/traces",
-            ),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://ignored:4318"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/traces"),
             ("OTEL_SERVICE_NAME", "edge"),
         ])
         .unwrap();
         assert_eq!((named.on, named.service_name.as_str()), (true, "edge"));
+        assert_eq!(named.endpoint, "http://c:4318/traces");
         for disabled in [
             ("OTEL_SDK_DISABLED", "true"),
             ("OTEL_TRACES_EXPORTER", "none"),
@@ -342,6 +381,9 @@ mod tests {
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
             "00-4bf92f3577b34da6a3ce929d0e0e47-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
             "junk",
         ] {
             assert!(parse(bad).is_none(), "{bad:?}");

@@ -3,7 +3,7 @@
 //! `opentelemetry-proto`. One upload is one trace, from the API request
 //! through the append and the worker's items to the build and the deploy;
 //! a call through `/fn` hands the function a `traceparent` of the caller's
-//! trace whose parent is the proxy's span.
+//! trace whose parent is the proxy's span for the call.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -230,7 +230,7 @@ async fn an_upload_is_one_trace_from_the_request_to_the_deploy_and_functions_get
     }
 
     // A call through /fn: the function gets the caller's trace, with the
-    // proxy's span as its parent.
+    // proxy's span for the call as its parent.
     let call_trace = "0af7651916cd43dd8448eb211c80319c";
     let res = c
         .http
@@ -251,7 +251,7 @@ async fn an_upload_is_one_trace_from_the_request_to_the_deploy_and_functions_get
     let parts: Vec<&str> = received.split('-').collect();
     assert_eq!(parts.len(), 4, "{received}");
     assert_eq!(parts[1], call_trace, "{received}");
-    let invoke = sless_testkit::eventually("the call's span", Duration::from_secs(30), || {
+    let call = sless_testkit::eventually("the call's span", Duration::from_secs(30), || {
         let got = got.clone();
         let proxy_span = parts[2].to_owned();
         async move {
@@ -261,16 +261,15 @@ async fn an_upload_is_one_trace_from_the_request_to_the_deploy_and_functions_get
         }
     })
     .await;
-    assert_eq!(invoke.span.name, format!("invoke {}/traced", c.namespace));
-    assert_eq!(invoke.attr("faas.name").as_deref(), Some("traced"));
-    assert_eq!(invoke.attr("version").as_deref(), Some("1"));
-    assert!(invoke.attr("faas.coldstart").is_some(), "{invoke:?}");
-    let call_spans = trace(&got, call_trace);
-    let call_request = call_spans
-        .iter()
-        .find(|g| g.span.span_id == invoke.span.parent_span_id)
-        .expect("the invoke span's parent is the call's request");
-    assert_eq!(hex(&call_request.span.parent_span_id), "b7ad6b7169203331");
+    assert_eq!(call.span.name, "GET /fn/{ns}/{name}");
+    assert_eq!(hex(&call.span.parent_span_id), "b7ad6b7169203331");
+    assert_eq!(call.attr("faas.name").as_deref(), Some("traced"));
+    assert_eq!(call.attr("faas.version").as_deref(), Some("1"));
+    assert!(call.attr("faas.coldstart").is_some(), "{call:?}");
+    assert_eq!(
+        call.attr("http.response.status_code").as_deref(),
+        Some("200")
+    );
 
     // A JSON log line written in a request names its trace and span.
     let failing_trace = "5b8efff798038103d269b633813fc60c";

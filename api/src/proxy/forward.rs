@@ -25,7 +25,6 @@ use super::endpoints::Target;
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::invocations::X_REQUEST_ID;
-use tracing::Instrument;
 
 type Pool =
     hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
@@ -128,24 +127,6 @@ pub(super) async fn forward(
         limit: limits.max_body_bytes,
         meter,
     });
-    // With traces on, the call is a span of the request's trace, and the
-    // function gets its `traceparent`.
-    let span = if sless_telemetry::trace::enabled() {
-        tracing::info_span!(
-            target: sless_telemetry::trace::TARGET,
-            "invoke",
-            otel.name = format!("invoke {}/{}", call.namespace, call.function),
-            otel.kind = "client",
-            otel.status_code = tracing::field::Empty,
-            faas.name = %call.function,
-            namespace = %call.namespace,
-            version = tracing::field::Empty,
-            faas.coldstart = tracing::field::Empty,
-            http.response.status_code = tracing::field::Empty,
-        )
-    } else {
-        tracing::Span::none()
-    };
     let sent = send(
         state,
         &mut call,
@@ -155,14 +136,7 @@ pub(super) async fn forward(
         &path_and_query,
         replayable,
     )
-    .instrument(span.clone())
     .await;
-    if !span.is_none() {
-        match &sent {
-            Ok(res) => span.record("http.response.status_code", res.status().as_u16()),
-            Err(_) => span.record("otel.status_code", "ERROR"),
-        };
-    }
     Ok(
         match sent.and_then(|res| well_formed(&call.function, res)) {
             Ok(mut res) => {
@@ -282,8 +256,11 @@ async fn send(
                 .expect("a request is sent twice only when replayable"),
         };
         if sless_telemetry::trace::enabled() {
+            // The request's span is the call's: the function gets it as
+            // its parent, with what it reached.
             let span = tracing::Span::current();
-            span.record("version", call.version);
+            span.record("faas.name", call.function.as_str());
+            span.record("faas.version", call.version);
             span.record("faas.coldstart", call.cold);
             if let Some(tp) = sless_telemetry::trace::traceparent_of(&span)
                 .and_then(|tp| axum::http::HeaderValue::try_from(tp).ok())
