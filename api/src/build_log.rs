@@ -270,6 +270,8 @@ impl Resume {
 
 /// One follower: which attempt it reads and how far.
 struct Follower {
+    /// Counted in the metrics while it follows.
+    _following: sless_telemetry::Following,
     state: AppState,
     key: FunctionKey,
     version: u32,
@@ -295,6 +297,7 @@ fn followed(
     resume: Option<Resume>,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>> + use<>> {
     let follower = Follower {
+        _following: state.metrics.follow(sless_telemetry::Tail::BuildLog),
         wake: state.build_logs.subscribe(&state.pool),
         payload: build_logs::payload(key.namespace.as_str(), key.name.as_str(), version),
         state: state.clone(),

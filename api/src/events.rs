@@ -462,7 +462,7 @@ pub async fn tail(
         }
     };
     let tailer = Tailer {
-        _following: state.metrics.follow_audit(),
+        _following: state.metrics.follow(sless_telemetry::Tail::Audit),
         pool: state.pool.clone(),
         filter,
         at: start,

@@ -91,6 +91,11 @@ pub async fn refresh(pool: &PgPool, metrics: &Metrics, scope: Scope) {
             })
             .set(n);
     }
+    // sqlx keeps the tasks waiting for a connection to itself: a pool with
+    // every connection in use (in_use = max) is where they wait.
+    metrics
+        .db_max_connections
+        .set(i64::from(pool.options().get_max_connections()));
     if scope.projector {
         match sless_store::gauges::projections(pool).await {
             Ok(projections) => {

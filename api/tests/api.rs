@@ -23,6 +23,7 @@ mod api {
     mod idempotency;
     mod invocations;
     mod jobs;
+    mod metrics;
     mod namespaces;
     mod openapi;
     mod origins;

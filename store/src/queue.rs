@@ -29,6 +29,9 @@ pub struct WorkItem {
     pub attempt: i32,
     pub max_attempts: i32,
     pub owner: String,
+    /// When this process got it from its claim (the claim's answer came
+    /// back): where the wait for a slot to start it begins.
+    pub claimed_at: std::time::Instant,
 }
 
 /// The work kind that asks for a function to be reconciled: "look at
@@ -224,6 +227,7 @@ pub async fn claim_kinds(
         Err(e) if e.is_unique_violation() => return Ok(vec![]),
         Err(e) => return Err(e),
     };
+    let claimed_at = std::time::Instant::now();
     Ok(rows
         .into_iter()
         .map(|r| WorkItem {
@@ -234,6 +238,7 @@ pub async fn claim_kinds(
             attempt: r.get("attempts"),
             max_attempts: r.get("max_attempts"),
             owner: owner.to_owned(),
+            claimed_at,
         })
         .collect())
 }

@@ -740,6 +740,8 @@ async fn handed_back_items_are_due_now_unless_newer_work_supersedes_them() {
     assert_eq!(by_key("ns/superseded").payload, json!({ "v": 2 }));
 }
 
+#[path = "queue/claimed.rs"]
+mod claimed;
 #[path = "queue/kinds.rs"]
 mod kinds;
 #[path = "queue/traces.rs"]

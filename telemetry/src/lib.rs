@@ -186,11 +186,29 @@ pub struct Metrics {
     pub s3: Family<OpOutcomeLabels, Counter>,
     pub s3_duration: Family<OpLabels, Histogram>,
     pub db_connections: Family<ConnectionLabels, Gauge>,
+    /// The most connections this process's PostgreSQL pool opens.
+    pub db_max_connections: Gauge,
     /// Clients following the audit log (its Server-Sent Events tail).
     pub audit_followers: Gauge,
+    /// Clients following a build's log live (`?follow=true`, or SSE).
+    pub build_log_followers: Gauge,
+    /// From the claim of a work item to the start of its handling.
+    pub work_start_delay: Family<KindLabels, Histogram>,
+    /// The attempt number a work item was started with.
+    pub work_attempts: Family<KindLabels, Histogram>,
 }
 
-/// One client counted by [`Metrics::follow_audit`] while this lives.
+/// A live tail whose followers [`Metrics::follow`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    /// The audit log's (`GET …/events/stream`): `sless_audit_followers`.
+    Audit,
+    /// A build's log (`GET …/build-log?follow=true`):
+    /// `sless_build_log_followers`.
+    BuildLog,
+}
+
+/// One client counted by [`Metrics::follow`] while this lives.
 pub struct Following(Option<Gauge>);
 
 impl Drop for Following {
@@ -218,6 +236,10 @@ pub fn global() -> &'static Arc<Metrics> {
 fn seconds_histogram() -> Histogram {
     // 0.5 ms to about 65 s.
     Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+fn attempts_histogram() -> Histogram {
+    Histogram::new([1.0, 2.0, 3.0, 5.0, 8.0])
 }
 
 impl Default for Metrics {
@@ -258,11 +280,18 @@ impl Metrics {
         let s3_duration =
             Family::<OpLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
         let db_connections = Family::<ConnectionLabels, Gauge>::default();
+        let db_max_connections = Gauge::default();
         let audit_followers = Gauge::default();
         registry.register(
             "sless_audit_followers",
             "Clients following the audit log's Server-Sent Events tail in this process",
             audit_followers.clone(),
+        );
+        let build_log_followers = Gauge::default();
+        registry.register(
+            "sless_build_log_followers",
+            "Clients following a build's log live (follow=true or Server-Sent Events) in this process",
+            build_log_followers.clone(),
         );
         registry.register(
             "sless_event_appends",
@@ -289,6 +318,11 @@ impl Metrics {
             "Connections of this process's PostgreSQL pool, idle or in use",
             db_connections.clone(),
         );
+        registry.register(
+            "sless_db_pool_max_connections",
+            "The most connections this process's PostgreSQL pool opens; at in_use = max, acquirers wait",
+            db_max_connections.clone(),
+        );
         let work = Family::<WorkLabels, Counter>::default();
         let work_duration =
             Family::<KindLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
@@ -301,6 +335,20 @@ impl Metrics {
             "sless_queue_work_duration_seconds",
             "How long handling a work item took, by kind",
             work_duration.clone(),
+        );
+        let work_start_delay =
+            Family::<KindLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
+        registry.register(
+            "sless_work_start_delay_seconds",
+            "From the claim of a work item to the start of its handling, by kind",
+            work_start_delay.clone(),
+        );
+        let work_attempts =
+            Family::<KindLabels, Histogram>::new_with_constructor(attempts_histogram as fn() -> _);
+        registry.register(
+            "sless_work_attempts",
+            "The attempt number work items were started with (1: the first), by kind",
+            work_attempts.clone(),
         );
         registry.register(
             "sless_builds",
@@ -404,7 +452,11 @@ impl Metrics {
             s3,
             s3_duration,
             db_connections,
+            db_max_connections,
             audit_followers,
+            build_log_followers,
+            work_start_delay,
+            work_attempts,
         }
     }
 
@@ -444,14 +496,18 @@ impl Metrics {
         self.on
     }
 
-    /// Counts one more client following the audit log, until the handle
-    /// is dropped.
-    pub fn follow_audit(&self) -> Following {
+    /// Counts one more client following `tail`, until the handle is
+    /// dropped.
+    pub fn follow(&self, tail: Tail) -> Following {
         if !self.on {
             return Following(None);
         }
-        self.audit_followers.inc();
-        Following(Some(self.audit_followers.clone()))
+        let followers = match tail {
+            Tail::Audit => &self.audit_followers,
+            Tail::BuildLog => &self.build_log_followers,
+        };
+        followers.inc();
+        Following(Some(followers.clone()))
     }
 
     /// The label of function `name` of `namespace`: its name while the
@@ -526,6 +582,23 @@ impl Metrics {
                 kind: kind.to_owned(),
             })
             .observe(seconds);
+    }
+
+    /// Counts a work item of `kind` started `waited_secs` after its claim,
+    /// on its `attempt`th attempt.
+    pub fn work_started(&self, kind: &str, waited_secs: f64, attempt: i32) {
+        if !self.on {
+            return;
+        }
+        let kind = KindLabels {
+            kind: kind.to_owned(),
+        };
+        self.work_start_delay
+            .get_or_create(&kind)
+            .observe(waited_secs);
+        self.work_attempts
+            .get_or_create(&kind)
+            .observe(f64::from(attempt));
     }
 
     /// Counts an append to the event log.
@@ -648,6 +721,51 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("sless_builds_total{"), "{text}");
+    }
+
+    #[test]
+    fn a_follower_is_counted_on_its_tail_until_it_is_dropped() {
+        let m = Metrics::default();
+        let (a, b) = (m.follow(Tail::BuildLog), m.follow(Tail::BuildLog));
+        let audit = m.follow(Tail::Audit);
+        let (text, _) = m.encode(false);
+        assert!(text.contains("\nsless_build_log_followers 2\n"), "{text}");
+        assert!(text.contains("\nsless_audit_followers 1\n"), "{text}");
+        drop(a);
+        assert_eq!(m.build_log_followers.get(), 1);
+        drop((b, audit));
+        assert_eq!(
+            (m.build_log_followers.get(), m.audit_followers.get()),
+            (0, 0)
+        );
+        let off = Metrics::off();
+        let _following = off.follow(Tail::BuildLog);
+        assert_eq!(off.build_log_followers.get(), 0);
+    }
+
+    #[test]
+    fn a_started_work_item_counts_its_wait_and_its_attempt() {
+        let m = Metrics::default();
+        m.work_started("RunJob", 0.003, 1);
+        m.work_started("RunJob", 0.25, 3);
+        m.work_started("ReconcileFunction", 0.001, 9);
+        let (text, _) = m.encode(false);
+        let has = |line: &str| assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        has("# TYPE sless_work_start_delay_seconds histogram");
+        has("sless_work_start_delay_seconds_count{kind=\"RunJob\"} 2");
+        has("sless_work_start_delay_seconds_sum{kind=\"RunJob\"} 0.253");
+        has("sless_work_start_delay_seconds_bucket{kind=\"RunJob\",le=\"0.004\"} 1");
+        has("sless_work_start_delay_seconds_bucket{kind=\"RunJob\",le=\"0.256\"} 2");
+        has("# TYPE sless_work_attempts histogram");
+        has("sless_work_attempts_bucket{kind=\"RunJob\",le=\"1\"} 1");
+        has("sless_work_attempts_bucket{kind=\"RunJob\",le=\"2\"} 1");
+        has("sless_work_attempts_bucket{kind=\"RunJob\",le=\"3\"} 2");
+        has("sless_work_attempts_bucket{kind=\"ReconcileFunction\",le=\"8\"} 0");
+        has("sless_work_attempts_bucket{kind=\"ReconcileFunction\",le=\"+Inf\"} 1");
+        let off = Metrics::off();
+        off.work_started("RunJob", 0.003, 1);
+        let (text, _) = off.encode(false);
+        assert!(!text.contains("kind=\"RunJob\""), "{text}");
     }
 
     #[test]

@@ -263,6 +263,25 @@ async fn metrics_count_a_known_sequence_and_pass_promtool() {
     );
     assert!(done.is_some_and(|n| n >= 1.0), "{text}");
     assert!(!text.contains("outcome=\"dead\""), "{text}");
+    // Every item it started was counted with its wait since the claim, and
+    // the job's run too; none was started again.
+    for kind in ["ReconcileFunction", "RunJob"] {
+        let started = value(
+            &text,
+            &format!("sless_work_attempts_count{{kind=\"{kind}\"}}"),
+        );
+        assert!(started.is_some_and(|n| n >= 1.0), "{kind}: {text}");
+        let first = value(
+            &text,
+            &format!("sless_work_attempts_bucket{{kind=\"{kind}\",le=\"1\"}}"),
+        );
+        assert_eq!(first, started, "{kind}: {text}");
+        let waited = value(
+            &text,
+            &format!("sless_work_start_delay_seconds_count{{kind=\"{kind}\"}}"),
+        );
+        assert_eq!(waited, started, "{kind}: {text}");
+    }
     documented_and_charted(&text);
 
     // The projector catches up: its lag reads 0.

@@ -310,6 +310,9 @@ pub async fn running_item(pool: &PgPool, key: &FunctionKey) -> Option<WorkItem> 
         attempt: row.get("attempts"),
         max_attempts: row.get("max_attempts"),
         owner: row.get("lease_owner"),
+        // When its worker claimed it is that process's; now is the
+        // closest this one can say.
+        claimed_at: std::time::Instant::now(),
     })
 }
 

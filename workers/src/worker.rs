@@ -519,6 +519,11 @@ impl<D: Driver> Worker<D> {
             let Some(cancel) = shared.start(&item) else {
                 return; // taken from us before it started
             };
+            sless_telemetry::global().work_started(
+                &item.kind,
+                item.claimed_at.elapsed().as_secs_f64(),
+                item.attempt,
+            );
             let started = std::time::Instant::now();
             let outcome = if item.attempt > item.max_attempts {
                 Outcome::Failed(HandlerError::Fatal(

@@ -3,9 +3,13 @@
 //! tests write the log as a worker does (`sless_store::build_logs` and the
 //! object in S3).
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use serde_json::Value;
+use sless_api::{AppState, Auth};
 use sless_store::blobs;
 use sless_store::build_logs::{self, End, Outcome};
 use tower::ServiceExt;
@@ -424,4 +428,54 @@ async fn a_follower_of_a_version_that_is_superseded_before_its_build_is_told_so(
     assert_eq!(end["outcome"], "failed");
     let error = end["error"].as_str().unwrap();
     assert!(error.contains("never built"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_is_counted_in_the_metrics_while_it_follows() {
+    let env = Env::new().await;
+    function_with_versions(&env, "app", 1).await;
+    // A registry of this test's own: the process's is every test's.
+    let metrics = Arc::new(sless_telemetry::Metrics::default());
+    let mut state = AppState::new(
+        env.db.pool.clone(),
+        env.s3.blobs(),
+        Auth::hs256(SECRET, None, None),
+    );
+    state.metrics = metrics.clone();
+    let app = both_origins(state);
+    let followers = || metrics.build_log_followers.get();
+    let uri = log_uri(ALICE, "app", "1");
+    let mut build = Build::start(&env, "app", 1).await;
+    build.print(&env, "one\n").await;
+
+    // A plain read follows nothing.
+    let plain = send(&app, get(&uri, Some(&token(ALICE)))).await;
+    assert_eq!(plain.status, StatusCode::OK);
+    assert_eq!(followers(), 0);
+    // Followed with the parameter, and with Accept.
+    let by_query = format!("{uri}?follow=true");
+    let mut by_query = Follow(sse::Stream::open(&app, &by_query, ALICE, None).await);
+    assert_eq!(by_query.lines(1).await, ["one"]);
+    let req = request(Method::GET, &uri, Some(&token(ALICE)))
+        .header("accept", "text/event-stream")
+        .body(Body::empty())
+        .unwrap();
+    let mut by_accept = Follow(sse::Stream::read(app.clone().oneshot(req).await.unwrap()));
+    assert_eq!(by_accept.lines(1).await, ["one"]);
+    assert_eq!(followers(), 2);
+    assert_eq!(
+        metrics.audit_followers.get(),
+        0,
+        "the audit log's are apart"
+    );
+
+    // A client that goes away is counted no more.
+    drop(by_query);
+    let left = || async { (followers() == 1).then_some(()) };
+    sless_testkit::eventually("the client gone", Duration::from_secs(10), left).await;
+    // Nor one whose build ended, once it has the end.
+    build.end(&env, "", None).await;
+    let (_, end) = by_accept.rest().await;
+    assert_eq!(end["outcome"], "succeeded");
+    assert_eq!(followers(), 0);
 }
