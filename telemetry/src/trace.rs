@@ -14,7 +14,6 @@
 //! worker's span for an item continues that context; the proxy sends the
 //! function its own `traceparent`.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -23,12 +22,10 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_http::{HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -238,9 +235,16 @@ pub fn traceparent_of(span: &Span) -> Option<String> {
     if !enabled() {
         return None;
     }
-    let mut carrier = HashMap::new();
-    TraceContextPropagator::new().inject_context(&span.context(), &mut carrier);
-    carrier.remove("traceparent")
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            sc.trace_id(),
+            sc.span_id(),
+            sc.trace_flags().to_u8() & 1
+        )
+    })
 }
 
 /// The W3C `traceparent` of the span this runs in, when traces are on.
@@ -315,6 +319,8 @@ impl HttpClient for OnRuntime {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     fn read(vars: &[(&str, &str)]) -> Result<Settings, String> {
