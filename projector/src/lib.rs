@@ -305,9 +305,15 @@ impl Projector {
         }
         // Until the commit succeeds, the remembered rows may be ahead of the tables.
         self.at = None;
+        let started = std::time::Instant::now();
         let applied = self.models.apply(&mut tx, &batch.events).await?;
         eventlog::save_checkpoint(&mut tx, NAME, to).await?;
         tx.commit().await?;
+        sless_telemetry::global().projector_batch(
+            NAME,
+            batch.read,
+            started.elapsed().as_secs_f64(),
+        );
         self.models.keep(applied);
         self.at = Some((to, locked.generation));
         Ok(Step {

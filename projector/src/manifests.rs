@@ -140,6 +140,7 @@ pub async fn step(pool: &PgPool, blobs: &BlobStore, limit: i64) -> Result<usize>
         tx.commit().await?;
         return Ok(0);
     };
+    let started = std::time::Instant::now();
     let touched: BTreeSet<&str> = batch
         .iter()
         .filter(|e| INDEX_EVENTS.contains(&e.event_type.as_str()))
@@ -162,6 +163,7 @@ pub async fn step(pool: &PgPool, blobs: &BlobStore, limit: i64) -> Result<usize>
     };
     eventlog::save_checkpoint(&mut tx, NAME, at).await?;
     tx.commit().await?;
+    sless_telemetry::global().projector_batch(NAME, batch.len(), started.elapsed().as_secs_f64());
     Ok(batch.len())
 }
 

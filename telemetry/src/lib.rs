@@ -11,13 +11,15 @@
 //! This crate sits at the bottom of the dependency graph: it depends on no
 //! other crate of sless.
 
+mod labels;
 pub mod trace;
+
+pub use labels::*;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -49,112 +51,6 @@ impl Default for FunctionLabels {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HttpLabels {
-    /// The route's template (`/v1/namespaces/{namespace}/functions`), never
-    /// the path asked for.
-    pub route: String,
-    pub method: String,
-    pub status: u16,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteLabels {
-    pub route: String,
-    pub method: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct InvocationLabels {
-    pub namespace: String,
-    pub function: String,
-    /// `2xx`, `3xx`, `4xx` or `5xx`.
-    pub code_class: String,
-    /// What made the call: `http`, `job`, `cron`.
-    pub origin: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FunctionLabelSet {
-    pub namespace: String,
-    pub function: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StatusLabels {
-    pub status: u16,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProjectionLabels {
-    pub projection: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StepLabels {
-    pub runtime: String,
-    /// `local` or `kubernetes`.
-    pub driver: String,
-    /// `succeeded`; `failed` (the function's build or start failed);
-    /// `error` (the platform's: sless tries again).
-    pub outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RuntimeLabels {
-    pub runtime: String,
-    pub driver: String,
-}
-
-/// A step of the worker's that [`Metrics::step`] counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    Build,
-    Deploy,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WorkLabels {
-    pub kind: String,
-    /// `done`, `retried`, `dead` (out of attempts, or failed for good),
-    /// `lease_lost`, `handed_back` (at shutdown).
-    pub outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabels {
-    pub outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OpLabels {
-    pub operation: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OpOutcomeLabels {
-    pub operation: String,
-    /// `ok` or `error`.
-    pub outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConnectionLabels {
-    /// `idle` or `in_use`.
-    pub state: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    pub kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabels {
-    pub kind: String,
-    pub state: String,
-}
-
 /// The metrics of one process.
 pub struct Metrics {
     registry: Registry,
@@ -172,6 +68,8 @@ pub struct Metrics {
     pub projector_position: Family<ProjectionLabels, Gauge>,
     pub projector_lag_events: Family<ProjectionLabels, Gauge>,
     pub projector_lag_seconds: Family<ProjectionLabels, Gauge<f64, AtomicU64>>,
+    pub projector_batch_events: Family<ProjectionLabels, Histogram>,
+    pub projector_apply_duration: Family<ProjectionLabels, Histogram>,
     pub queue_items: Family<QueueLabels, Gauge>,
     pub builds: Family<StepLabels, Counter>,
     pub build_duration: Family<RuntimeLabels, Histogram>,
@@ -264,6 +162,12 @@ impl Metrics {
         let projector_position = Family::<ProjectionLabels, Gauge>::default();
         let projector_lag_events = Family::<ProjectionLabels, Gauge>::default();
         let projector_lag_seconds = Family::<ProjectionLabels, Gauge<f64, AtomicU64>>::default();
+        let projector_batch_events = Family::<ProjectionLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(1.0, 4.0, 8))) as fn() -> _,
+        );
+        let projector_apply_duration = Family::<ProjectionLabels, Histogram>::new_with_constructor(
+            seconds_histogram as fn() -> _,
+        );
         let queue_items = Family::<QueueLabels, Gauge>::default();
         let builds = Family::<StepLabels, Counter>::default();
         let build_duration = Family::<RuntimeLabels, Histogram>::new_with_constructor(
@@ -421,6 +325,16 @@ impl Metrics {
             projector_lag_seconds.clone(),
         );
         registry.register(
+            "sless_projector_batch_events",
+            "Events in each batch a projection applied",
+            projector_batch_events.clone(),
+        );
+        registry.register(
+            "sless_projector_apply_duration_seconds",
+            "How long applying one batch took, its transaction's commit included",
+            projector_apply_duration.clone(),
+        );
+        registry.register(
             "sless_queue_items",
             "Work items in the queue, by kind and state (pending, running, dead)",
             queue_items.clone(),
@@ -439,6 +353,8 @@ impl Metrics {
             projector_position,
             projector_lag_events,
             projector_lag_seconds,
+            projector_batch_events,
+            projector_apply_duration,
             queue_items,
             builds,
             build_duration,
@@ -599,6 +515,22 @@ impl Metrics {
         self.work_attempts
             .get_or_create(&kind)
             .observe(f64::from(attempt));
+    }
+
+    /// Counts a batch of `events` that `projection` applied in `seconds`.
+    pub fn projector_batch(&self, projection: &str, events: usize, seconds: f64) {
+        if !self.on {
+            return;
+        }
+        let labels = ProjectionLabels {
+            projection: projection.to_owned(),
+        };
+        self.projector_batch_events
+            .get_or_create(&labels)
+            .observe(events as f64);
+        self.projector_apply_duration
+            .get_or_create(&labels)
+            .observe(seconds);
     }
 
     /// Counts an append to the event log.

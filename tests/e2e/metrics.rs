@@ -301,6 +301,25 @@ async fn metrics_count_a_known_sequence_and_pass_promtool() {
         },
     )
     .await;
+    // It applied the sequence's events in batches, each one counted.
+    let batches = value(
+        &text,
+        "sless_projector_batch_events_count{projection=\"read_models\"}",
+    );
+    assert!(batches.is_some_and(|n| n >= 1.0), "{text}");
+    let applied = value(
+        &text,
+        "sless_projector_apply_duration_seconds_count{projection=\"read_models\"}",
+    );
+    assert_eq!(applied, batches, "{text}");
+    let events = value(
+        &text,
+        "sless_projector_batch_events_sum{projection=\"read_models\"}",
+    );
+    assert!(
+        events.is_some_and(|n| n >= 8.0),
+        "create, upload, build, deploy, job: {text}"
+    );
     assert!(
         value(
             &text,
