@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::dev::{start_dev_configured, stop_dev};
+use crate::dev::{json_log_line, start_dev_configured, stop_dev};
 use crate::support::sless;
 use crate::{Client, zip_files};
 
@@ -404,22 +404,7 @@ async fn json_logs_are_one_object_a_line_with_the_request_id_and_namespace() {
         .unwrap();
     assert_eq!(res.status(), 502);
     let log = dir.with_extension("log");
-    let line = sless_testkit::eventually(
-        "the failed call's log line",
-        Duration::from_secs(30),
-        || {
-            let log = log.clone();
-            async move {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                text.lines()
-                    .find(|l| l.contains("json-logs-test-1"))
-                    .map(str::to_owned)
-            }
-        },
-    )
-    .await;
-    let entry: serde_json::Value =
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let entry = json_log_line(&log, "json-logs-test-1").await;
     assert_eq!(entry["span"]["request_id"], "json-logs-test-1", "{entry}");
     assert_eq!(entry["span"]["namespace"], c.namespace.as_str(), "{entry}");
     assert_eq!(entry["fields"]["message"], "request failed", "{entry}");

@@ -16,7 +16,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use serde_json::json;
 
-use crate::dev::{start_dev_configured, stop_dev};
+use crate::dev::{json_log_line, start_dev_configured, stop_dev};
 use crate::zip_files;
 
 /// Answers with the `traceparent` it was called with; dies on `/die`.
@@ -285,22 +285,7 @@ async fn an_upload_is_one_trace_from_the_request_to_the_deploy_and_functions_get
         .unwrap();
     assert_eq!(res.status(), 502);
     let log = dir.with_extension("log");
-    let line = sless_testkit::eventually(
-        "the failed call's log line",
-        Duration::from_secs(30),
-        || {
-            let log = log.clone();
-            async move {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                text.lines()
-                    .find(|l| l.contains(failing_trace))
-                    .map(str::to_owned)
-            }
-        },
-    )
-    .await;
-    let entry: serde_json::Value =
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let entry = json_log_line(&log, failing_trace).await;
     assert_eq!(entry["span"]["trace_id"], failing_trace, "{entry}");
     assert_eq!(
         entry["span"]["span_id"].as_str().map(str::len),
