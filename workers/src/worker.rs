@@ -504,17 +504,21 @@ impl<D: Driver> Worker<D> {
             kind = %item.kind,
             key = %item.key,
             attempt = item.attempt,
-            otel.name = format!("process {}", item.kind),
+            otel.name = tracing::field::Empty,
             otel.kind = "consumer",
             trace_id = tracing::field::Empty,
             span_id = tracing::field::Empty,
         );
-        // It continues the trace of what caused it: the request whose events
-        // enqueued it, or links to a cron tick and to superseded requests.
-        let (parent, links) = queue::trace_of(&item);
-        sless_telemetry::trace::continue_from(&span, parent);
-        sless_telemetry::trace::link(&span, &links);
-        sless_telemetry::trace::record_ids(&span);
+        if sless_telemetry::trace::enabled() {
+            // It continues the trace of what caused it: the request whose
+            // events enqueued it, or links to a cron tick and to superseded
+            // requests. (Nothing of this on the queue's path without traces.)
+            span.record("otel.name", format!("process {}", item.kind));
+            let (parent, links) = queue::trace_of(&item);
+            sless_telemetry::trace::continue_from(&span, parent);
+            sless_telemetry::trace::link(&span, &links);
+            sless_telemetry::trace::record_ids(&span);
+        }
         async {
             let Some(cancel) = shared.start(&item) else {
                 return; // taken from us before it started
