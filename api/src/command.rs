@@ -7,7 +7,8 @@
 //! aggregate's stream, checks the request's preconditions
 //! (`precondition`), decides, and `commit`s: append the events, enqueue
 //! the work they cause and keep the answer for its `Idempotency-Key`, all
-//! in one transaction.
+//! in one statement (`sless_store::command`), run alone or, when the
+//! command has quotas or blobs to check, in one transaction with them.
 
 pub mod execute;
 pub mod opening;
@@ -21,9 +22,10 @@ use axum::Json;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
-use sless_store::eventlog::{self, Appended, Metadata, NewEvent};
+use sless_store::command::{self, Outcome};
+use sless_store::eventlog::{Appended, Metadata, NewEvent};
 use sless_store::idempotency::{self, StoredAnswer};
-use sless_store::{orphans, queue, retention};
+use sless_store::{orphans, retention};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -255,39 +257,82 @@ pub struct Command {
 /// being made: store the blob again and retry.
 pub const BLOB_COLLECTED: &str = "blob-collected";
 
-/// Checks the quotas, appends, enqueues and stores the answer in one
-/// transaction; returns the answer (or, if a concurrent retry with the same
-/// key won, that one's).
-///
-/// The quota check takes the namespace's advisory lock of the resource and
-/// counts before the append: the lock assigns no transaction id, so the
-/// stream lock is still taken before anything that does.
+/// Appends, enqueues and stores the answer in one statement
+/// (`sless_store::command`), in autocommit, or in a transaction with the
+/// quota and blob checks when the command has them; returns the answer (or,
+/// if a concurrent retry with the same key won, that one's).
 pub async fn commit(
     state: &AppState,
     ctx: &RequestContext,
     cmd: Command,
     answer: impl FnOnce(Appended) -> Answered,
 ) -> ApiResult<Answered> {
+    // The answer is made before the write, so that the write can keep it in
+    // the same statement; the database fills in the position.
+    let mut answer = answer(Appended {
+        version: cmd.expected_version + cmd.events.len() as u64,
+        position: command::POSITION_PENDING,
+    });
+    let stored = ctx.idempotency.as_ref().map(|(key, hash)| {
+        let stored = StoredAnswer {
+            request_hash: hash.clone(),
+            status: answer.status.as_u16(),
+            body: answer.body.clone(),
+            headers: answer.stored_headers(),
+        };
+        (key.as_str(), stored)
+    });
+    let write = command::Write {
+        stream: &cmd.stream,
+        expected: Some(cmd.expected_version),
+        events: &cmd.events,
+        work: cmd.work.as_ref().map(|(kind, key)| (*kind, key.as_str())),
+        answer: stored.as_ref().map(|(key, answer)| command::Keep {
+            actor: &ctx.caller.sub,
+            key,
+            answer,
+        }),
+    };
+    let written = if cmd.quota.is_none() && cmd.blobs.is_empty() && cmd.collect.is_empty() {
+        // Nothing else to check: one statement, in autocommit.
+        let mut conn = state.pool.acquire().await?;
+        command::run(&mut conn, write).await.map_err(ApiError::from)
+    } else {
+        in_transaction(state, &cmd, write).await
+    };
+    match written {
+        Ok(Outcome::Appended(appended)) => {
+            command::fill_position(&mut answer.body, appended.position);
+            crash_if_asked();
+            Ok(answer)
+        }
+        Ok(Outcome::KeyTaken) => ctx
+            .replay(state)
+            .await?
+            .ok_or_else(|| ApiError::internal("an idempotency key vanished")),
+        Err(refused) => settle(state, ctx, refused).await,
+    }
+}
+
+/// A command's write with what must be checked in its transaction: the
+/// quotas (under the namespace's lock, which assigns no transaction id, so
+/// the stream lock still comes before anything that does), and the blobs
+/// its events name.
+async fn in_transaction(
+    state: &AppState,
+    cmd: &Command,
+    write: command::Write<'_>,
+) -> ApiResult<Outcome> {
     let mut tx = state.pool.begin().await?;
     if let Some(demand) = &cmd.quota
         && let Some(exceeded) = quota::check(&mut tx, &state.quotas, demand, true).await?
     {
-        drop(tx);
-        return settle(state, ctx, exceeded.into()).await;
+        return Err(exceeded.into());
     }
-    let appended =
-        match eventlog::append(&mut tx, &cmd.stream, cmd.expected_version, &cmd.events).await {
-            Ok(appended) => appended,
-            Err(e) => {
-                drop(tx);
-                return settle(state, ctx, e.into()).await;
-            }
-        };
-    if let Some((kind, key)) = &cmd.work
-        && !cmd.events.is_empty()
-    {
-        queue::enqueue(&mut *tx, kind, key, &serde_json::json!({})).await?;
-    }
+    let appended = match command::run(&mut tx, write).await? {
+        Outcome::Appended(appended) => appended,
+        Outcome::KeyTaken => return Ok(Outcome::KeyTaken),
+    };
     // The event names these blobs: their in-flight records go with this
     // commit (`sless_store::orphans`).
     orphans::landed(&mut *tx, &cmd.blobs).await?;
@@ -304,28 +349,8 @@ pub async fn commit(
     for key in &cmd.collect {
         retention::enqueue_collect(&mut tx, key).await?;
     }
-    let answer = answer(appended);
-    if let Some((key, hash)) = &ctx.idempotency {
-        let stored = StoredAnswer {
-            request_hash: hash.clone(),
-            status: answer.status.as_u16(),
-            body: answer.body.clone(),
-            headers: answer.stored_headers(),
-        };
-        if let Err(e) = idempotency::save(&mut *tx, &ctx.caller.sub, key, &stored).await {
-            if e.is_unique_violation() {
-                drop(tx);
-                return ctx
-                    .replay(state)
-                    .await?
-                    .ok_or_else(|| ApiError::internal("an idempotency key vanished"));
-            }
-            return Err(e.into());
-        }
-    }
     tx.commit().await?;
-    crash_if_asked();
-    Ok(answer)
+    Ok(Outcome::Appended(appended))
 }
 
 /// Hands blobs a refused command stored to the collector, which deletes

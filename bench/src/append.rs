@@ -7,18 +7,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use sless_store::command;
 use sless_store::eventlog::{self, Metadata, NewEvent};
+use sless_store::idempotency::StoredAnswer;
+use sless_store::queue;
 
 use crate::Server;
 use crate::pgbench::Ceiling;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum Mode {
-    /// One event per transaction, each to a new stream.
+    /// One event per statement (in autocommit), each to a new stream.
     Distinct,
-    /// One event per transaction, all to one stream (conflicts retried).
+    /// A whole command per statement, each to a new stream: the event, its
+    /// work item and its answer under an idempotency key.
+    Command,
+    /// One event per statement, all to one stream, appended at the stream's
+    /// current version (never a conflict).
     Hot,
-    /// 100 events per transaction, each transaction to a new stream.
+    /// One event per statement, all to one stream: each client reads the
+    /// stream's version and appends expecting it (conflicts counted).
+    HotRead,
+    /// 100 events per statement, each to a new stream.
     Batch,
 }
 
@@ -26,7 +36,9 @@ impl Mode {
     fn name(self) -> &'static str {
         match self {
             Mode::Distinct => "distinct",
+            Mode::Command => "command",
             Mode::Hot => "hot",
+            Mode::HotRead => "hot-read",
             Mode::Batch => "batch",
         }
     }
@@ -39,7 +51,7 @@ pub struct AppendArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "distinct,hot,batch"
+        default_value = "distinct,command,hot,hot-read,batch"
     )]
     mode: Vec<Mode>,
     /// Client counts, comma-separated; each runs every mode and pgbench.
@@ -91,20 +103,41 @@ async fn appends(
             while Instant::now() < deadline {
                 i += 1;
                 let (stream, expected, batch) = match mode {
-                    Mode::Distinct => (format!("bench/{c}/{i}"), 0, 1),
-                    Mode::Batch => (format!("bench/{c}/{i}"), 0, 100),
-                    Mode::Hot => {
+                    Mode::Distinct | Mode::Command => (format!("bench/{c}/{i}"), Some(0), 1),
+                    Mode::Batch => (format!("bench/{c}/{i}"), Some(0), 100),
+                    Mode::Hot => ("bench/hot".to_owned(), None, 1),
+                    Mode::HotRead => {
                         let v: i64 = sqlx::query_scalar("select coalesce(max(version), 0)::bigint from events where stream = 'bench/hot'")
                             .fetch_one(&pool)
                             .await?;
-                        ("bench/hot".to_owned(), v as u64, 1)
+                        ("bench/hot".to_owned(), Some(v as u64), 1)
                     }
                 };
                 let new: Vec<_> = (0..batch).map(|k| event(i * 1000 + k)).collect();
-                let mut tx = pool.begin().await?;
-                match eventlog::append(&mut tx, &stream, expected, &new).await {
-                    Ok(_) => {
-                        tx.commit().await?;
+                let mut conn = pool.acquire().await?;
+                let appended = match (mode, expected) {
+                    (Mode::Command, _) => {
+                        let key = format!("bench-{c}-{i}");
+                        let answer = StoredAnswer {
+                            request_hash: key.clone(),
+                            status: 201,
+                            body: json!({ "stream": stream, "position": command::POSITION_PENDING }),
+                            headers: Default::default(),
+                        };
+                        let write = command::Write {
+                            stream: &stream,
+                            expected,
+                            events: &new,
+                            work: Some((queue::NOOP, &stream)),
+                            answer: Some(command::Keep { actor: "bench", key: &key, answer: &answer }),
+                        };
+                        command::run(&mut conn, write).await.map(|_| ())
+                    }
+                    (_, Some(expected)) => eventlog::append(&mut conn, &stream, expected, &new).await.map(|_| ()),
+                    (_, None) => eventlog::append_at_current(&mut conn, &stream, &new).await.map(|_| ()),
+                };
+                match appended {
+                    Ok(()) => {
                         events.fetch_add(batch, Ordering::Relaxed);
                         transactions.fetch_add(1, Ordering::Relaxed);
                     }

@@ -27,7 +27,7 @@ if [ -z "${SKIP_PEERS:-}" ]; then
   "$ROOT/scripts/bench/peers.sh" "$RUNS"
 fi
 
-log "append: 1, 4, 16 clients x distinct, hot, batch, beside pgbench"
+log "append: 1, 4, 16 clients x distinct, command, hot, hot-read, batch, beside pgbench"
 out=$(sless_bench append --concurrency 1,4,16 --duration "${APPEND_SECONDS:-5}")
 record_json sless append 1 '[.runs[] | select(.mode == "distinct") | .events_per_s] | max' events/s "$out"
 

@@ -145,66 +145,126 @@ pub const EVENTS_CHANNEL: &str = "sless_events";
 pub const DOORBELL: (i32, i32) = (1_936_483_699, 1);
 
 /// The advisory-lock key of a stream: the first 8 bytes of its sha256.
-fn stream_lock_key(stream: &str) -> i64 {
+pub(crate) fn stream_lock_key(stream: &str) -> i64 {
     let d = Sha256::digest(stream.as_bytes());
     i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
 /// Appends events to one stream, expecting it to be at `expected` (0 for a
 /// new stream). Must be the first write of the caller's transaction; the
-/// events are committed when the caller commits. A concurrent append that
-/// got there first makes this one fail with `Error::Conflict`.
+/// events are committed when the caller commits (run on a connection
+/// outside a transaction, the append commits alone). A concurrent append
+/// that got there first makes this one fail with `Error::Conflict`.
 ///
-/// One round trip: the database function `append_events` (migration
-/// `20261129000011_append_in_one_call.sql`) takes the stream lock, checks
-/// that the transaction has no xid yet, checks the version and inserts, in
-/// that order, and NOTIFYs `EVENTS_CHANNEL` if a projector sleeps at the
-/// `DOORBELL`.
+/// One round trip: the database function `append_events` (migrations
+/// `20261129000011_append_in_one_call.sql`, `…13`, `20261205000001`) takes
+/// the stream lock, checks that the transaction has no xid yet, checks the
+/// version and inserts, in that order, and NOTIFYs `EVENTS_CHANNEL` if a
+/// projector sleeps at the `DOORBELL`. (A command's append, work and
+/// answer in one call: `crate::command`.)
 pub async fn append(
     conn: &mut PgConnection,
     stream: &str,
     expected: u64,
     events: &[NewEvent],
 ) -> Result<Appended> {
-    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    let namespaces: Vec<&str> = events.iter().map(|e| e.namespace.as_str()).collect();
-    let data: Vec<serde_json::Value> = events.iter().map(|e| e.data.clone()).collect();
-    // An event records the trace it was appended in, unless it names one.
-    let trace = sless_telemetry::trace::current();
-    let metadata: Vec<serde_json::Value> = events
-        .iter()
-        .map(|e| match (&e.metadata.traceparent, &trace) {
-            (None, Some(t)) => {
-                let mut m = e.metadata.clone();
-                m.traceparent = Some(t.clone());
-                serde_json::to_value(&m)
-            }
-            _ => serde_json::to_value(&e.metadata),
-        })
-        .map(|m| m.expect("metadata serializes"))
-        .collect();
-    let span = tracing::info_span!(
-        target: sless_telemetry::trace::TARGET,
-        "append",
-        otel.kind = "client",
-        db.system.name = "postgresql",
-        stream,
-        events = events.len(),
-    );
+    append_to(conn, stream, Some(expected), events).await
+}
+
+/// Appends events at the stream's version when the stream lock is taken,
+/// whatever it is: for writes that do not depend on the stream's state.
+/// They never conflict; the lock orders them.
+pub async fn append_at_current(
+    conn: &mut PgConnection,
+    stream: &str,
+    events: &[NewEvent],
+) -> Result<Appended> {
+    append_to(conn, stream, None, events).await
+}
+
+async fn append_to(
+    conn: &mut PgConnection,
+    stream: &str,
+    expected: Option<u64>,
+    events: &[NewEvent],
+) -> Result<Appended> {
+    let cols = Columns::of(events);
     let started = std::time::Instant::now();
     let (first_write, actual, position): (bool, Option<i64>, Option<i64>) = sqlx::query_as(
         "select first_write, actual, last_position from append_events($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(stream)
     .bind(stream_lock_key(stream))
-    .bind(expected as i64)
-    .bind(&types)
-    .bind(&namespaces)
-    .bind(&data)
-    .bind(&metadata)
+    .bind(expected.map(|v| v as i64))
+    .bind(&cols.types)
+    .bind(&cols.namespaces)
+    .bind(&cols.data)
+    .bind(&cols.metadata)
     .fetch_one(&mut *conn)
-    .instrument(span)
+    .instrument(append_span(stream, events.len()))
     .await?;
+    outcome(
+        stream,
+        expected,
+        events.is_empty(),
+        started,
+        (first_write, actual, position),
+    )
+}
+
+/// The columns `append_events` takes. Each event's metadata records the
+/// trace it was appended in, unless it names one.
+pub(crate) struct Columns<'a> {
+    pub types: Vec<&'a str>,
+    pub namespaces: Vec<&'a str>,
+    pub data: Vec<serde_json::Value>,
+    pub metadata: Vec<serde_json::Value>,
+}
+
+impl<'a> Columns<'a> {
+    pub fn of(events: &'a [NewEvent]) -> Columns<'a> {
+        let trace = sless_telemetry::trace::current();
+        Columns {
+            types: events.iter().map(|e| e.event_type.as_str()).collect(),
+            namespaces: events.iter().map(|e| e.namespace.as_str()).collect(),
+            data: events.iter().map(|e| e.data.clone()).collect(),
+            metadata: events
+                .iter()
+                .map(|e| match (&e.metadata.traceparent, &trace) {
+                    (None, Some(t)) => {
+                        let mut m = e.metadata.clone();
+                        m.traceparent = Some(t.clone());
+                        serde_json::to_value(&m)
+                    }
+                    _ => serde_json::to_value(&e.metadata),
+                })
+                .map(|m| m.expect("metadata serializes"))
+                .collect(),
+        }
+    }
+}
+
+/// The span of one append (with traces on).
+pub(crate) fn append_span(stream: &str, events: usize) -> tracing::Span {
+    tracing::info_span!(
+        target: sless_telemetry::trace::TARGET,
+        "append",
+        otel.kind = "client",
+        db.system.name = "postgresql",
+        stream,
+        events,
+    )
+}
+
+/// What `append_events` answered (`first_write`, `actual`, `last_position`),
+/// as an append's result; counted in the metrics.
+pub(crate) fn outcome(
+    stream: &str,
+    expected: Option<u64>,
+    empty: bool,
+    started: std::time::Instant,
+    (first_write, actual, position): (bool, Option<i64>, Option<i64>),
+) -> Result<Appended> {
     if !first_write {
         // Another write came first: the stream lock would no longer order this
         // transaction's xid behind the previous append's commit.
@@ -213,8 +273,9 @@ pub async fn append(
         )));
     }
     let actual = actual.unwrap_or_default() as u64;
+    let unchanged = empty && expected.is_none_or(|e| e == actual);
     sless_telemetry::global().append(
-        position.is_none() && !(actual == expected && events.is_empty()),
+        position.is_none() && !unchanged,
         started.elapsed().as_secs_f64(),
     );
     match position {
@@ -222,13 +283,13 @@ pub async fn append(
             version: actual,
             position,
         }),
-        None if actual == expected && events.is_empty() => Ok(Appended {
+        None if unchanged => Ok(Appended {
             version: actual,
             position: 0,
         }),
         None => Err(Error::Conflict {
             stream: stream.to_owned(),
-            expected,
+            expected: expected.unwrap_or(actual),
             actual,
         }),
     }

@@ -12,6 +12,7 @@
 pub mod audit;
 pub mod blobs;
 pub mod build_logs;
+pub mod command;
 pub mod console;
 pub mod crashes;
 pub mod eventlog;

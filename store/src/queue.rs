@@ -90,45 +90,35 @@ pub async fn enqueue<'e>(
     key: &str,
     payload: &serde_json::Value,
 ) -> Result<()> {
-    let traced;
-    let payload = match sless_telemetry::trace::current() {
+    let payload = traced(payload);
+    sqlx::query("select enqueue_work($1, $2, $3, $4, $5::jsonpath)")
+        .bind(kind)
+        .bind(key)
+        .bind(payload.as_ref())
+        .bind(CHANNEL)
+        .bind(links_path())
+        .execute(exec)
+        .await?;
+    Ok(())
+}
+
+/// A payload as `enqueue` stores it: with traces on, naming the trace it
+/// was enqueued in, unless it names its causes itself.
+pub(crate) fn traced(payload: &serde_json::Value) -> std::borrow::Cow<'_, serde_json::Value> {
+    match sless_telemetry::trace::current() {
         Some(tp) if payload.get("links").is_none() && payload.get("traceparent").is_none() => {
             let mut p = payload.as_object().cloned().unwrap_or_default();
             p.insert("traceparent".into(), tp.into());
-            traced = serde_json::Value::Object(p);
-            &traced
+            std::borrow::Cow::Owned(serde_json::Value::Object(p))
         }
-        _ => payload,
-    };
-    sqlx::query(
-        "with upsert as (
-             insert into work_items (kind, key, payload) values ($1, $2, $3)
-             on conflict (key) where state = 'pending'
-             do update set kind = excluded.kind,
-                           payload = case
-                               when work_items.payload ?| array['traceparent', 'links'] then
-                                   excluded.payload || jsonb_build_object('links', jsonb_path_query_array(
-                                       coalesce(excluded.payload -> 'links', '[]')
-                                       || coalesce(work_items.payload -> 'links', '[]')
-                                       || case when work_items.payload ? 'traceparent'
-                                              then jsonb_build_array(work_items.payload -> 'traceparent')
-                                              else '[]' end,
-                                       $5::jsonpath))
-                               else excluded.payload
-                           end,
-                           attempts = 0, run_at = now(), last_error = null
-             returning 1
-         )
-         select pg_notify($4, '') from upsert",
-    )
-    .bind(kind)
-    .bind(key)
-    .bind(payload)
-    .bind(CHANNEL)
-    .bind(format!("$[0 to {}]", MAX_LINKS - 1))
-    .execute(exec)
-    .await?;
-    Ok(())
+        _ => std::borrow::Cow::Borrowed(payload),
+    }
+}
+
+/// The JSON path that keeps the first [`MAX_LINKS`] links (the database
+/// function `enqueue_work` takes it).
+pub(crate) fn links_path() -> String {
+    format!("$[0 to {}]", MAX_LINKS - 1)
 }
 
 /// The most trace links a work item keeps of the items it superseded.
