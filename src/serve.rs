@@ -81,12 +81,14 @@ impl Listeners {
         let api = serve_http(
             self.api,
             sless_api::router(state.clone()),
+            sless_api::serve::HEADER_PARSE_LIMIT,
             tails.clone(),
             stop.clone(),
         );
         let functions = serve_http(
             self.functions,
             sless_api::fn_router(state),
+            sless_api::serve::FN_HEADER_PARSE_LIMIT,
             tails,
             stop.clone(),
         );
@@ -100,11 +102,12 @@ impl Listeners {
 async fn serve_http(
     listener: tokio::net::TcpListener,
     app: axum::Router,
+    parse_limit: usize,
     // The audit log's live tails would hold the graceful shutdown open.
     tails: sless_api::events::Tails,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    sless_api::serve::serve(listener, app, async move {
+    sless_api::serve::serve(listener, app, parse_limit, async move {
         let _ = stop.wait_for(|s| *s).await;
         tails.close();
     })

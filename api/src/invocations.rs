@@ -56,10 +56,21 @@ pub fn request_id(headers: &mut HeaderMap) -> HeaderValue {
     {
         return v.clone();
     }
-    let id =
-        HeaderValue::try_from(uuid::Uuid::now_v7().to_string()).expect("a uuid is a header value");
+    let id = HeaderValue::try_from(new_request_id()).expect("a uuid is a header value");
     headers.insert(X_REQUEST_ID, id.clone());
     id
+}
+
+/// A new request id: a UUIDv7 (time-ordered) whose random bits come from
+/// the thread's generator in user space, not a `getrandom` call per request.
+pub fn new_request_id() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    uuid::Builder::from_unix_timestamp_millis(ms, &rand::random())
+        .into_uuid()
+        .to_string()
 }
 
 /// Middleware: gives every request an id (`request_id`) and every answer
@@ -525,4 +536,25 @@ pub async fn list(
     };
     let items: Vec<Value> = items.iter().map(view).collect();
     Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn request_ids_are_time_ordered_v7_uuids_and_differ() {
+        let ids: Vec<uuid::Uuid> = (0..1000)
+            .map(|_| super::new_request_id().parse().expect("a uuid"))
+            .collect();
+        assert!(ids.iter().all(|id| id.get_version_num() == 7));
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+        let (first, last) = (ids[0].get_timestamp(), ids[999].get_timestamp());
+        let ms = |t: Option<uuid::Timestamp>| t.expect("a v7 timestamp").to_unix();
+        assert!(ms(first) <= ms(last));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!(now.abs_diff(ms(last).0) <= 5, "the id's time is now");
+    }
 }

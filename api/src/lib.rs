@@ -70,9 +70,29 @@ pub use auth::{Auth, issue_hs256};
 pub use breaker::Breaker;
 pub use deadlines::Deadlines;
 
-/// What every handler can reach.
+/// What every handler can reach: one `Shared`, behind an `Arc`, so that
+/// handing it to each request and middleware copies one pointer. It reads
+/// as the `Shared` it holds; changing a field (while the state is set up,
+/// before it is shared) changes its own copy.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for AppState {
+    fn deref_mut(&mut self) -> &mut Shared {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+/// The parts of the state.
+#[derive(Clone)]
+pub struct Shared {
     pub pool: PgPool,
     pub blobs: BlobStore,
     pub auth: Auth,
@@ -120,7 +140,7 @@ pub const DEFAULT_KEEP_VERSIONS: usize = 50;
 impl AppState {
     pub fn new(pool: PgPool, blobs: BlobStore, auth: Auth) -> AppState {
         let invocations = invocations::Recorder::new(pool.clone());
-        AppState {
+        AppState(Arc::new(Shared {
             pool,
             blobs,
             auth,
@@ -140,7 +160,7 @@ impl AppState {
             only_namespace: None,
             metrics: sless_telemetry::global().clone(),
             metrics_scope: metrics::Scope::default(),
-        }
+        }))
     }
 }
 

@@ -47,11 +47,10 @@
 //! (Duplicate or conflicting `Host` fields get a 400 problem document in
 //! `serve`, before any route.)
 //!
-//! (A request with more than `serve::MAX_REQUEST_HEADERS` header fields
-//! gets the API's own 431 problem document before it reaches the proxy; one
-//! past the HTTP parser's limits, `serve::HEADER_PARSE_LIMIT` fields or a
-//! head larger than its read buffer, is refused by the parser: 431 without
-//! a body.)
+//! (A request past the HTTP parser's limits on the functions' origin,
+//! `serve::FN_HEADER_PARSE_LIMIT` fields or a head larger than its read
+//! buffer, is refused by the parser: 431 without a body. Below them the
+//! proxy's own limits answer with a problem document.)
 //!
 //! What crosses, each way, is `edge`'s: hop-by-hop headers are stripped
 //! both ways, the platform's credentials (its tokens, its cookies) never

@@ -5,7 +5,9 @@
 //! problem document from `limit_headers`, like every other refusal. The
 //! HTTP parser must therefore accept more fields than that limit: it is
 //! configured for `HEADER_PARSE_LIMIT`. Past that many fields the parser
-//! itself answers 431, without a body, before any of our code runs.
+//! itself answers 431, without a body, before any of our code runs. On the
+//! functions' origin the parser stops at `FN_HEADER_PARSE_LIMIT`, which the
+//! proxy's own, lower limit answers with its problem document first.
 //!
 //! A request's `Host` must say one thing (RFC 9112 §3.2): an HTTP/1.1
 //! request without one, with two, with one that is not a host and port, or
@@ -36,8 +38,16 @@ use crate::invocations::X_REQUEST_ID;
 /// (`proxy::ProxyLimits::max_headers`).
 pub const MAX_REQUEST_HEADERS: usize = 100;
 
-/// Header fields the HTTP parser reads before it gives up with a bare 431.
+/// Header fields the HTTP parser reads before it gives up with a bare 431,
+/// on the API's origin.
 pub const HEADER_PARSE_LIMIT: usize = 1024;
+
+/// The same on the functions' origin. The proxy's own limit
+/// (`proxy::ProxyLimits::max_headers`) is at most this, so every request
+/// the parser refuses is one the proxy would refuse too; and at 100 fields
+/// (hyper's default) the parser's buffers are on the stack, where 1,024
+/// would cost each call two heap buffers of them.
+pub const FN_HEADER_PARSE_LIMIT: usize = 100;
 
 /// How long a client has to send a request's head once it started.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -115,16 +125,18 @@ fn host_problem(req: &Request) -> Option<String> {
     }
 }
 
-/// Serves `app` on `listener` until `stop` resolves, then stops accepting
+/// Serves `app` on `listener`, whose parser reads at most `parse_limit`
+/// header fields per request, until `stop` resolves, then stops accepting
 /// and waits for the open connections to finish the request they are on.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
+    parse_limit: usize,
     stop: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
-        .max_headers(HEADER_PARSE_LIMIT)
+        .max_headers(parse_limit)
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
     let app = app.layer(axum::middleware::from_fn(one_host));

@@ -125,8 +125,19 @@ async fn measure(dev: &SlessDev, args: &ProxyArgs) -> anyhow::Result<serde_json:
         via_nginx.p99_ms - direct.p99_ms,
     );
     eprintln!(
-        "sless dev memory: idle {} KiB (peak {}), function ready {} KiB, after the proxy load {} KiB (peak {})",
-        idle.rss_kib, idle.peak_kib, ready.rss_kib, after_load.rss_kib, after_load.peak_kib
+        "sless dev memory: idle {} KiB (peak {}), function ready {} KiB, after the proxy load {} KiB (peak {}); \
+         of which its own (anonymous) {} / {} / {} KiB, mapped files {} / {} / {} KiB",
+        idle.rss_kib,
+        idle.peak_kib,
+        ready.rss_kib,
+        after_load.rss_kib,
+        after_load.peak_kib,
+        idle.anon_kib,
+        ready.anon_kib,
+        after_load.anon_kib,
+        idle.file_kib,
+        ready.file_kib,
+        after_load.file_kib,
     );
     Ok(json!({
         "bench": "proxy", "connections": args.load.connections, "threads": args.load.threads,

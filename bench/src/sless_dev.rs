@@ -84,6 +84,11 @@ pub struct Memory {
     pub peak_kib: u64,
     /// Resident set size now (VmRSS).
     pub rss_kib: u64,
+    /// Of it, the process's own memory (RssAnon): its heap and stacks.
+    pub anon_kib: u64,
+    /// Of it, pages of mapped files (RssFile): mostly the binary's code, shared
+    /// with the page cache, and mapped around each page run (fault-around).
+    pub file_kib: u64,
 }
 
 impl SlessDev {
@@ -258,6 +263,8 @@ impl SlessDev {
         Ok(Memory {
             peak_kib: kib("VmHWM:")?,
             rss_kib: kib("VmRSS:")?,
+            anon_kib: kib("RssAnon:")?,
+            file_kib: kib("RssFile:")?,
         })
     }
 

@@ -113,8 +113,10 @@ fn proxy_limits(get: Get<'_>) -> anyhow::Result<ProxyLimits> {
         )?),
         activation_queue: number_from(get, "SLESS_ACTIVATION_QUEUE", d.activation_queue)?,
     };
-    if !(1..=100).contains(&limits.max_headers) {
-        bail!("SLESS_PROXY_MAX_HEADERS must be between 1 and 100");
+    // The functions' origin parses no more fields than that.
+    let most = sless_api::serve::FN_HEADER_PARSE_LIMIT;
+    if !(1..=most).contains(&limits.max_headers) {
+        bail!("SLESS_PROXY_MAX_HEADERS must be between 1 and {most}");
     }
     if !(Duration::from_millis(100)..=Duration::from_secs(3600)).contains(&limits.idle_timeout) {
         bail!("SLESS_PROXY_IDLE_SECS must be between 0.1 and 3600");

@@ -14,11 +14,19 @@ use super::support::*;
 /// Serves `app` on a loopback port; the sender stops it, the handle ends
 /// when serving has.
 async fn serving(app: Router) -> (String, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+    serving_with(app, sless_api::serve::HEADER_PARSE_LIMIT).await
+}
+
+/// The same, with the parser reading at most `parse_limit` header fields.
+async fn serving_with(
+    app: Router,
+    parse_limit: usize,
+) -> (String, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let (stop_tx, stop) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        sless_api::serve::serve(listener, app, async move {
+        sless_api::serve::serve(listener, app, parse_limit, async move {
             let _ = stop.await;
         })
         .await
@@ -88,6 +96,21 @@ async fn too_many_header_fields_get_a_problem_document_up_to_the_parser_limit() 
         get_with_headers(&addr, "/healthz", sless_api::serve::HEADER_PARSE_LIMIT).await;
     assert_eq!(status, 431);
     assert_eq!(body, "");
+}
+
+/// The functions' origin parses at most `FN_HEADER_PARSE_LIMIT` fields: the
+/// highest limit the proxy may be configured with still gets its problem
+/// document, and one field more is the parser's bare 431.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_functions_origin_parses_as_many_fields_as_the_proxy_may_allow() {
+    let app = Router::new().route("/fn/ns/f", get(|| async { "reached" }));
+    let limit = sless_api::serve::FN_HEADER_PARSE_LIMIT;
+    let (addr, _stop, _task) = serving_with(app, limit).await;
+    // Host and Connection are two of the fields.
+    let (status, _, body) = get_with_headers(&addr, "/fn/ns/f", limit - 2).await;
+    assert_eq!((status, body.as_str()), (200, "reached"), "{limit} fields");
+    let (status, _, body) = get_with_headers(&addr, "/fn/ns/f", limit - 1).await;
+    assert_eq!((status, body.as_str()), (431, ""), "{} fields", limit + 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
