@@ -11,7 +11,12 @@
 --    (they cannot conflict; the lock orders them); and one event is written
 --    by a plain INSERT, not through unnest;
 -- 2. when the append wrote events, `enqueue_work` for the work they call for
---    (the same upsert `queue::enqueue` runs: one pending item per key);
+--    (the same upsert `queue::enqueue` runs: one pending item per key). With
+--    no `work_channel` it does not NOTIFY: a NOTIFY makes its transaction
+--    hold a cluster-wide lock until its commit is flushed, so commands that
+--    NOTIFY commit one at a time. The API wakes the workers after the commit
+--    instead, one NOTIFY for as many commands as committed meanwhile
+--    (store/src/queue.rs `Ringer`);
 -- 3. when the append succeeded, the answer under its idempotency key. A key
 --    already taken by a concurrent request raises SLKEY, which rolls back
 --    the whole statement: the caller answers with the stored answer. An
@@ -80,7 +85,8 @@ $$;
 
 -- One pending item per key: enqueueing again refreshes it (its payload, with
 -- the superseded item's trace causes kept as links within `links_path`, its
--- attempts and when it is due). NOTIFYs `channel` at commit.
+-- attempts and when it is due). NOTIFYs `channel` at commit, unless it is
+-- NULL: the caller then wakes the workers itself once it has committed.
 create function enqueue_work(
     work_kind text,
     work_key text,
@@ -105,7 +111,9 @@ begin
                       else excluded.payload
                   end,
                   attempts = 0, run_at = now(), last_error = null;
-    perform pg_notify(channel, '');
+    if channel is not null then
+        perform pg_notify(channel, '');
+    end if;
 end;
 $$;
 

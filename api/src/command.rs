@@ -303,6 +303,9 @@ pub async fn commit(
     match written {
         Ok(Outcome::Appended(appended)) => {
             command::fill_position(&mut answer.body, appended.position);
+            if cmd.work.is_some() && !cmd.events.is_empty() {
+                state.work.ring();
+            }
             crash_if_asked();
             Ok(answer)
         }

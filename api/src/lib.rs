@@ -94,6 +94,8 @@ impl std::ops::DerefMut for AppState {
 #[derive(Clone)]
 pub struct Shared {
     pub pool: PgPool,
+    /// Wakes the workers once a command's work has committed.
+    pub work: sless_store::queue::Ringer,
     pub blobs: BlobStore,
     pub auth: Auth,
     pub limits: ArchiveLimits,
@@ -141,6 +143,7 @@ impl AppState {
     pub fn new(pool: PgPool, blobs: BlobStore, auth: Auth) -> AppState {
         let invocations = invocations::Recorder::new(pool.clone());
         AppState(Arc::new(Shared {
+            work: sless_store::queue::Ringer::new(pool.clone()),
             pool,
             blobs,
             auth,

@@ -85,6 +85,7 @@ async fn appends(
     seconds: u64,
 ) -> anyhow::Result<serde_json::Value> {
     let (pool, _) = server.database(clients as u32 + 2).await?;
+    let ringer = queue::Ringer::new(pool.clone());
     let events = Arc::new(AtomicU64::new(0));
     let transactions = Arc::new(AtomicU64::new(0));
     let conflicts = Arc::new(AtomicU64::new(0));
@@ -92,8 +93,9 @@ async fn appends(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (pool, events, transactions, conflicts) = (
+        let (pool, ringer, events, transactions, conflicts) = (
             pool.clone(),
+            ringer.clone(),
             events.clone(),
             transactions.clone(),
             conflicts.clone(),
@@ -131,7 +133,10 @@ async fn appends(
                             work: Some((queue::NOOP, &stream)),
                             answer: Some(command::Keep { actor: "bench", key: &key, answer: &answer }),
                         };
-                        command::run(&mut conn, write).await.map(|_| ())
+                        let done = command::run(&mut conn, write).await.map(|_| ());
+                        // As the API does: the workers are woken after the commit.
+                        ringer.ring();
+                        done
                     }
                     (_, Some(expected)) => eventlog::append(&mut conn, &stream, expected, &new).await.map(|_| ()),
                     (_, None) => eventlog::append_at_current(&mut conn, &stream, &new).await.map(|_| ()),

@@ -7,7 +7,9 @@
 //! upsert) and stores the answer (`idempotency`), in that order. On a
 //! connection outside a transaction it commits alone: one round trip for a
 //! whole command. Inside a transaction (a command with more to check) it is
-//! the transaction's first write, and commits with it.
+//! the transaction's first write, and commits with it. It does not NOTIFY
+//! the workers: the caller rings them once it has committed
+//! (`queue::Ringer`), so that commands need not commit one at a time.
 
 use sqlx::PgConnection;
 use tracing::Instrument;
@@ -80,7 +82,8 @@ pub async fn run(conn: &mut PgConnection, w: Write<'_>) -> Result<Outcome> {
     .bind(w.work.map(|(kind, _)| kind))
     .bind(w.work.map(|(_, key)| key))
     .bind(&payload)
-    .bind(queue::CHANNEL)
+    // No NOTIFY in the statement: the caller rings (`queue::Ringer`).
+    .bind(None::<&str>)
     .bind(queue::links_path())
     .bind(keep.map(|k| k.actor))
     .bind(keep.map(|k| k.key))

@@ -18,6 +18,53 @@ use crate::{Error, Result};
 /// The NOTIFY channel enqueue signals on.
 pub const CHANNEL: &str = "sless_work";
 
+/// Wakes the workers for work committed without a NOTIFY of its own (a
+/// command's, `crate::command`): a NOTIFY makes its transaction hold a
+/// cluster-wide lock until its commit is flushed, so writers that NOTIFY
+/// commit one at a time. `ring` after the commit; rings are coalesced into
+/// one `NOTIFY` on `CHANNEL` for every ring since the last one was sent, in
+/// a transaction of its own that writes nothing (so it flushes nothing).
+/// A ring lost with the process is covered by the workers' polling.
+#[derive(Clone)]
+pub struct Ringer {
+    pool: PgPool,
+    bell: std::sync::Arc<tokio::sync::Notify>,
+    started: std::sync::Arc<std::sync::OnceLock<()>>,
+}
+
+impl Ringer {
+    pub fn new(pool: PgPool) -> Ringer {
+        Ringer {
+            pool,
+            bell: Default::default(),
+            started: Default::default(),
+        }
+    }
+
+    /// Asks for a NOTIFY soon. Call within a tokio runtime.
+    pub fn ring(&self) {
+        self.started.get_or_init(|| {
+            let (pool, bell) = (self.pool.clone(), self.bell.clone());
+            tokio::spawn(async move {
+                loop {
+                    bell.notified().await;
+                    if pool.is_closed() {
+                        return;
+                    }
+                    if let Err(e) = sqlx::query("select pg_notify($1, '')")
+                        .bind(CHANNEL)
+                        .execute(&pool)
+                        .await
+                    {
+                        tracing::warn!(error = %e, "waking the workers failed; they poll");
+                    }
+                }
+            });
+        });
+        self.bell.notify_one();
+    }
+}
+
 /// A claimed item. `attempt` fences: every later call names it, and changes
 /// nothing once the lease has passed to another worker.
 #[derive(Debug, Clone, PartialEq)]

@@ -249,3 +249,39 @@ async fn appends_at_the_current_version_never_conflict_and_leave_no_gap() {
             .unwrap();
     assert_eq!(appended.version, n as u64 + 1);
 }
+
+/// A command does not NOTIFY in its statement (notifying commits would be
+/// serialised); the `Ringer` wakes the workers after it.
+#[tokio::test]
+async fn a_command_notifies_no_one_itself_and_the_ringer_wakes_the_workers() {
+    let db = TestDb::new().await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
+        .await
+        .unwrap();
+    listener.listen(queue::CHANNEL).await.unwrap();
+    run(&db.pool, "s/quiet", Some(0), &[event(1)], None)
+        .await
+        .unwrap();
+    // Notifications arrive in commit order: the marker, sent after the
+    // command committed, is the first one if the command sent none.
+    sqlx::query("select pg_notify($1, 'marker')")
+        .bind(queue::CHANNEL)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv())
+        .await
+        .expect("the marker within 10 s")
+        .unwrap();
+    assert_eq!(first.payload(), "marker", "the command itself notified");
+
+    let ringer = queue::Ringer::new(db.pool.clone());
+    for _ in 0..50 {
+        ringer.ring();
+    }
+    let rung = tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv())
+        .await
+        .expect("a ring within 10 s")
+        .unwrap();
+    assert_eq!(rung.payload(), "");
+}
