@@ -31,6 +31,9 @@ log "append: 1, 4, 16 clients x distinct, command, hot, hot-read, batch, beside 
 out=$(sless_bench append --concurrency 1,4,16 --duration "${APPEND_SECONDS:-5}")
 record_json sless append 1 '[.runs[] | select(.mode == "distinct") | .events_per_s] | max' events/s "$out"
 
+log "append, piece by piece: pgbench drives an INSERT, append_events, run_command and a NOTIFY"
+"$ROOT/scripts/bench/append-parts.sh" "${APPEND_SECONDS:-5}"
+
 log "projector: catch-up, replay, live lag"
 out=$(sless_bench projector --events "${PROJECTOR_EVENTS:-1000000}" --streams 10000 --rate 2000 --duration 10)
 record_json sless projector 1 .catch_up.events_per_s events/s "$out"
