@@ -35,6 +35,7 @@ pub mod json;
 pub mod metrics;
 pub mod namespaces;
 pub mod openapi;
+pub mod paging;
 pub mod path;
 pub mod proxy;
 pub mod quota;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use sless_client::types::{EventEntry, FunctionView, InvocationView, JobView, TriggerView};
 use sless_client::{
-    BuildLogEvent, Client, CreateJob, CreateTrigger, EventFilter, InvocationQuery, Invoke,
+    BuildLogEvent, Client, CreateJob, CreateTrigger, EventFilter, Invoke, PageQuery,
 };
 
 use super::output::{Failure, Out, Table, code, or_dash};
@@ -280,9 +280,7 @@ pub async fn logs(
     let mut seen = HashSet::new();
     let mut first = true;
     loop {
-        let page = client
-            .list_invocations(name, &InvocationQuery::default())
-            .await?;
+        let page = client.list_invocations(name, &PageQuery::default()).await?;
         let mut fresh: Vec<&InvocationView> = page
             .items
             .iter()

@@ -107,18 +107,24 @@ pub async fn cron_runs(
     Ok(rows.into_iter().map(row_of).collect())
 }
 
-/// The last `limit` runs of every cron trigger of a namespace, by trigger,
-/// newest tick first.
-pub async fn cron_runs_in(exec: impl PgExecutor<'_>, ns: &str, limit: i64) -> Result<Vec<JobRow>> {
+/// The last `limit` runs of each of the cron triggers `triggers` of a
+/// namespace, by trigger, newest tick first.
+pub async fn cron_runs_in(
+    exec: impl PgExecutor<'_>,
+    ns: &str,
+    triggers: &[&str],
+    limit: i64,
+) -> Result<Vec<JobRow>> {
     let rows = sqlx::query(
         "select * from (
              select *, row_number() over (partition by trigger order by scheduled_at desc) as n
-             from jobs where origin = 'cron' and namespace = $1
+             from jobs where origin = 'cron' and namespace = $1 and trigger = any($2)
          ) runs
-         where n <= $2
+         where n <= $3
          order by trigger, scheduled_at desc",
     )
     .bind(ns)
+    .bind(triggers)
     .bind(limit)
     .fetch_all(exec)
     .await?;
@@ -213,7 +219,9 @@ mod tests {
         let names: Vec<_> = runs.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["nightly-1800000180", "nightly-1800000120"]);
         // Every trigger's runs at once, each cut to the limit.
-        let all = cron_runs_in(&db.pool, NS, 2).await.unwrap();
+        let all = cron_runs_in(&db.pool, NS, &["hourly", "nightly"], 2)
+            .await
+            .unwrap();
         let names: Vec<_> = all.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(
             names,
