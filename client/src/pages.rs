@@ -77,3 +77,78 @@ pub(crate) async fn every_page<P: Page, F: Future<Output = Result<P>>>(
     }
     Ok(whole)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(names: &[&str], next: Option<&str>) -> TriggerList {
+        let items = names
+            .iter()
+            .map(|n| {
+                serde_json::from_value(serde_json::json!({
+                    "name": n, "function": "f", "type": "http", "enabled": true,
+                }))
+                .unwrap()
+            })
+            .collect();
+        TriggerList {
+            items,
+            next_cursor: next.map(str::to_owned),
+        }
+    }
+
+    fn names(l: &TriggerList) -> Vec<&str> {
+        l.items.iter().map(|t| t.name.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn every_page_is_read_once_in_order_from_the_largest_pages() {
+        let mut asked = Vec::new();
+        let whole = every_page(|q| {
+            asked.push(q.clone());
+            let answer = match q.cursor.as_deref() {
+                None => page(&["a", "b"], Some("c1")),
+                Some("c1") => page(&["c", "d"], Some("c2")),
+                Some("c2") => page(&["e"], None),
+                Some(other) => panic!("a cursor never given: {other}"),
+            };
+            async move { Ok(answer) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(names(&whole), ["a", "b", "c", "d", "e"]);
+        assert_eq!(whole.next_cursor, None);
+        let cursors: Vec<_> = asked.iter().map(|q| q.cursor.as_deref()).collect();
+        assert_eq!(cursors, [None, Some("c1"), Some("c2")]);
+        assert!(asked.iter().all(|q| q.limit == Some(1000)));
+    }
+
+    #[tokio::test]
+    async fn a_cursor_given_twice_is_an_error_not_an_endless_loop() {
+        let e = every_page(|q| {
+            let answer = match q.cursor {
+                None => page(&["a"], Some("again")),
+                Some(_) => page(&["b"], Some("again")),
+            };
+            async move { Ok(answer) }
+        })
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("twice"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_error_on_a_later_page_is_the_answer() {
+        let e = every_page(|q| {
+            let answer = match q.cursor {
+                None => Ok(page(&["a"], Some("c1"))),
+                Some(_) => Err(Error::Invalid("the second page failed".into())),
+            };
+            async move { answer }
+        })
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("second page"), "{e}");
+    }
+}
