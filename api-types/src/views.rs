@@ -373,6 +373,16 @@ pub struct TriggerList {
     pub next_cursor: Option<String>,
 }
 
+/// One page of the jobs of a namespace, by name; each without its output
+/// (`stdout`, `stderr`: get the job for them).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct JobList {
+    pub items: Vec<JobView>,
+    /// The `cursor` of the next page; null on the last.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
+}
+
 /// What a job printed on one stream, cut to a limit.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct JobOutput {

@@ -142,6 +142,7 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
     let paged_list = method == "get"
         && (path.ends_with("/functions")
             || path.ends_with("/triggers")
+            || path.ends_with("/jobs")
             || path.ends_with("/versions"));
     if paged_list
         || path.ends_with("/invocations")

@@ -15,7 +15,8 @@
 //!   audit log's tail and a followed build log), which end when the
 //!   server ends them.
 //!
-//! A list call (`list_functions`, `list_triggers`, `list_versions`)
+//! A list call (`list_functions`, `list_triggers`, `list_versions`,
+//! `list_jobs`)
 //! answers the whole list, following the API's pages; its `_page` variant
 //! reads one page (`PageQuery`).
 //!

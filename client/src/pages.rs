@@ -2,7 +2,7 @@
 //! of a list by following each page's `next_cursor` (what the API's
 //! `Link: <…>; rel="next"` header points at).
 
-use sless_api_types::{FunctionList, TriggerList, VersionList};
+use sless_api_types::{FunctionList, JobList, TriggerList, VersionList};
 
 use crate::error::{Error, Result};
 use crate::http::Call;
@@ -51,6 +51,7 @@ macro_rules! page {
     };
 }
 page!(FunctionList);
+page!(JobList);
 page!(TriggerList);
 page!(VersionList);
 

@@ -86,6 +86,28 @@ pub async fn job_row(exec: impl PgExecutor<'_>, ns: &str, name: &str) -> Result<
     Ok(row.map(row_of))
 }
 
+/// At most `limit` jobs users asked for in a namespace, by name, after the
+/// name `after` (from the first when None): a page of the list (the index
+/// `jobs_by_name` walks it).
+pub async fn job_rows(
+    exec: impl PgExecutor<'_>,
+    ns: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<JobRow>> {
+    let rows = sqlx::query(
+        "select * from jobs
+         where namespace = $1 and origin = 'api' and ($2::text is null or name > $2)
+         order by name limit $3",
+    )
+    .bind(ns)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(exec)
+    .await?;
+    Ok(rows.into_iter().map(row_of).collect())
+}
+
 /// A cron trigger's last `limit` runs, newest tick first.
 pub async fn cron_runs(
     exec: impl PgExecutor<'_>,

@@ -30,6 +30,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/namespaces/{ns}/triggers/{name}"),
     ("patch", "/v1/namespaces/{ns}/triggers/{name}"),
     ("delete", "/v1/namespaces/{ns}/triggers/{name}"),
+    ("get", "/v1/namespaces/{ns}/jobs"),
     ("post", "/v1/namespaces/{ns}/jobs"),
     ("get", "/v1/namespaces/{ns}/jobs/{name}"),
     ("delete", "/v1/namespaces/{ns}/jobs/{name}"),
@@ -171,6 +172,7 @@ async fn the_document_is_openapi_3_1_and_lists_every_route() {
         ("/v1/namespaces/{ns}/functions/{name}/invocations", false),
         ("/v1/namespaces/{ns}/functions", true),
         ("/v1/namespaces/{ns}/triggers", true),
+        ("/v1/namespaces/{ns}/jobs", true),
         ("/v1/namespaces/{ns}/functions/{name}/versions", true),
     ] {
         let (_, _, op) = ops

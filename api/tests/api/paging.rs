@@ -1,4 +1,4 @@
-//! Paged lists (functions, triggers, versions): `?limit=` and `?cursor=`,
+//! Paged lists (functions, triggers, versions, jobs): `?limit=` and `?cursor=`,
 //! each row exactly once and in order across pages, `next_cursor` and the
 //! `Link: <…>; rel="next"` header, bad paging refused, and a cursor that
 //! stays within its own list.
@@ -182,6 +182,7 @@ async fn a_cursor_pages_only_its_own_namespace_and_another_namespace_is_404() {
         functions_uri(&ns(ALICE)),
         format!("{}?cursor={cursor}", functions_uri(&ns(ALICE))),
         format!("/v1/namespaces/{}/triggers", ns(ALICE)),
+        format!("/v1/namespaces/{}/jobs", ns(ALICE)),
         format!("{}/versions", function_uri(&ns(ALICE), "a1")),
     ] {
         let a = list(&env, BOB, &uri).await;
@@ -275,6 +276,7 @@ async fn bad_limits_and_cursors_are_refused_naming_the_parameter() {
         functions_uri(&ns),
         format!("/v1/namespaces/{ns}/triggers"),
         format!("{}/versions", function_uri(&ns, "f")),
+        format!("/v1/namespaces/{ns}/jobs"),
     ];
     for base in &lists {
         for (what, query, field) in &cases {
@@ -298,7 +300,7 @@ async fn bad_limits_and_cursors_are_refused_naming_the_parameter() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn triggers_and_versions_page_too() {
+async fn triggers_versions_and_jobs_page_too() {
     let env = Env::new().await;
     let ns = ns(ALICE);
     assert_eq!(env.create(ALICE, "f").await.status, StatusCode::CREATED);
@@ -330,4 +332,31 @@ async fn triggers_and_versions_page_too() {
     assert_eq!(got, [vec!["3", "2"], vec!["1"]]);
     let first = list(&env, ALICE, &format!("{versions}?limit=2")).await;
     assert_eq!(first.body["live_version"], 3, "{}", first.body);
+
+    let jobs = format!("/v1/namespaces/{ns}/jobs");
+    assert_eq!(
+        pages(&env, ALICE, &jobs, "name").await,
+        [Vec::<String>::new()]
+    );
+    for name in ["j-c", "j-a", "j-b"] {
+        let body = json!({ "name": name, "function": "f" });
+        let a = env
+            .send(post_json(&jobs, Some(&token(ALICE)), &body.to_string()))
+            .await;
+        assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.body);
+    }
+    env.catch_up().await;
+    let got = pages(&env, ALICE, &format!("{jobs}?limit=2"), "name").await;
+    assert_eq!(got, [vec!["j-a", "j-b"], vec!["j-c"]]);
+    // A row is the job without its output.
+    let page = list(&env, ALICE, &jobs).await;
+    let job = &page.body["items"][0];
+    assert_eq!(
+        (&job["status"], &job["function"]),
+        (&json!("Pending"), &json!("f"))
+    );
+    assert_eq!(
+        (&job["stdout"], &job["stderr"]),
+        (&Value::Null, &Value::Null)
+    );
 }
