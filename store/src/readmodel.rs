@@ -4,7 +4,8 @@
 //! A deleted function keeps its row, in phase `Deleted` (the projector
 //! needs its stream version to go on when the name is created again), and
 //! its version rows. The queries the API and the invoke proxy make
-//! (`function_row`, `function_rows`) do not see deleted rows.
+//! (`function_row`, `function_rows_after`, `function_rows_page`) do not
+//! see deleted rows.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -152,20 +153,6 @@ pub async fn function_rows_by_key<'e>(
     )))
     .bind(namespaces)
     .bind(names)
-    .fetch_all(exec)
-    .await?;
-    rows.into_iter().map(row_of).collect()
-}
-
-/// Every function of a namespace that is not deleted, by name.
-pub async fn function_rows<'e>(
-    exec: impl PgExecutor<'e>,
-    namespace: &str,
-) -> Result<Vec<FunctionRow>> {
-    let rows = sqlx::query(
-        "select * from functions where namespace = $1 and phase <> 'Deleted' order by name",
-    )
-    .bind(namespace)
     .fetch_all(exec)
     .await?;
     rows.into_iter().map(row_of).collect()
