@@ -89,10 +89,13 @@ pub struct FunctionView {
     pub status_url: Option<String>,
 }
 
-/// The functions of a namespace.
+/// One page of the functions of a namespace, by name.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct FunctionList {
     pub items: Vec<FunctionView>,
+    /// The `cursor` of the next page; null on the last.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
 }
 
 /// The answer to an upload: the version it made (or, for the same zip
@@ -186,7 +189,7 @@ pub struct VersionView {
     pub deployed: bool,
 }
 
-/// A function's kept versions, newest first.
+/// One page of a function's kept versions, newest first.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct VersionList {
     pub namespace: String,
@@ -196,6 +199,9 @@ pub struct VersionList {
     /// How many versions are kept besides the live one.
     pub retention: usize,
     pub items: Vec<VersionView>,
+    /// The `cursor` of the next page; null on the last.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
 }
 
 /// How one file differs between two versions.
@@ -358,10 +364,23 @@ pub struct TriggerView {
     pub unchanged: Option<bool>,
 }
 
-/// The triggers of a namespace, by name.
+/// One page of the triggers of a namespace, by name.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct TriggerList {
     pub items: Vec<TriggerView>,
+    /// The `cursor` of the next page; null on the last.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
+}
+
+/// One page of the jobs of a namespace, by name; each without its output
+/// (`stdout`, `stderr`: get the job for them).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct JobList {
+    pub items: Vec<JobView>,
+    /// The `cursor` of the next page; null on the last.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
 }
 
 /// What a job printed on one stream, cut to a limit.

@@ -4,9 +4,14 @@
 //! `versions`, `source`, `jobs` and `triggers` share it; it imports none
 //! of them.
 
+use std::collections::BTreeMap;
+use std::fmt;
+
 use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
 use serde_json::json;
-use sless_domain::{Function, FunctionKey, FunctionName};
+use sless_domain::{Function, FunctionKey, FunctionName, Phase, Runtime};
 use sless_store::eventlog::{self, Appended};
 use sless_store::readmodel::FunctionRow;
 
@@ -34,28 +39,81 @@ pub(crate) fn function_path(key: &FunctionKey) -> String {
 /// Where a function is invoked: on the functions' origin when the API
 /// knows it (`AppState::fn_url`), else the path there.
 pub(crate) fn function_url(fn_url: Option<&str>, ns: &str, name: &str) -> String {
-    format!("{}/fn/{ns}/{name}", fn_url.unwrap_or_default())
+    FunctionUrl { fn_url, ns, name }.to_string()
+}
+
+/// A function's read-model row as the API shows it, serialised straight
+/// from the row (a list writes a page of these without building a
+/// `serde_json::Value` per row).
+#[derive(Serialize)]
+pub(crate) struct RowView<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    runtime: Runtime,
+    entrypoint: &'a str,
+    memory_mb: u32,
+    timeout_sec: u32,
+    env_vars: &'a BTreeMap<String, String>,
+    scale_to_zero_after_sec: Option<u32>,
+    phase: Phase,
+    instances: u32,
+    version: Option<u32>,
+    deployed_version: Option<u32>,
+    last_error: Option<&'a str>,
+    url: FunctionUrl<'a>,
+    created_at: &'a DateTime<Utc>,
+    updated_at: &'a DateTime<Utc>,
+}
+
+impl<'a> RowView<'a> {
+    pub(crate) fn of(fn_url: Option<&'a str>, r: &'a FunctionRow) -> RowView<'a> {
+        RowView {
+            namespace: &r.namespace,
+            name: &r.name,
+            runtime: r.spec.runtime,
+            entrypoint: &r.spec.entrypoint,
+            memory_mb: r.spec.memory_mb,
+            timeout_sec: r.spec.timeout_sec,
+            env_vars: &r.spec.env_vars,
+            scale_to_zero_after_sec: r.spec.scale_to_zero_after_sec,
+            phase: r.phase,
+            instances: u32::from(r.endpoint.is_some()),
+            version: r.current_version,
+            deployed_version: r.deployed_version,
+            last_error: r.last_error.as_deref(),
+            url: FunctionUrl {
+                fn_url,
+                ns: &r.namespace,
+                name: &r.name,
+            },
+            created_at: &r.created_at,
+            updated_at: &r.updated_at,
+        }
+    }
+}
+
+/// `function_url`, written where it is serialised.
+struct FunctionUrl<'a> {
+    fn_url: Option<&'a str>,
+    ns: &'a str,
+    name: &'a str,
+}
+
+impl fmt::Display for FunctionUrl<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let origin = self.fn_url.unwrap_or_default();
+        write!(f, "{origin}/fn/{}/{}", self.ns, self.name)
+    }
+}
+
+impl Serialize for FunctionUrl<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 pub(crate) fn view_of_row(fn_url: Option<&str>, r: &FunctionRow) -> serde_json::Value {
-    json!({
-        "namespace": r.namespace,
-        "name": r.name,
-        "runtime": r.spec.runtime,
-        "entrypoint": r.spec.entrypoint,
-        "memory_mb": r.spec.memory_mb,
-        "timeout_sec": r.spec.timeout_sec,
-        "env_vars": r.spec.env_vars,
-        "scale_to_zero_after_sec": r.spec.scale_to_zero_after_sec,
-        "phase": r.phase,
-        "instances": u32::from(r.endpoint.is_some()),
-        "version": r.current_version,
-        "deployed_version": r.deployed_version,
-        "last_error": r.last_error,
-        "url": function_url(fn_url, r.namespace.as_str(), r.name.as_str()),
-        "created_at": r.created_at,
-        "updated_at": r.updated_at,
-    })
+    serde_json::to_value(RowView::of(fn_url, r)).expect("a row's view is JSON")
 }
 
 pub(crate) fn view_of_state(

@@ -3,18 +3,20 @@
 
 use std::sync::Arc;
 
-use axum::Json;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{OriginalUri, Query, State};
 use axum::http::StatusCode;
+use serde::Serialize;
+use serde::ser::SerializeStruct;
 use serde_json::json;
 use sless_api_types::{CreateFunction, UpdateFunction};
 use sless_domain::archive;
 use sless_domain::{
     Aggregate, DomainError, Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName,
-    FunctionSpec, Runtime, SourceVersion, UploadedSource,
+    FunctionSpec, Namespace, Runtime, SourceVersion, UploadedSource,
 };
 use sless_store::eventlog::Appended;
-use sless_store::readmodel;
+use sless_store::readmodel::{self, FunctionRow};
 use sless_store::{blobs, jobs as log};
 
 use crate::AppState;
@@ -23,9 +25,11 @@ use crate::catch_up;
 use crate::command::{self, Answered, Current, Decided, Handler, Opened, Plan, RequestContext};
 use crate::error::{ApiError, ApiResult};
 use crate::function::{
-    accepted, function_not_found, load, path_key, target, unchanged, view_of_row, view_of_state,
+    RowView, accepted, function_not_found, load, path_key, target, unchanged, view_of_row,
+    view_of_state,
 };
 use crate::json::parse_json;
+use crate::paging::{Cursor, PageQuery, Paged, page_query};
 use crate::path::PathParams;
 use crate::quota::Demand;
 use crate::versions::version_demand;
@@ -93,21 +97,87 @@ impl Handler<Function> for Create {
 }
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions", operation_id = "listFunctions", tag = "functions",
-    summary = "List the namespace's functions",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")),
-    responses((status = 200, description = "The functions", body = crate::openapi::FunctionList)))]
+    summary = "List the namespace's functions, a page at a time, by name",
+    description = "One page of the functions, by name. When more follow, `next_cursor` is set and \
+        a `Link: <…>; rel=\"next\"` header gives the next page's URL; the last page has \
+        `next_cursor` null and no `Link`.",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Functions per page (default 100)"),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
+    responses((status = 200, description = "One page of functions", body = crate::openapi::FunctionList,
+        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     PathParams(ns): PathParams<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+    OriginalUri(uri): OriginalUri,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Paged> {
     let namespace = caller.namespace(&ns)?;
-    let rows = readmodel::function_rows(&state.pool, namespace.as_str()).await?;
-    let items: Vec<_> = rows
-        .iter()
-        .map(|r| view_of_row(state.fn_url.as_deref(), r))
-        .collect();
-    Ok(Json(json!({ "items": items })))
+    let query = page_query(query)?;
+    let (rows, next) = rows_page(&state, &namespace, &query).await?;
+    let page = FunctionPage {
+        fn_url: state.fn_url.as_deref(),
+        rows: &rows,
+        next_cursor: next.as_deref(),
+    };
+    // About 400 bytes a function, written once.
+    let mut body = Vec::with_capacity(64 + rows.len() * 512);
+    serde_json::to_writer(&mut body, &page)
+        .map_err(|e| ApiError::internal(format!("the list cannot be written: {e}")))?;
+    Ok(Paged::new(body, uri.path(), &query, next.as_deref()))
+}
+
+/// One page of a namespace's functions (read with `query`), and the
+/// `next_cursor` when more follow.
+pub(crate) async fn rows_page(
+    state: &AppState,
+    namespace: &Namespace,
+    query: &PageQuery,
+) -> ApiResult<(Vec<FunctionRow>, Option<String>)> {
+    let list = format!("functions/{namespace}");
+    let after = query
+        .cursor
+        .as_deref()
+        .map(|c| Cursor::decode(c, &list, |k| FunctionName::parse(k).is_ok()))
+        .transpose()?;
+    let mut rows = readmodel::function_rows_after(
+        &state.pool,
+        namespace.as_str(),
+        after.as_deref(),
+        query.fetch(),
+    )
+    .await?;
+    let next = query.cut(&mut rows, |r| {
+        Cursor {
+            list: &list,
+            key: &r.name,
+        }
+        .encode()
+    });
+    Ok((rows, next))
+}
+
+/// A page of the list as its document: `items` and `next_cursor`.
+struct FunctionPage<'a> {
+    fn_url: Option<&'a str>,
+    rows: &'a [FunctionRow],
+    next_cursor: Option<&'a str>,
+}
+
+impl Serialize for FunctionPage<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Items<'a>(Option<&'a str>, &'a [FunctionRow]);
+        impl Serialize for Items<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(self.1.iter().map(|r| RowView::of(self.0, r)))
+            }
+        }
+        let mut page = s.serialize_struct("FunctionList", 2)?;
+        page.serialize_field("items", &Items(self.fn_url, self.rows))?;
+        page.serialize_field("next_cursor", &self.next_cursor)?;
+        page.end()
+    }
 }
 
 /// How long a read of a function waits for the read model to show the

@@ -406,60 +406,16 @@ impl Writer {
     }
 }
 
-/// The most records one page holds, and the default.
-pub const MAX_PAGE: u32 = 1000;
-pub const DEFAULT_PAGE: u32 = 100;
-
-/// `?limit=` and `?cursor=`, checked.
+/// `?limit=` and `?cursor=`, checked: the cursor is an invocation's.
 fn page_query(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<(u32, Option<Cursor>)> {
-    let Query(pairs) = query
-        .map_err(|e| ApiError::invalid("query", format!("the query string cannot be read: {e}")))?;
-    let mut limit = None;
-    let mut cursor = None;
-    for (key, value) in pairs {
-        let slot = match key.as_str() {
-            "limit" => &mut limit,
-            "cursor" => &mut cursor,
-            _ => {
-                return Err(ApiError::invalid(
-                    &key,
-                    format!("unknown query parameter {key:?} (known: limit, cursor)"),
-                ));
-            }
-        };
-        if slot.replace(value).is_some() {
-            return Err(ApiError::invalid(
-                &key,
-                format!("{key:?} is given more than once"),
-            ));
-        }
-    }
-    let limit = match limit {
-        None => DEFAULT_PAGE,
-        Some(l) => l
-            .parse::<u32>()
-            .ok()
-            .filter(|l| (1..=MAX_PAGE).contains(l))
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    "limit",
-                    format!("limit must be a whole number from 1 to {MAX_PAGE} (got {l:?})"),
-                )
-            })?,
-    };
-    let cursor = cursor
-        .map(|c| {
-            Cursor::decode(&c).ok_or_else(|| {
-                ApiError::invalid(
-                    "cursor",
-                    "cursor is not one this API gave out: pass the next_cursor of the page before",
-                )
-            })
-        })
+    let q = crate::paging::page_query(query)?;
+    let cursor = q
+        .cursor
+        .map(|c| Cursor::decode(&c).ok_or_else(crate::paging::bad_cursor))
         .transpose()?;
-    Ok((limit, cursor))
+    Ok((q.limit, cursor))
 }
 
 fn view(r: &Invocation) -> Value {

@@ -7,7 +7,8 @@
 //! model, and the log whenever the row is missing or behind it: a client
 //! polling for `Succeeded` never sees an older status after a newer one.
 
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{OriginalUri, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -26,6 +27,7 @@ use crate::command::{
 use crate::error::{ApiError, ApiResult};
 use crate::function;
 use crate::json::parse_json;
+use crate::paging::{Cursor, Paged, page_query};
 use crate::path::PathParams;
 use crate::quota::Demand;
 
@@ -345,6 +347,64 @@ impl Handler<Job> for Create {
     fn depends_on(&self, _: &Job, _: &Job) -> bool {
         false
     }
+}
+
+/// `GET /v1/namespaces/{ns}/jobs`: one page of the jobs users asked for,
+/// by name, from the read model (cron runs are listed with their trigger).
+/// A row leaves out the job's output: get the job for it.
+#[utoipa::path(get, path = "/namespaces/{ns}/jobs", operation_id = "listJobs", tag = "jobs",
+    summary = "List jobs, a page at a time, by name (without their output)",
+    description = "One page of the jobs, by name, each without `stdout` and `stderr` (get the job \
+        for them). When more follow, `next_cursor` is set and a `Link: <…>; rel=\"next\"` header \
+        gives the next page's URL.",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Jobs per page (default 100)"),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
+    responses((status = 200, description = "One page of jobs", body = crate::openapi::JobList,
+        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams(ns): PathParams<String>,
+    OriginalUri(uri): OriginalUri,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Paged> {
+    let namespace = caller.namespace(&ns)?;
+    let query = page_query(query)?;
+    let list = format!("jobs/{namespace}");
+    let after = query
+        .cursor
+        .as_deref()
+        .map(|c| Cursor::decode(c, &list, |k| JobName::parse(k).is_ok()))
+        .transpose()?;
+    let mut rows = job_rows::job_rows(
+        &state.pool,
+        namespace.as_str(),
+        after.as_deref(),
+        query.fetch(),
+    )
+    .await?;
+    let next = query.cut(&mut rows, |r| {
+        Cursor {
+            list: &list,
+            key: &r.name,
+        }
+        .encode()
+    });
+    let items = rows
+        .iter()
+        .map(|r| {
+            let doc = Doc::of_row(r)?;
+            Ok(Doc {
+                stdout: None,
+                stderr: None,
+                ..doc
+            }
+            .view())
+        })
+        .collect::<ApiResult<Vec<Value>>>()?;
+    let page = json!({ "items": items, "next_cursor": next });
+    Paged::json(&page, uri.path(), &query, next.as_deref())
 }
 
 #[utoipa::path(get, path = "/namespaces/{ns}/jobs/{name}", operation_id = "getJob", tag = "jobs",

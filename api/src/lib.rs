@@ -35,6 +35,7 @@ pub mod json;
 pub mod metrics;
 pub mod namespaces;
 pub mod openapi;
+pub mod paging;
 pub mod path;
 pub mod proxy;
 pub mod quota;
@@ -193,7 +194,7 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(versions::rollback))
         .routes(routes!(triggers::list, triggers::create))
         .routes(routes!(triggers::get, triggers::patch, triggers::delete))
-        .routes(routes!(jobs::create))
+        .routes(routes!(jobs::list, jobs::create))
         .routes(routes!(jobs::get, jobs::delete))
         .routes(routes!(events::list))
         .routes(routes!(events::list_all))

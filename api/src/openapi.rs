@@ -137,7 +137,15 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
             add(429, &["quota-exceeded"]);
         }
     }
-    if path.ends_with("/invocations")
+    // Query parameters: the paged lists' `limit` and `cursor`, the audit
+    // log's filters.
+    let paged_list = method == "get"
+        && (path.ends_with("/functions")
+            || path.ends_with("/triggers")
+            || path.ends_with("/jobs")
+            || path.ends_with("/versions"));
+    if paged_list
+        || path.ends_with("/invocations")
         || path.ends_with("/events")
         || path.ends_with("/events/stream")
     {

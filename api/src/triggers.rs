@@ -11,7 +11,8 @@
 //! next tick and its last runs (the `jobs` read model).
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{OriginalUri, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -33,6 +34,7 @@ use crate::command::{
 use crate::error::{ApiError, ApiResult};
 use crate::function;
 use crate::json::parse_json;
+use crate::paging::{Cursor, PageQuery, Paged, page_query};
 use crate::path::PathParams;
 use crate::quota::Demand;
 
@@ -199,17 +201,65 @@ fn reconcile_of(ns: &Namespace, spec: &TriggerSpec) -> String {
 }
 
 #[utoipa::path(get, path = "/namespaces/{ns}/triggers", operation_id = "listTriggers", tag = "triggers",
-    summary = "List triggers",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")),
-    responses((status = 200, description = "The namespace's triggers, by name", body = crate::openapi::TriggerList)))]
+    summary = "List triggers, a page at a time, by name",
+    description = "One page of the triggers, by name. When more follow, `next_cursor` is set and \
+        a `Link: <…>; rel=\"next\"` header gives the next page's URL.",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Triggers per page (default 100)"),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
+    responses((status = 200, description = "One page of the namespace's triggers, by name", body = crate::openapi::TriggerList,
+        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     PathParams(ns): PathParams<String>,
-) -> ApiResult<Json<Value>> {
+    OriginalUri(uri): OriginalUri,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Paged> {
     let namespace = caller.namespace(&ns)?;
-    let rows = rows::trigger_rows(&state.pool, namespace.as_str()).await?;
-    let mut runs = job_rows::cron_runs_in(&state.pool, namespace.as_str(), RUNS_SHOWN).await?;
+    let query = page_query(query)?;
+    let Json(page) = page(&state, &namespace, &query).await?;
+    let next = page["next_cursor"].as_str();
+    Paged::json(&page, uri.path(), &query, next)
+}
+
+/// One page of a namespace's triggers (read with `query`) as the list
+/// shows it: `items` and `next_cursor`.
+pub(crate) async fn page(
+    state: &AppState,
+    namespace: &Namespace,
+    query: &PageQuery,
+) -> ApiResult<Json<Value>> {
+    let list = format!("triggers/{namespace}");
+    let after = query
+        .cursor
+        .as_deref()
+        .map(|c| Cursor::decode(c, &list, |k| TriggerName::parse(k).is_ok()))
+        .transpose()?;
+    let mut rows = rows::trigger_rows(
+        &state.pool,
+        namespace.as_str(),
+        after.as_deref(),
+        query.fetch(),
+    )
+    .await?;
+    let next = query.cut(&mut rows, |r| {
+        Cursor {
+            list: &list,
+            key: &r.name,
+        }
+        .encode()
+    });
+    let names: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.kind == "cron")
+        .map(|r| r.name.as_str())
+        .collect();
+    let mut runs = if names.is_empty() {
+        Vec::new()
+    } else {
+        job_rows::cron_runs_in(&state.pool, namespace.as_str(), &names, RUNS_SHOWN).await?
+    };
     let now = Utc::now();
     let items: Vec<Value> = rows
         .iter()
@@ -220,7 +270,23 @@ pub async fn list(
             Doc::of_row(r).view(&mine, now)
         })
         .collect();
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(json!({ "items": items, "next_cursor": next })))
+}
+
+/// Every trigger of a namespace, a page at a time, as the list shows them.
+pub(crate) async fn all(state: &AppState, namespace: &Namespace) -> ApiResult<Vec<Value>> {
+    let mut items = Vec::new();
+    let mut query = PageQuery::largest();
+    loop {
+        let Json(mut page) = page(state, namespace, &query).await?;
+        if let Value::Array(more) = page["items"].take() {
+            items.extend(more);
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => query = query.after(c.to_owned()),
+            None => return Ok(items),
+        }
+    }
 }
 
 /// `POST /v1/namespaces/{ns}/triggers`: appends `TriggerCreated`; 201 with

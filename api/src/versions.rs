@@ -8,7 +8,8 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{OriginalUri, Query, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -26,6 +27,7 @@ use crate::command::{self, Answered, Current, Decided, Handler, Opened, Plan, Re
 use crate::error::{ApiError, ApiResult};
 use crate::function::{accepted, function_not_found, load, path_key, target, unchanged};
 use crate::json::parse_json;
+use crate::paging::{Cursor, PageQuery, Paged, page_query};
 use crate::path::PathParams;
 use crate::quota::Demand;
 
@@ -126,18 +128,58 @@ fn item(v: &readmodel::VersionRow, f: &Function) -> serde_json::Value {
 }
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions", operation_id = "listFunctionVersions", tag = "versions",
-    summary = "Every kept version of the function's source, newest first",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function")),
-    responses((status = 200, description = "The versions; `live` marks the one users want running", body = crate::openapi::VersionList)))]
+    summary = "The kept versions of the function's source, newest first, a page at a time",
+    description = "One page of the versions, newest first. When more follow, `next_cursor` is set \
+        and a `Link: <…>; rel=\"next\"` header gives the next page's URL.",
+    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Versions per page (default 100)"),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
+    responses((status = 200, description = "The versions; `live` marks the one users want running", body = crate::openapi::VersionList,
+        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-) -> ApiResult<Json<serde_json::Value>> {
+    OriginalUri(uri): OriginalUri,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Paged> {
     let key = path_key(&caller, &ns, &name)?;
-    let f = existing(&state, &key).await?;
-    let rows =
-        readmodel::version_rows(&state.pool, key.namespace.as_str(), key.name.as_str()).await?;
+    let query = page_query(query)?;
+    let Json(page) = page(&state, &key, &query).await?;
+    let next = page["next_cursor"].as_str();
+    Paged::json(&page, uri.path(), &query, next)
+}
+
+/// One page of a function's versions (read with `query`) as the list shows
+/// it, with `next_cursor`.
+pub(crate) async fn page(
+    state: &AppState,
+    key: &FunctionKey,
+    query: &PageQuery,
+) -> ApiResult<Json<serde_json::Value>> {
+    let list = format!("versions/{}/{}", key.namespace, key.name);
+    let before = query
+        .cursor
+        .as_deref()
+        .map(|c| Cursor::decode(c, &list, |k| k.parse::<u32>().is_ok_and(|v| v > 0)))
+        .transpose()?
+        .map(|v| v.parse::<u32>().expect("checked above"));
+    let f = existing(state, key).await?;
+    let mut rows = readmodel::version_rows(
+        &state.pool,
+        key.namespace.as_str(),
+        key.name.as_str(),
+        before,
+        query.fetch(),
+    )
+    .await?;
+    let next = query.cut(&mut rows, |r| {
+        Cursor {
+            list: &list,
+            key: &r.version.to_string(),
+        }
+        .encode()
+    });
     // The read model may lag the stream by a moment: list what both know,
     // so that a pruned version never shows and a new one shows once the
     // projector has it.
@@ -153,6 +195,7 @@ pub async fn list(
         "deployed_version": f.deployed_version,
         "retention": state.keep_versions,
         "items": items,
+        "next_cursor": next,
     })))
 }
 

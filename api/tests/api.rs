@@ -27,6 +27,7 @@ mod api {
     mod namespaces;
     mod openapi;
     mod origins;
+    mod paging;
     mod proxy;
     mod quotas;
     mod routes;

@@ -1,6 +1,8 @@
 //! The control-plane API on `sless dev`: with `--items` functions created in
-//! one namespace (through the API), wrk on `GET .../functions` and on
-//! `GET .../functions/{name}` (a random one of them per request).
+//! one namespace (through the API), wrk on a 100-row page of the list
+//! (`GET .../functions?limit=100`), on a 1000-row page (`?limit=1000`, the
+//! largest) and on `GET .../functions/{name}` (a random one of them per
+//! request).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -55,32 +57,37 @@ async fn measure(dev: &SlessDev, args: &ApiArgs) -> anyhow::Result<serde_json::V
     let create_s = fill(dev, args.items, args.concurrency).await?;
     let list_url = dev.v1("/functions");
     let items = args.items;
-    let listed_bytes = wait_for(
+    let listed = wait_for(
         "every function in the list",
         Duration::from_secs(120),
         Duration::from_millis(50),
         || async {
-            let body = dev
-                .http
-                .get(&list_url)
-                .bearer_auth(&dev.token)
-                .send()
-                .await?
-                .error_for_status()?
-                .bytes()
-                .await?;
-            let list: serde_json::Value = serde_json::from_slice(&body)?;
-            let n = list["items"].as_array().map_or(0, Vec::len);
-            Ok((n == items).then_some(body.len()))
+            let (n, first_bytes) = count_pages(dev, &list_url).await?;
+            Ok((n == items).then_some(first_bytes))
         },
     )
     .await?;
     eprintln!(
-        "created {items} functions in {create_s:.1} s ({:.0}/s); the list is {listed_bytes} bytes",
+        "created {items} functions in {create_s:.1} s ({:.0}/s); the 1000-row page is {listed} bytes",
         items as f64 / create_s
     );
     let auth = vec![format!("Authorization: Bearer {}", dev.token)];
-    let list = wrk::measure("GET .../functions", &list_url, &args.load, &auth, "").await?;
+    let page_100 = wrk::measure(
+        "GET .../functions?limit=100",
+        &format!("{list_url}?limit=100"),
+        &args.load,
+        &auth,
+        "",
+    )
+    .await?;
+    let page_1000 = wrk::measure(
+        "GET .../functions?limit=1000",
+        &format!("{list_url}?limit=1000"),
+        &args.load,
+        &auth,
+        "",
+    )
+    .await?;
     // One random function of the namespace per request.
     let pick = format!(
         "math.randomseed(os.time())\n\
@@ -102,7 +109,34 @@ async fn measure(dev: &SlessDev, args: &ApiArgs) -> anyhow::Result<serde_json::V
     Ok(json!({
         "bench": "api", "functions": items, "connections": args.load.connections,
         "duration_s": args.load.duration, "create_s": create_s,
-        "creates_per_s": items as f64 / create_s, "list_bytes": listed_bytes,
-        "list": list, "get": get,
+        "creates_per_s": items as f64 / create_s, "page_1000_bytes": listed,
+        "page_100": page_100, "page_1000": page_1000, "get": get,
     }))
+}
+
+/// How many functions the list shows, every page of 1000 followed (by
+/// `next_cursor`), and the bytes of the first page.
+async fn count_pages(dev: &SlessDev, list_url: &str) -> anyhow::Result<(usize, usize)> {
+    let (mut n, mut first_bytes) = (0, None);
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut req = dev.http.get(list_url).query(&[("limit", "1000")]);
+        if let Some(c) = &cursor {
+            req = req.query(&[("cursor", c)]);
+        }
+        let body = req
+            .bearer_auth(&dev.token)
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes()
+            .await?;
+        first_bytes.get_or_insert(body.len());
+        let page: serde_json::Value = serde_json::from_slice(&body)?;
+        n += page["items"].as_array().map_or(0, Vec::len);
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return Ok((n, first_bytes.unwrap_or(0))),
+        }
+    }
 }

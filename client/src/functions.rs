@@ -10,17 +10,9 @@ use sless_api_types::{
 
 use crate::error::{Error, Result};
 use crate::http::{Body, Call};
+use crate::pages::{PageQuery, every_page};
 use crate::sse::SseReader;
 use crate::{Client, Tagged};
-
-/// Which invocation records to read.
-#[derive(Debug, Clone, Default)]
-pub struct InvocationQuery {
-    /// Records per page (the API's default: 100).
-    pub limit: Option<u32>,
-    /// The `next_cursor` of the page before.
-    pub cursor: Option<String>,
-}
 
 /// A call of a function through `/fn`.
 #[derive(Debug, Clone)]
@@ -109,9 +101,15 @@ impl Client {
             .await
     }
 
-    /// `GET /functions`.
+    /// `GET /functions`: every function, by name (every page, followed).
     pub async fn list_functions(&self) -> Result<FunctionList> {
-        self.json(Call::get(&self.in_namespace("/functions"))).await
+        every_page(|q| async move { self.list_functions_page(&q).await }).await
+    }
+
+    /// `GET /functions`: one page, by name.
+    pub async fn list_functions_page(&self, query: &PageQuery) -> Result<FunctionList> {
+        let path = self.in_namespace("/functions");
+        self.json(query.on(Call::get(&path))).await
     }
 
     /// `GET /functions/{name}`, with its stream version.
@@ -157,10 +155,16 @@ impl Client {
             .await
     }
 
-    /// `GET /functions/{name}/versions`.
+    /// `GET /functions/{name}/versions`: every kept version, newest first
+    /// (every page, followed).
     pub async fn list_versions(&self, name: &str) -> Result<VersionList> {
-        self.json(Call::get(&function_path(self, name, "/versions")))
-            .await
+        every_page(|q| async move { self.list_versions_page(name, &q).await }).await
+    }
+
+    /// `GET /functions/{name}/versions`: one page, newest first.
+    pub async fn list_versions_page(&self, name: &str, query: &PageQuery) -> Result<VersionList> {
+        let path = function_path(self, name, "/versions");
+        self.json(query.on(Call::get(&path))).await
     }
 
     /// `GET /functions/{name}/versions/{v}/source`.
@@ -211,16 +215,9 @@ impl Client {
     }
 
     /// `GET /functions/{name}/invocations`: one page, newest first.
-    pub async fn list_invocations(
-        &self,
-        name: &str,
-        query: &InvocationQuery,
-    ) -> Result<InvocationPage> {
+    pub async fn list_invocations(&self, name: &str, query: &PageQuery) -> Result<InvocationPage> {
         let path = function_path(self, name, "/invocations");
-        let call = Call::get(&path)
-            .query_opt("limit", query.limit)
-            .query_opt("cursor", query.cursor.clone());
-        self.json(call).await
+        self.json(query.on(Call::get(&path))).await
     }
 
     /// Calls the function through `/fn`, at its `url`. Its answer is

@@ -3,11 +3,12 @@
 use std::time::Duration;
 
 use reqwest::Method;
-use sless_api_types::{CreateJob, JobView, Removed};
+use sless_api_types::{CreateJob, JobList, JobView, Removed};
 
 use crate::error::{Error, Result};
 use crate::events::EventFilter;
 use crate::http::{Body, Call};
+use crate::pages::{PageQuery, every_page};
 use crate::{Client, Tagged};
 
 impl Client {
@@ -16,6 +17,18 @@ impl Client {
         let path = self.in_namespace("/jobs");
         self.tagged(Call::new(Method::POST, &path).body(Body::json(req)?))
             .await
+    }
+
+    /// `GET /jobs`: every job users asked for, by name, without their
+    /// output (every page, followed).
+    pub async fn list_jobs(&self) -> Result<JobList> {
+        every_page(|q| async move { self.list_jobs_page(&q).await }).await
+    }
+
+    /// `GET /jobs`: one page, by name.
+    pub async fn list_jobs_page(&self, query: &PageQuery) -> Result<JobList> {
+        let path = self.in_namespace("/jobs");
+        self.json(query.on(Call::get(&path))).await
     }
 
     /// `GET /jobs/{name}`: its status and, once it ended, its output.

@@ -15,6 +15,11 @@
 //!   audit log's tail and a followed build log), which end when the
 //!   server ends them.
 //!
+//! A list call (`list_functions`, `list_triggers`, `list_versions`,
+//! `list_jobs`)
+//! answers the whole list, following the API's pages; its `_page` variant
+//! reads one page (`PageQuery`).
+//!
 //! `If-Match` and a caller's own idempotency key are set for one call
 //! with [`Client::if_match`] and [`Client::idempotency_key`], which give a
 //! copy of the client with that option:
@@ -29,6 +34,7 @@ mod functions;
 mod http;
 mod jobs;
 mod meta;
+mod pages;
 mod sse;
 mod triggers;
 
@@ -38,7 +44,8 @@ use std::time::Duration;
 
 pub use error::{ApiProblem, Error, Result};
 pub use events::{EventFilter, EventStream};
-pub use functions::{BuildLogEvent, BuildLogStream, InvocationQuery, Invoke, Invoked};
+pub use functions::{BuildLogEvent, BuildLogStream, Invoke, Invoked};
+pub use pages::PageQuery;
 pub use sless_api_types as types;
 pub use sless_api_types::{
     CreateFunction, CreateJob, CreateTrigger, PatchTrigger, Rollback, UpdateFunction,

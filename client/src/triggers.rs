@@ -5,6 +5,7 @@ use sless_api_types::{CreateTrigger, PatchTrigger, Removed, TriggerList, Trigger
 
 use crate::error::Result;
 use crate::http::{Body, Call};
+use crate::pages::{PageQuery, every_page};
 use crate::{Client, Tagged};
 
 impl Client {
@@ -15,9 +16,15 @@ impl Client {
             .await
     }
 
-    /// `GET /triggers`.
+    /// `GET /triggers`: every trigger, by name (every page, followed).
     pub async fn list_triggers(&self) -> Result<TriggerList> {
-        self.json(Call::get(&self.in_namespace("/triggers"))).await
+        every_page(|q| async move { self.list_triggers_page(&q).await }).await
+    }
+
+    /// `GET /triggers`: one page, by name.
+    pub async fn list_triggers_page(&self, query: &PageQuery) -> Result<TriggerList> {
+        let path = self.in_namespace("/triggers");
+        self.json(query.on(Call::get(&path))).await
     }
 
     /// `GET /triggers/{name}`: a cron trigger with its next tick and last runs.

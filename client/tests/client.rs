@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use sless_api::{AppState, Auth};
 use sless_client::{
-    Client, Config, CreateFunction, CreateJob, CreateTrigger, Error, EventFilter, InvocationQuery,
-    Invoke, UpdateFunction,
+    Client, Config, CreateFunction, CreateJob, CreateTrigger, Error, EventFilter, Invoke,
+    PageQuery, UpdateFunction,
 };
 use sless_testkit::{TestDb, TestS3};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -97,10 +97,7 @@ async fn call(c: &Client, operation: &str) -> Option<Result<(), Error>> {
         "diffFunctionVersions" => c.diff_versions(f, 1, 1).await.map(drop),
         "rollbackFunction" => c.rollback(f, 1).await.map(drop),
         "getBuildLog" => c.get_build_log(f, 1).await.map(drop),
-        "listInvocations" => c
-            .list_invocations(f, &InvocationQuery::default())
-            .await
-            .map(drop),
+        "listInvocations" => c.list_invocations(f, &PageQuery::default()).await.map(drop),
         "listTriggers" => c.list_triggers().await.map(drop),
         "createTrigger" => c
             .create_trigger(&CreateTrigger {

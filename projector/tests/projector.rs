@@ -433,7 +433,9 @@ async fn a_deleted_function_keeps_a_marked_row_and_a_new_life_goes_on_from_it() 
         "queries do not see a deleted function"
     );
     assert_eq!(
-        readmodel::function_rows(&db.pool, "ns").await.unwrap(),
+        readmodel::function_rows_after(&db.pool, "ns", None, 10)
+            .await
+            .unwrap(),
         vec![]
     );
     let row = readmodel::function_row_any(&db.pool, "ns", "f")

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use sless_client::types::{EventEntry, FunctionView, InvocationView, JobView, TriggerView};
 use sless_client::{
-    BuildLogEvent, Client, CreateJob, CreateTrigger, EventFilter, InvocationQuery, Invoke,
+    BuildLogEvent, Client, CreateJob, CreateTrigger, EventFilter, Invoke, PageQuery,
 };
 
 use super::output::{Failure, Out, Table, code, or_dash};
@@ -86,6 +86,8 @@ pub enum JobCommand {
         #[arg(long)]
         wait: bool,
     },
+    /// List the jobs (not cron runs: `trigger get`), by name.
+    Ls,
     /// Show a job: its status and output.
     Get { name: String },
     /// Delete a job; a running one is stopped.
@@ -280,9 +282,7 @@ pub async fn logs(
     let mut seen = HashSet::new();
     let mut first = true;
     loop {
-        let page = client
-            .list_invocations(name, &InvocationQuery::default())
-            .await?;
+        let page = client.list_invocations(name, &PageQuery::default()).await?;
         let mut fresh: Vec<&InvocationView> = page
             .items
             .iter()
@@ -711,6 +711,26 @@ pub async fn job(client: &Client, out: &Out, command: JobCommand) -> Result<(), 
                         .unwrap_or_default()
                 )));
             }
+            Ok(())
+        }
+        JobCommand::Ls => {
+            let list = client.list_jobs().await?;
+            if out.json() {
+                out.document(&list);
+                return Ok(());
+            }
+            let mut t = Table::new(&["NAME", "STATUS", "FUNCTION", "VERSION", "REQUESTED", "EXIT"]);
+            for j in &list.items {
+                t.row(vec![
+                    j.name.clone(),
+                    out.phase(&j.status),
+                    j.function.clone(),
+                    format!("v{}", j.version),
+                    or_dash(j.requested_at.map(|t| t.to_rfc3339())),
+                    or_dash(j.exit_code),
+                ]);
+            }
+            t.print();
             Ok(())
         }
         JobCommand::Get { name } => {

@@ -21,7 +21,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use sless_client::{Client, Config};
+use sless_client::{Client, Config, PageQuery};
 
 use super::Global;
 use super::output::{Failure, Out, code};
@@ -154,7 +154,11 @@ pub async fn login(
         .ok_or_else(|| Failure::usage("sless login needs --token TOKEN"))?;
     let client = Client::new(endpoint.clone(), token.clone())?;
     // One call that needs the token: a wrong endpoint or token is said now.
-    client.list_functions().await?;
+    let one = PageQuery {
+        limit: Some(1),
+        cursor: None,
+    };
+    client.list_functions_page(&one).await?;
     let path = env.profile_file().ok_or_else(no_file)?;
     let mut file = ProfileFile::read(&path)?;
     let name = name.unwrap_or_else(|| "default".into());

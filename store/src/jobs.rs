@@ -86,6 +86,28 @@ pub async fn job_row(exec: impl PgExecutor<'_>, ns: &str, name: &str) -> Result<
     Ok(row.map(row_of))
 }
 
+/// At most `limit` jobs users asked for in a namespace, by name, after the
+/// name `after` (from the first when None): a page of the list (the index
+/// `jobs_by_name` walks it).
+pub async fn job_rows(
+    exec: impl PgExecutor<'_>,
+    ns: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<JobRow>> {
+    let rows = sqlx::query(
+        "select * from jobs
+         where namespace = $1 and origin = 'api' and ($2::text is null or name > $2)
+         order by name limit $3",
+    )
+    .bind(ns)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(exec)
+    .await?;
+    Ok(rows.into_iter().map(row_of).collect())
+}
+
 /// A cron trigger's last `limit` runs, newest tick first.
 pub async fn cron_runs(
     exec: impl PgExecutor<'_>,
@@ -107,18 +129,24 @@ pub async fn cron_runs(
     Ok(rows.into_iter().map(row_of).collect())
 }
 
-/// The last `limit` runs of every cron trigger of a namespace, by trigger,
-/// newest tick first.
-pub async fn cron_runs_in(exec: impl PgExecutor<'_>, ns: &str, limit: i64) -> Result<Vec<JobRow>> {
+/// The last `limit` runs of each of the cron triggers `triggers` of a
+/// namespace, by trigger, newest tick first.
+pub async fn cron_runs_in(
+    exec: impl PgExecutor<'_>,
+    ns: &str,
+    triggers: &[&str],
+    limit: i64,
+) -> Result<Vec<JobRow>> {
     let rows = sqlx::query(
         "select * from (
              select *, row_number() over (partition by trigger order by scheduled_at desc) as n
-             from jobs where origin = 'cron' and namespace = $1
+             from jobs where origin = 'cron' and namespace = $1 and trigger = any($2)
          ) runs
-         where n <= $2
+         where n <= $3
          order by trigger, scheduled_at desc",
     )
     .bind(ns)
+    .bind(triggers)
     .bind(limit)
     .fetch_all(exec)
     .await?;
@@ -213,7 +241,9 @@ mod tests {
         let names: Vec<_> = runs.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["nightly-1800000180", "nightly-1800000120"]);
         // Every trigger's runs at once, each cut to the limit.
-        let all = cron_runs_in(&db.pool, NS, 2).await.unwrap();
+        let all = cron_runs_in(&db.pool, NS, &["hourly", "nightly"], 2)
+            .await
+            .unwrap();
         let names: Vec<_> = all.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(
             names,

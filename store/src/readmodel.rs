@@ -4,7 +4,8 @@
 //! A deleted function keeps its row, in phase `Deleted` (the projector
 //! needs its stream version to go on when the name is created again), and
 //! its version rows. The queries the API and the invoke proxy make
-//! (`function_row`, `function_rows`) do not see deleted rows.
+//! (`function_row`, `function_rows_after`, `function_rows_page`) do not
+//! see deleted rows.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -157,15 +158,23 @@ pub async fn function_rows_by_key<'e>(
     rows.into_iter().map(row_of).collect()
 }
 
-/// Every function of a namespace that is not deleted, by name.
-pub async fn function_rows<'e>(
+/// At most `limit` functions of a namespace that are not deleted, by name,
+/// after the name `after` (from the first when None): a page of the list
+/// (the primary key `(namespace, name)` walks it).
+pub async fn function_rows_after<'e>(
     exec: impl PgExecutor<'e>,
     namespace: &str,
+    after: Option<&str>,
+    limit: i64,
 ) -> Result<Vec<FunctionRow>> {
     let rows = sqlx::query(
-        "select * from functions where namespace = $1 and phase <> 'Deleted' order by name",
+        "select * from functions
+         where namespace = $1 and phase <> 'Deleted' and ($2::text is null or name > $2)
+         order by name limit $3",
     )
     .bind(namespace)
+    .bind(after)
+    .bind(limit)
     .fetch_all(exec)
     .await?;
     rows.into_iter().map(row_of).collect()
@@ -213,20 +222,27 @@ pub struct VersionRow {
     pub uploaded_at: DateTime<Utc>,
 }
 
-/// The kept versions of a function, newest first (versions of the name
-/// before a delete included: the stream, and its numbering, goes on).
+/// At most `limit` kept versions of a function, newest first, below the
+/// version `before` (from the newest when None): versions of the name
+/// before a delete included (the stream, and its numbering, goes on).
 pub async fn version_rows<'e>(
     exec: impl PgExecutor<'e>,
     namespace: &str,
     name: &str,
+    before: Option<u32>,
+    limit: i64,
 ) -> Result<Vec<VersionRow>> {
     let rows = sqlx::query(
         "select version, sha256, size, files, zip_key, context_sha256, context_key, runtime,
                 uploaded_by, uploaded_at
-         from function_versions where namespace = $1 and name = $2 order by version desc",
+         from function_versions
+         where namespace = $1 and name = $2 and ($3::int is null or version < $3)
+         order by version desc limit $4",
     )
     .bind(namespace)
     .bind(name)
+    .bind(before.map(|v| v.min(i32::MAX as u32) as i32))
+    .bind(limit)
     .fetch_all(exec)
     .await?;
     Ok(rows

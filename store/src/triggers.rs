@@ -61,12 +61,24 @@ pub async fn trigger_row(
     Ok(row.map(row_of))
 }
 
-/// Every trigger of a namespace, by name.
-pub async fn trigger_rows(exec: impl PgExecutor<'_>, ns: &str) -> Result<Vec<TriggerRow>> {
-    let rows = sqlx::query("select * from triggers where namespace = $1 order by name")
-        .bind(ns)
-        .fetch_all(exec)
-        .await?;
+/// At most `limit` triggers of a namespace, by name, after the name
+/// `after` (from the first when None): a page of the list.
+pub async fn trigger_rows(
+    exec: impl PgExecutor<'_>,
+    ns: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<TriggerRow>> {
+    let rows = sqlx::query(
+        "select * from triggers
+         where namespace = $1 and ($2::text is null or name > $2)
+         order by name limit $3",
+    )
+    .bind(ns)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(exec)
+    .await?;
     Ok(rows.into_iter().map(row_of).collect())
 }
 
@@ -210,11 +222,17 @@ mod tests {
         assert_eq!(names, ["a", "b"]);
         assert_eq!(got[0].schedule, "*/5 * * * *");
         assert_eq!(got[0].timezone, "Europe/Berlin");
-        let rows = trigger_rows(&db.pool, "sless-0000000000000001")
+        let rows = trigger_rows(&db.pool, "sless-0000000000000001", None, 10)
             .await
             .unwrap();
         let names: Vec<_> = rows.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["a", "off", "web"]);
+        // A page: after a name, at most so many.
+        let rows = trigger_rows(&db.pool, "sless-0000000000000001", Some("a"), 1)
+            .await
+            .unwrap();
+        let names: Vec<_> = rows.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["off"]);
         let off = trigger_row(&db.pool, "sless-0000000000000001", "off")
             .await
             .unwrap()

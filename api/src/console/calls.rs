@@ -9,8 +9,12 @@ use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use serde::de::DeserializeOwned;
 
+use sless_api_types::{TriggerList, TriggerView};
+
 use super::page;
 use super::session::Session;
+use crate::AppState;
+use crate::auth::Caller;
 use crate::command::{Opened, RequestContext};
 use crate::error::ApiResult;
 
@@ -24,6 +28,23 @@ pub async fn api_json<T: DeserializeOwned>(
             "the console cannot read the API's answer: {e}"
         )))
     })
+}
+
+/// Every trigger of the namespace `ns` (every page), as the API lists them.
+pub async fn all_triggers(
+    state: &AppState,
+    caller: &Caller,
+    ns: &str,
+) -> Result<Vec<TriggerView>, Response> {
+    let list: TriggerList = api_json(async {
+        let namespace = caller.namespace(ns)?;
+        let items = crate::triggers::all(state, &namespace).await?;
+        Ok(Json(
+            serde_json::json!({ "items": items, "next_cursor": null }),
+        ))
+    })
+    .await?;
+    Ok(list.items)
 }
 
 /// A command's answer body, as the document `T`.

@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use maud::{Markup, html};
 use sless_api_types::{FunctionView, SourceFileView, SourceView};
 
-use super::calls::{answered, api_json};
+use super::calls::{self, answered, api_json};
 use super::highlight;
 use super::page::{self, Page};
 use super::session::Session;
@@ -72,18 +72,8 @@ pub async fn show(
         _ => None,
     };
     let triggers: Vec<sless_api_types::TriggerView> =
-        match api_json::<sless_api_types::TriggerList>(crate::triggers::list(
-            State(state.clone()),
-            caller.clone(),
-            PathParams(ns.clone()),
-        ))
-        .await
-        {
-            Ok(l) => l
-                .items
-                .into_iter()
-                .filter(|t| t.function == f.name)
-                .collect(),
+        match calls::all_triggers(&state, &caller, &ns).await {
+            Ok(l) => l.into_iter().filter(|t| t.function == f.name).collect(),
             Err(r) => return r,
         };
     let env_names: Vec<&String> = f.env_vars.iter().flat_map(|m| m.keys()).collect();

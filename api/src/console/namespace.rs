@@ -10,10 +10,10 @@ use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
-use sless_api_types::{FunctionView, TriggerList};
+use sless_api_types::FunctionView;
 use sless_store::{invocations, readmodel};
 
-use super::calls::{self, api_json};
+use super::calls;
 use super::page::{self, Page};
 use super::session::Session;
 use crate::AppState;
@@ -76,13 +76,7 @@ pub async fn show(
         Ok(v) => v,
         Err(e) => return page::failure(crate::error::ApiError::internal(e.to_string())),
     };
-    let triggers: TriggerList = match api_json(crate::triggers::list(
-        State(state.clone()),
-        session.caller.clone(),
-        PathParams(ns.clone()),
-    ))
-    .await
-    {
+    let triggers = match calls::all_triggers(&state, &session.caller, &ns).await {
         Ok(l) => l,
         Err(r) => return r,
     };
@@ -143,13 +137,13 @@ pub async fn show(
             }
         }
         h2 { "Triggers" }
-        @if triggers.items.is_empty() {
+        @if triggers.is_empty() {
             p { "No trigger." }
         } @else {
             table.triggers {
                 thead { tr { th { "Name" } th { "Function" } th { "Type" } th { "Schedule" } th { "Enabled" } } }
                 tbody {
-                    @for t in &triggers.items {
+                    @for t in &triggers {
                         tr {
                             td { (t.name) }
                             td { a href={ "/console/ns/" (ns) "/functions/" (t.function) } { (t.function) } }
@@ -209,17 +203,9 @@ pub async fn toggle(
     {
         Ok(_) => {
             calls::settle(|| async {
-                api_json::<TriggerList>(crate::triggers::list(
-                    State(state.clone()),
-                    session.caller.clone(),
-                    PathParams(ns.clone()),
-                ))
-                .await
-                .is_ok_and(|l| {
-                    l.items
-                        .iter()
-                        .any(|t| t.name == name && t.enabled == enabled)
-                })
+                calls::all_triggers(&state, &session.caller, &ns)
+                    .await
+                    .is_ok_and(|l| l.iter().any(|t| t.name == name && t.enabled == enabled))
             })
             .await;
             Redirect::to(&format!("/console/ns/{ns}")).into_response()

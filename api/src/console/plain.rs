@@ -8,11 +8,13 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use sless_api_types::{FunctionList, SourceView};
+use sless_api_types::SourceView;
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::function::function_url;
+use crate::paging::PageQuery;
 use crate::path::PathParams;
 
 fn wants_html(headers: &HeaderMap) -> bool {
@@ -46,14 +48,26 @@ pub async fn list(
     }
     answer(async {
         let caller = caller(&state, &headers).await?;
-        let axum::Json(list) = crate::functions::list(State(state), caller, PathParams(ns))
-            .await
-            .map_err(problem)?;
-        let list: FunctionList = read(list)?;
+        let namespace = caller.namespace(&ns).map_err(problem)?;
+        // Every function, a page at a time.
         let mut out = String::new();
-        for f in list.items {
-            let version = f.version.map_or("-".to_owned(), |v| format!("v{v}"));
-            out.push_str(&format!("{} {} {} {}\n", f.name, f.phase, version, f.url));
+        let mut query = PageQuery::largest();
+        loop {
+            let (rows, next) = crate::functions::rows_page(&state, &namespace, &query)
+                .await
+                .map_err(problem)?;
+            for r in &rows {
+                let version = r
+                    .current_version
+                    .map_or("-".to_owned(), |v| format!("v{v}"));
+                let url = function_url(state.fn_url.as_deref(), &r.namespace, &r.name);
+                let phase = r.phase.as_str();
+                out.push_str(&format!("{} {phase} {version} {url}\n", r.name));
+            }
+            match next {
+                Some(c) => query = query.after(c),
+                None => break,
+            }
         }
         Ok(out)
     })

@@ -13,6 +13,7 @@ use super::calls::{self, api_json};
 use super::page::{self, Page};
 use super::session::Session;
 use crate::AppState;
+use crate::paging::PageQuery;
 use crate::path::PathParams;
 
 #[derive(Deserialize)]
@@ -30,16 +31,30 @@ pub async fn show(
     PathParams((ns, name)): PathParams<(String, String)>,
     Query(picked): Query<Picked>,
 ) -> Response {
-    let list: VersionList = match api_json(crate::versions::list(
-        State(state.clone()),
-        session.caller.clone(),
-        PathParams((ns.clone(), name.clone())),
-    ))
-    .await
-    {
-        Ok(l) => l,
-        Err(r) => return r,
-    };
+    // Every kept version (retention bounds them), a page at a time.
+    let mut query = PageQuery::largest();
+    let mut list: Option<VersionList> = None;
+    loop {
+        let page: VersionList = match api_json(async {
+            let key = crate::function::path_key(&session.caller, &ns, &name)?;
+            crate::versions::page(&state, &key, &query).await
+        })
+        .await
+        {
+            Ok(l) => l,
+            Err(r) => return r,
+        };
+        let next = page.next_cursor.clone();
+        match &mut list {
+            Some(l) => l.items.extend(page.items),
+            None => list = Some(page),
+        }
+        match next {
+            Some(c) => query = query.after(c),
+            None => break,
+        }
+    }
+    let list = list.expect("one page at least");
     let diff: Option<VersionDiff> = match (picked.from, picked.to) {
         (Some(a), Some(b)) => match api_json(crate::versions::diff(
             State(state.clone()),

@@ -94,7 +94,7 @@ async fn create_answers_201_pending_and_get_and_list_show_the_function() {
     assert_eq!(described(&early.body), want);
     // ... and the list, which reads the read model, does not show it yet.
     let early_list = env.send(get(&functions_uri(&ns), Some(&tok))).await;
-    assert_eq!(early_list.body, json!({ "items": [] }));
+    assert_eq!(early_list.body, json!({ "items": [], "next_cursor": null }));
 
     env.catch_up().await;
     assert_eq!(read_model_rows(&env).await, 1);

@@ -30,6 +30,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/namespaces/{ns}/triggers/{name}"),
     ("patch", "/v1/namespaces/{ns}/triggers/{name}"),
     ("delete", "/v1/namespaces/{ns}/triggers/{name}"),
+    ("get", "/v1/namespaces/{ns}/jobs"),
     ("post", "/v1/namespaces/{ns}/jobs"),
     ("get", "/v1/namespaces/{ns}/jobs/{name}"),
     ("delete", "/v1/namespaces/{ns}/jobs/{name}"),
@@ -164,23 +165,52 @@ async fn the_document_is_openapi_3_1_and_lists_every_route() {
             upload.2["requestBody"]
         );
     }
-    let invocations = ops
-        .iter()
-        .find(|(_, p, _)| p.ends_with("/invocations"))
-        .expect("invocations");
-    let params: Vec<(&str, &str)> = invocations.2["parameters"]
-        .as_array()
-        .expect("parameters")
-        .iter()
-        .map(|p| (p["name"].as_str().unwrap(), p["in"].as_str().unwrap()))
-        .collect();
-    for expected in [
-        ("ns", "path"),
-        ("name", "path"),
-        ("limit", "query"),
-        ("cursor", "query"),
+    // Every paged list: `limit` and `cursor`, a 422 for bad ones, and a
+    // page with `next_cursor`; those keyed by name or version also say
+    // where the next page is in `Link`.
+    for (path, link) in [
+        ("/v1/namespaces/{ns}/functions/{name}/invocations", false),
+        ("/v1/namespaces/{ns}/functions", true),
+        ("/v1/namespaces/{ns}/triggers", true),
+        ("/v1/namespaces/{ns}/jobs", true),
+        ("/v1/namespaces/{ns}/functions/{name}/versions", true),
     ] {
-        assert!(params.contains(&expected), "{expected:?} in {params:?}");
+        let (_, _, op) = ops
+            .iter()
+            .find(|(m, p, _)| m == "get" && p == path)
+            .unwrap_or_else(|| panic!("GET {path}"));
+        let params: Vec<(&str, &str)> = op["parameters"]
+            .as_array()
+            .expect("parameters")
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap(), p["in"].as_str().unwrap()))
+            .collect();
+        let mut expected = vec![("ns", "path"), ("limit", "query"), ("cursor", "query")];
+        if path.contains("{name}") {
+            expected.push(("name", "path"));
+        }
+        for e in expected {
+            assert!(params.contains(&e), "{path}: {e:?} in {params:?}");
+        }
+        let limit = op["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "limit")
+            .unwrap();
+        assert_eq!(
+            (&limit["schema"]["minimum"], &limit["schema"]["maximum"]),
+            (&json!(1), &json!(1000)),
+            "{path}: {limit}"
+        );
+        assert!(op["responses"].get("422").is_some(), "{path}: 422");
+        let ok = &op["responses"]["200"];
+        assert_eq!(ok["headers"].get("Link").is_some(), link, "{path}: {ok}");
+        let schema = resolve(&doc, &ok["content"]["application/json"]["schema"]);
+        assert!(
+            schema["properties"].get("next_cursor").is_some(),
+            "{path}: next_cursor in {schema}"
+        );
     }
 }
 

@@ -98,7 +98,7 @@ async fn another_users_namespace_is_404_for_every_route_and_writes_nothing() {
     // Bob's own namespace does not show Alice's function; Alice's does.
     let bobs = env.send(get(&functions_uri(&ns(BOB)), Some(&bob))).await;
     assert_eq!(bobs.status, StatusCode::OK);
-    assert_eq!(bobs.body, json!({ "items": [] }));
+    assert_eq!(bobs.body, json!({ "items": [], "next_cursor": null }));
     let alices = env
         .send(get(&functions_uri(&alice_ns), Some(&token(ALICE))))
         .await;

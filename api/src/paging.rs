@@ -1,0 +1,247 @@
+//! Paged lists: `?limit=` and `?cursor=`, and the answer's `next_cursor`
+//! and `Link: <…>; rel="next"` header.
+//!
+//! Every list route reads the same two parameters (`page_query`): `limit`,
+//! 1 to `MAX_PAGE` rows (`DEFAULT_PAGE` when absent), and `cursor`, the
+//! `next_cursor` of the page before. A page is read by keyset (the rows
+//! after the cursor's key, in the list's order), so a row created or
+//! deleted between two pages never shifts another row into or out of the
+//! next page: each row that exists throughout is listed exactly once.
+//!
+//! A cursor of a list keyed by name or number (functions, triggers,
+//! versions) is `Cursor`: base64url of the list, the namespace (and, for a
+//! function's versions, the function) and the last row's key. It is a
+//! position, not a secret: it says nothing a client did not already see.
+//! One that does not decode, names another list or another namespace, or a
+//! key no row can have, is refused (422 `invalid-field`, field `cursor`).
+
+use axum::body::Body;
+use axum::extract::Query;
+use axum::extract::rejection::QueryRejection;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use crate::error::{ApiError, ApiResult};
+
+/// The most rows one page holds, and the default.
+pub const MAX_PAGE: u32 = 1000;
+pub const DEFAULT_PAGE: u32 = 100;
+
+/// The longest cursor read: longer than any `Cursor::encode` makes.
+const MAX_CURSOR_LEN: usize = 512;
+
+/// `?limit=` and `?cursor=` of a list, checked (the cursor's meaning is the
+/// list's own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageQuery {
+    pub limit: u32,
+    pub cursor: Option<String>,
+}
+
+impl Default for PageQuery {
+    fn default() -> PageQuery {
+        PageQuery {
+            limit: DEFAULT_PAGE,
+            cursor: None,
+        }
+    }
+}
+
+impl PageQuery {
+    /// The largest page, from the start: what a reader of a whole list asks
+    /// first.
+    pub fn largest() -> PageQuery {
+        PageQuery {
+            limit: MAX_PAGE,
+            cursor: None,
+        }
+    }
+
+    /// The page after one whose `next_cursor` is `cursor`.
+    pub fn after(&self, cursor: String) -> PageQuery {
+        PageQuery {
+            limit: self.limit,
+            cursor: Some(cursor),
+        }
+    }
+
+    /// Rows to read: one more than the page holds, to know whether another
+    /// page follows.
+    pub fn fetch(&self) -> i64 {
+        i64::from(self.limit) + 1
+    }
+
+    /// Cuts `rows` (read with `fetch`) to the page and gives the key of its
+    /// last row when more follow.
+    pub fn cut<T, K>(&self, rows: &mut Vec<T>, key: impl Fn(&T) -> K) -> Option<K> {
+        if rows.len() <= self.limit as usize {
+            return None;
+        }
+        rows.truncate(self.limit as usize);
+        rows.last().map(key)
+    }
+}
+
+/// Reads `?limit=` and `?cursor=`: any other parameter, a repeated one, a
+/// limit outside 1..=`MAX_PAGE` (or not a number), an empty or overlong
+/// cursor is refused, naming the parameter.
+pub fn page_query(
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<PageQuery> {
+    let Query(pairs) = query
+        .map_err(|e| ApiError::invalid("query", format!("the query string cannot be read: {e}")))?;
+    let mut limit = None;
+    let mut cursor = None;
+    for (key, value) in pairs {
+        let slot = match key.as_str() {
+            "limit" => &mut limit,
+            "cursor" => &mut cursor,
+            _ => {
+                return Err(ApiError::invalid(
+                    &key,
+                    format!("unknown query parameter {key:?} (known: limit, cursor)"),
+                ));
+            }
+        };
+        if slot.replace(value).is_some() {
+            return Err(ApiError::invalid(
+                &key,
+                format!("{key:?} is given more than once"),
+            ));
+        }
+    }
+    let limit = match limit {
+        None => DEFAULT_PAGE,
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|l| (1..=MAX_PAGE).contains(l))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "limit",
+                    format!("limit must be a whole number from 1 to {MAX_PAGE} (got {l:?})"),
+                )
+            })?,
+    };
+    if let Some(c) = &cursor
+        && (c.is_empty() || c.len() > MAX_CURSOR_LEN)
+    {
+        return Err(bad_cursor());
+    }
+    Ok(PageQuery { limit, cursor })
+}
+
+/// The answer to a cursor this API did not give out for this list.
+pub fn bad_cursor() -> ApiError {
+    ApiError::invalid(
+        "cursor",
+        "cursor is not one this list gave out: pass the next_cursor of the page before",
+    )
+}
+
+/// Where a page of a list keyed by name or number ends: the list (and
+/// what owns it) and the key of its last row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor<'a> {
+    /// The list and its owner: `functions/{ns}`, `triggers/{ns}`,
+    /// `versions/{ns}/{name}`.
+    pub list: &'a str,
+    /// The last row's key.
+    pub key: &'a str,
+}
+
+impl Cursor<'_> {
+    /// An opaque token for clients.
+    pub fn encode(&self) -> String {
+        URL_SAFE_NO_PAD.encode(format!("{}\n{}", self.list, self.key))
+    }
+
+    /// The key of `token`, a cursor of `list`; refused when `encode` did
+    /// not make it for `list`, or when `valid` says no row has the key.
+    pub fn decode(token: &str, list: &str, valid: impl Fn(&str) -> bool) -> ApiResult<String> {
+        let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad_cursor())?;
+        let text = String::from_utf8(bytes).map_err(|_| bad_cursor())?;
+        let (of, key) = text.split_once('\n').ok_or_else(bad_cursor)?;
+        if of != list || !valid(key) {
+            return Err(bad_cursor());
+        }
+        Ok(key.to_owned())
+    }
+}
+
+/// One page of a list as an answer: its JSON document (with its
+/// `next_cursor`) and, when another page follows, a `Link` header to it.
+#[derive(Debug)]
+pub struct Paged {
+    pub body: Vec<u8>,
+    pub next: Option<String>,
+}
+
+impl Paged {
+    /// The answer of the page at `path` (the request's path) read with
+    /// `query`, whose `next_cursor` is `next`.
+    pub fn new(body: Vec<u8>, path: &str, query: &PageQuery, next: Option<&str>) -> Paged {
+        Paged {
+            body,
+            next: next.map(|c| format!("<{path}?limit={}&cursor={c}>; rel=\"next\"", query.limit)),
+        }
+    }
+
+    /// `value` serialised as the page's document.
+    pub fn json(
+        value: &impl serde::Serialize,
+        path: &str,
+        query: &PageQuery,
+        next: Option<&str>,
+    ) -> ApiResult<Paged> {
+        let body = serde_json::to_vec(value)
+            .map_err(|e| ApiError::internal(format!("a page cannot be written: {e}")))?;
+        Ok(Paged::new(body, path, query, next))
+    }
+}
+
+impl IntoResponse for Paged {
+    fn into_response(self) -> Response {
+        let mut res = (StatusCode::OK, Body::from(self.body)).into_response();
+        let headers = res.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(link) = self.next
+            && let Ok(v) = HeaderValue::from_str(&link)
+        {
+            headers.insert(header::LINK, v);
+        }
+        res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_decodes_only_for_its_own_list() {
+        let token = Cursor {
+            list: "functions/sless-0000000000000001",
+            key: "f-00042",
+        }
+        .encode();
+        let any = |_: &str| true;
+        assert_eq!(
+            Cursor::decode(&token, "functions/sless-0000000000000001", any).unwrap(),
+            "f-00042"
+        );
+        for other in [
+            "functions/sless-0000000000000002",
+            "triggers/sless-0000000000000001",
+        ] {
+            let e = Cursor::decode(&token, other, any).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("cursor"));
+        }
+        assert!(Cursor::decode(&token, "functions/sless-0000000000000001", |_| false).is_err());
+    }
+}
