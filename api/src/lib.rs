@@ -64,7 +64,7 @@ use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
 
 use crate::breaker::shed_while_unavailable;
-use crate::deadlines::{RouteDeadline, within_deadline};
+use crate::deadlines::{RouteDeadline, while_progressing, within_deadline};
 use crate::fallback::{api_fallback, method_not_allowed, no_such_route};
 
 pub use auth::{Auth, issue_hs256};
@@ -174,16 +174,13 @@ pub fn router(state: AppState) -> Router {
     let d = state.deadlines;
     // `database_only`: the route waits on nothing but the database, so a
     // missed deadline says the database did not answer (for the breaker).
-    let answer_within = |per_mib, database_only| {
-        middleware::from_fn_with_state(
-            RouteDeadline {
-                answer: d.request,
-                per_mib,
-                body: d.body,
-                database_only,
-            },
-            within_deadline,
-        )
+    let route_deadline = |database_only| RouteDeadline {
+        answer: d.request,
+        body: d.body,
+        database_only,
+    };
+    let answer_within = |database_only| {
+        middleware::from_fn_with_state(route_deadline(database_only), within_deadline)
     };
     let v1 = OpenApiRouter::new()
         .routes(routes!(namespaces::ensure))
@@ -202,26 +199,30 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(events::tail))
         .routes(routes!(admin::start_replay, admin::last_replay))
         .routes(routes!(admin::reconcile))
-        .route_layer(answer_within(Duration::ZERO, true))
+        .route_layer(answer_within(true))
         // These also wait on the blob store.
-        .routes(routes!(functions::update).layer(answer_within(Duration::ZERO, false)))
-        .routes(routes!(source::get).layer(answer_within(Duration::ZERO, false)))
-        .routes(routes!(versions::source).layer(answer_within(Duration::ZERO, false)))
-        .routes(routes!(versions::archive).layer(answer_within(Duration::ZERO, false)))
-        .routes(routes!(versions::diff).layer(answer_within(Duration::ZERO, false)))
+        .routes(routes!(functions::update).layer(answer_within(false)))
+        .routes(routes!(source::get).layer(answer_within(false)))
+        .routes(routes!(versions::source).layer(answer_within(false)))
+        .routes(routes!(versions::archive).layer(answer_within(false)))
+        .routes(routes!(versions::diff).layer(answer_within(false)))
         // A followed log answers once it starts; the lines follow in the body.
-        .routes(routes!(build_log::get).layer(answer_within(Duration::ZERO, false)))
+        .routes(routes!(build_log::get).layer(answer_within(false)))
         .routes(
             routes!(upload::upload)
                 .layer(DefaultBodyLimit::max(upload_limit))
-                .layer(answer_within(d.upload_per_mib, false)),
+                // Bound by its progress, not by a fixed time.
+                .layer(middleware::from_fn_with_state(
+                    (route_deadline(false), d.upload_idle),
+                    while_progressing,
+                )),
         );
     // The functions' routes are documented with the API's (their paths
     // are on the functions' origin: `openapi::finish` says so).
     let functions_doc = function_routes(&state).into_openapi();
     let (router, mut doc) = OpenApiRouter::new()
         .nest("/v1", v1)
-        .routes(routes!(health::readyz).layer(answer_within(Duration::ZERO, true)))
+        .routes(routes!(health::readyz).layer(answer_within(true)))
         // Everything above needs the database.
         .route_layer(middleware::from_fn_with_state(
             state.breaker.clone(),

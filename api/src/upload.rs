@@ -1,14 +1,19 @@
 //! `POST /v1/namespaces/{ns}/functions/{name}/upload`: a new version of a
 //! function's source.
 //!
-//! The zip is checked (`archive::validate_zip`) and packed into a build
-//! context before anything is stored; the namespace's quotas are checked
+//! The zip is checked and packed into a build context in one pass
+//! (`archive::pack_zip`: every entry inflated once, straight into the
+//! context) before anything is stored; the namespace's quotas are checked
 //! before the blobs are stored (and again, under their lock, when the event
 //! is appended: see `quota`), and the blobs are stored before the event
-//! that names them is appended. An upload holds its body, its files and the
-//! build context in memory at once, so at most `UploadGate`'s number of
+//! that names them is appended. An upload holds its body and its build
+//! context in memory at once (never its files unpacked), so at most
+//! `UploadGate`'s number of
 //! uploads are read and checked at a time; the others wait for a turn, and
 //! one that waits too long gets 503 with `Retry-After`, its body unread.
+//! Its deadline moves on while it progresses (`deadlines::while_progressing`):
+//! the body while bytes keep coming, the check while entries inflate, the
+//! store in proportion to the bytes stored.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +23,7 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use sless_domain::archive::{self, ValidArchive};
+use sless_domain::archive::{self, PackedArchive};
 use sless_domain::{
     Aggregate, Function, FunctionCommand, FunctionEvent, FunctionKey, Runtime, SourceVersion,
     UploadedSource,
@@ -29,6 +34,7 @@ use tokio::sync::Semaphore;
 
 use crate::AppState;
 use crate::command::{self, Answered, Current, Decided, Handler, Plan, RequestContext, opening};
+use crate::deadlines::Progress;
 use crate::error::{ApiError, ApiResult, VERSION_CONFLICT};
 use crate::function::{function_not_found, function_path, load, path_key, target};
 use crate::path::PathParams;
@@ -42,8 +48,10 @@ pub struct UploadGate {
 }
 
 impl UploadGate {
-    /// Uploads at once by default: each may hold up to about 50 MiB of zip,
-    /// 250 MiB of files and their build context.
+    /// Uploads at once by default: each may hold up to 50 MiB of zip and
+    /// its build context (about as large for files that do not compress,
+    /// far smaller for those that inflate far), and keeps a core busy while
+    /// it is checked and packed.
     pub const DEFAULT_CONCURRENCY: usize = 4;
     /// How long an upload waits for its turn by default.
     pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -143,10 +151,18 @@ pub async fn upload(
     let body = Bytes::from_request(request, &state)
         .await
         .map_err(|r| too_large(ApiError::from(r), &state).into_response())?;
+    let progress = head.extensions.get::<Progress>().cloned();
     let opened = opening::open(&state, caller, &head, body).await?;
-    accept(&state, key, &head.headers, &opened.ctx, opened.body)
-        .await
-        .map_err(IntoResponse::into_response)
+    accept(
+        &state,
+        key,
+        &head.headers,
+        &opened.ctx,
+        opened.body,
+        progress,
+    )
+    .await
+    .map_err(IntoResponse::into_response)
 }
 
 /// The upload's own words for a body over the limit.
@@ -171,6 +187,7 @@ async fn accept(
     headers: &HeaderMap,
     ctx: &RequestContext,
     body: Bytes,
+    progress: Option<Progress>,
 ) -> ApiResult<Answered> {
     check_zip_content_type(headers)?;
     let current = load(state, &key).await?;
@@ -185,29 +202,38 @@ async fn accept(
         .check(&target(&key).what, true, current.stream_version)?;
     let limits = state.limits;
     let runtime = spec.runtime;
-    let (archive, context, zip_bytes) =
-        tokio::task::spawn_blocking(move || -> ApiResult<(ValidArchive, Bytes, Bytes)> {
-            let archive = archive::validate_zip(&body, &limits)?;
-            let context = archive.build_context(runtime);
-            Ok((archive, Bytes::from(context), body))
+    let ticks = progress.clone();
+    let (packed, zip) =
+        tokio::task::spawn_blocking(move || -> ApiResult<(PackedArchive, Bytes)> {
+            // Every chunk inflated moves the deadline on.
+            let mut advanced = |_: u64| {
+                if let Some(p) = &ticks {
+                    p.advanced();
+                }
+            };
+            let packed = archive::pack_zip(&body, &limits, runtime, &mut advanced)?;
+            Ok((packed, body))
         })
         .await
         .map_err(|e| ApiError::internal(format!("archive check: {e}")))??;
-    let context_sha256 = archive::sha256_hex(&context);
+    if let Some(p) = &progress {
+        p.advanced();
+    }
     let source = UploadedSource {
-        sha256: archive.sha256.clone(),
-        size: archive.size,
-        files: archive.files.len() as u32,
-        zip_key: blobs::zip_key(&archive.sha256),
-        context_key: blobs::context_key(&context_sha256),
-        context_sha256,
+        sha256: packed.sha256.clone(),
+        size: packed.size,
+        files: packed.files as u32,
+        zip_key: blobs::zip_key(&packed.sha256),
+        context_key: blobs::context_key(&packed.context_sha256),
+        context_sha256: packed.context_sha256,
     };
     let mut upload = Upload {
         target: key,
         runtime,
         source,
-        zip: zip_bytes,
-        context,
+        zip,
+        context: Bytes::from(packed.context),
+        progress,
         stored: false,
         written: Vec::new(),
         made: None,
@@ -222,6 +248,8 @@ struct Upload {
     source: UploadedSource,
     zip: Bytes,
     context: Bytes,
+    /// The request's deadline, told of storing's progress.
+    progress: Option<Progress>,
     /// True once the blobs are in the store.
     stored: bool,
     /// The blobs this request put in the store (not there before it).
@@ -235,20 +263,39 @@ impl Upload {
     /// Stores the zip and the build context, recorded first: should the
     /// event never come, the workers' orphan sweep finds the blobs by it
     /// (`sless_store::orphans`).
+    /// Both are put at once; storing has the time of a step plus
+    /// `upload_per_mib` per MiB stored.
     async fn store(&mut self, state: &AppState) -> ApiResult<()> {
         let (zip_key, context_key) = (&self.source.zip_key, &self.source.context_key);
         orphans::record_in_flight(&state.pool, &[zip_key, context_key]).await?;
-        for (blob, bytes, content_type) in [
-            (zip_key, &self.zip, "application/zip"),
-            (context_key, &self.context, "application/gzip"),
-        ] {
-            if state
-                .blobs
-                .put_if_absent(blob, bytes.clone(), content_type)
-                .await?
-            {
+        if let Some(p) = &self.progress {
+            let mib = (self.zip.len() + self.context.len()) as f64 / (1024.0 * 1024.0);
+            p.allow(state.deadlines.upload_per_mib.mul_f64(mib));
+        }
+        let put = |blob: &String, bytes: &Bytes, content_type: &'static str| {
+            let (blob, bytes) = (blob.clone(), bytes.clone());
+            async move {
+                let stored = state
+                    .blobs
+                    .put_if_absent(&blob, bytes, content_type)
+                    .await?;
+                ApiResult::Ok(stored.then_some(blob))
+            }
+        };
+        let (zip, context) = tokio::join!(
+            put(zip_key, &self.zip, "application/zip"),
+            put(context_key, &self.context, "application/gzip"),
+        );
+        // What one of them stored is recorded even when the other failed.
+        for stored in [&zip, &context] {
+            if let Ok(Some(blob)) = stored {
                 self.written.push(blob.clone());
             }
+        }
+        zip?;
+        context?;
+        if let Some(p) = &self.progress {
+            p.advanced();
         }
         self.stored = true;
         Ok(())

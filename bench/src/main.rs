@@ -5,6 +5,7 @@
 //! its figures; its last line is one JSON object. Benchmarks never fail on a
 //! machine's speed.
 
+mod accept;
 mod api;
 mod append;
 mod cold;
@@ -61,6 +62,9 @@ enum Command {
     Console(console::ConsoleArgs),
     /// Upload→Ready of a python function without dependencies; p50/p99.
     UploadReady(upload::UploadArgs),
+    /// How fast large uploads are accepted: one 10 MiB zip at a time and
+    /// four at once; ms and MiB/s.
+    UploadAccept(accept::AcceptArgs),
     /// What the sandbox adds to a process's start: the same program started
     /// directly and in a jail.
     Jail(jail::JailArgs),
@@ -233,6 +237,7 @@ fn main() -> anyhow::Result<()> {
             Command::Api(args) => api::run(&server, args).await,
             Command::Console(args) => console::run(&server, args).await,
             Command::UploadReady(args) => upload::run(&server, args).await,
+            Command::UploadAccept(args) => accept::run(&server, args).await,
             Command::Jail(args) => jail::run(args),
             Command::ColdStart(args) => cold::run(&server, args).await,
         };

@@ -33,12 +33,14 @@ mod context;
 mod directory;
 mod inflate;
 mod names;
+mod pack;
 
 pub use context::{
-    DIRECTORY_MODE, EXECUTABLE_MODE, FILE_MODE, build_context, build_context_with_modes,
-    context_modes, dockerfile,
+    CONTEXT_COMPRESSION, DIRECTORY_MODE, EXECUTABLE_MODE, FILE_MODE, build_context,
+    build_context_with_modes, context_modes, dockerfile,
 };
 pub use names::{MAX_COMPONENT_BYTES, MAX_NAME_BYTES};
+pub use pack::{PackedArchive, pack_zip};
 
 use inflate::{Budget, Meter};
 use names::EntryName;
@@ -152,12 +154,16 @@ struct Entry {
     size: u64,
 }
 
-/// `validate_zip`, reporting to `meter` how much it inflated.
-fn validate(
-    bytes: &[u8],
+/// A zip read from memory.
+type ZipReader<'b> = zip::ZipArchive<Cursor<&'b [u8]>>;
+
+/// The zip's reader and its entries, once the archive passed every rule
+/// that needs nothing inflated: its size, its entry count, every name and
+/// type, no clash, at least one file.
+fn entries<'b>(
+    bytes: &'b [u8],
     limits: &ArchiveLimits,
-    meter: &mut Meter,
-) -> Result<ValidArchive, ArchiveError> {
+) -> Result<(ZipReader<'b>, Vec<Entry>), ArchiveError> {
     let size = bytes.len() as u64;
     if size > limits.max_zip_bytes {
         return Err(ArchiveError::TooLarge {
@@ -175,7 +181,7 @@ fn validate(
             limit: limits.max_files,
         });
     }
-    let mut zip = zip::ZipArchive::new(Cursor::new(bytes)).map_err(corrupt)?;
+    let zip = zip::ZipArchive::new(Cursor::new(bytes)).map_err(corrupt)?;
     if zip.len() > limits.max_files {
         return Err(ArchiveError::TooManyFiles {
             count: zip.len(),
@@ -245,6 +251,17 @@ fn validate(
     if entries.iter().all(|e| e.name.dir) {
         return Err(ArchiveError::Empty);
     }
+    Ok((zip, entries))
+}
+
+/// `validate_zip`, reporting to `meter` how much it inflated.
+fn validate(
+    bytes: &[u8],
+    limits: &ArchiveLimits,
+    meter: &mut Meter,
+) -> Result<ValidArchive, ArchiveError> {
+    let size = bytes.len() as u64;
+    let (mut zip, mut entries) = entries(bytes, limits)?;
 
     // First pass: inflate every entry into a fixed buffer, counting. A bomb
     // or a corrupt entry stops here, having held nothing in memory.

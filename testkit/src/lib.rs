@@ -189,3 +189,4 @@ where
 }
 pub mod kube_api;
 pub mod processes;
+pub mod zips;

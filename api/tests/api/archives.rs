@@ -482,7 +482,7 @@ fn size_and_corruption_rows() -> Vec<Row> {
 /// Entries of the temp dir that a spooled upload would leave (`sless*`
 /// or `tempfile`'s `.tmp*`), less the scratch dirs of the test kit (made
 /// by tests running beside this one) and of benchmarks.
-fn temp_entries() -> BTreeSet<String> {
+pub(super) fn temp_entries() -> BTreeSet<String> {
     std::fs::read_dir(std::env::temp_dir())
         .unwrap()
         .flatten()

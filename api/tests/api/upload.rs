@@ -4,6 +4,11 @@
 use axum::http::StatusCode;
 use zip::write::SimpleFileOptions;
 
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use super::archives::temp_entries;
 use super::support::*;
 
 const SUB: &str = "erin@example.com";
@@ -365,5 +370,159 @@ async fn an_upload_of_another_content_type_is_still_415_and_writes_nothing() {
         env.counts().await,
         before,
         "a refused upload writes nothing"
+    );
+}
+
+/// An upload whose body comes in `chunks`, `every` apart, and then ends
+/// (or, with `stall`, never ends).
+fn trickled(
+    uri: &str,
+    zip: Vec<u8>,
+    chunks: usize,
+    every: Duration,
+    stall: bool,
+) -> axum::http::Request<axum::body::Body> {
+    let size = zip.len().div_ceil(chunks);
+    let parts: Vec<Vec<u8>> = zip.chunks(size).map(<[u8]>::to_vec).collect();
+    let sent = futures_util::stream::iter(parts.into_iter().enumerate()).then(
+        move |(i, part)| async move {
+            if i > 0 {
+                tokio::time::sleep(every).await;
+            }
+            Ok::<_, std::io::Error>(axum::body::Bytes::from(part))
+        },
+    );
+    let body = if stall {
+        axum::body::Body::from_stream(sent.chain(futures_util::stream::pending()))
+    } else {
+        axum::body::Body::from_stream(sent)
+    };
+    request(axum::http::Method::POST, uri, Some(&token(SUB)))
+        .header(axum::http::header::CONTENT_TYPE, ZIP)
+        .body(body)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_concurrent_ten_mib_uploads_are_all_accepted() {
+    let env = Env::new().await;
+    let names: Vec<String> = (0..4).map(|i| format!("big-{i}")).collect();
+    for name in &names {
+        assert_eq!(env.create(SUB, name).await.status, StatusCode::CREATED);
+    }
+    let zips: Vec<Vec<u8>> = (0..4)
+        .map(|i| sless_testkit::zips::realistic_zip(10, 100 + i))
+        .collect();
+    for zip in &zips {
+        assert!(zip.len() >= 9 << 20, "about 10 MiB: {} bytes", zip.len());
+    }
+    let before = env.counts().await;
+    // The deadline is the test's, generous: the API's own deadlines are the
+    // defaults, and none may cut these uploads short on a busy machine.
+    let answers = tokio::time::timeout(
+        Duration::from_secs(600),
+        futures_util::future::join_all(
+            names
+                .iter()
+                .zip(&zips)
+                .map(|(name, zip)| env.upload(SUB, name, zip)),
+        ),
+    )
+    .await
+    .expect("answered within the test's deadline");
+    for ((name, zip), answer) in names.iter().zip(&zips).zip(&answers) {
+        assert_eq!(
+            answer.status,
+            StatusCode::ACCEPTED,
+            "{name}: {}",
+            answer.body
+        );
+        assert_eq!(answer.body["sha256"], sha256_hex(zip).as_str(), "{name}");
+        assert_eq!(answer.body["version"], 1, "{name}");
+    }
+    let after = env.counts().await;
+    assert_eq!(after.events, before.events + 4, "one event each");
+    assert_eq!(after.blobs, before.blobs + 8, "a zip and a context each");
+    assert_eq!(after.blobs_in_flight, 0, "every blob landed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_upload_is_refused_with_408_and_writes_nothing() {
+    let env = Env::new().await;
+    assert_eq!(env.create(SUB, "hello").await.status, StatusCode::CREATED);
+    let idle = Duration::from_millis(800);
+    let gate = sless_api::upload::UploadGate::default();
+    let app = super::proxy::app_with(&env, |s| {
+        s.deadlines.upload_idle = idle;
+        s.uploads = gate.clone();
+    });
+    let zip = sless_testkit::zips::realistic_zip(1, 7);
+    let before = env.counts().await;
+    let temp_before = temp_entries();
+    // Half the zip arrives, then nothing more.
+    let started = std::time::Instant::now();
+    let stalled = trickled(
+        &upload_uri(&ns(SUB), "hello"),
+        zip[..zip.len() / 2].to_vec(),
+        2,
+        Duration::from_millis(300),
+        true,
+    );
+    let answer = tokio::time::timeout(Duration::from_secs(30), send(&app, stalled))
+        .await
+        .expect("a stalled upload is answered");
+    answer.assert_problem("stalled", StatusCode::REQUEST_TIMEOUT, "body-timeout");
+    let detail = answer.body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("stalled") && detail.contains("nothing was stored"),
+        "{detail}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(env.counts().await, before, "nothing written");
+    let left: Vec<_> = temp_entries().difference(&temp_before).cloned().collect();
+    assert!(left.is_empty(), "temp files left: {left:?}");
+    // Its turn at the gate is free again, and the whole zip goes through.
+    assert_eq!(
+        gate.permits().available_permits(),
+        sless_api::upload::UploadGate::DEFAULT_CONCURRENCY
+    );
+    let whole = send(
+        &app,
+        post_zip(&upload_uri(&ns(SUB), "hello"), Some(&token(SUB)), zip, ZIP),
+    )
+    .await;
+    assert_eq!(whole.status, StatusCode::ACCEPTED, "{}", whole.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upload_that_keeps_coming_is_accepted() {
+    let env = Env::new().await;
+    assert_eq!(env.create(SUB, "hello").await.status, StatusCode::CREATED);
+    // The body takes about 2.4 s, three times what the API allows a body
+    // that stalls, and more than it allows any other request's body.
+    let app = super::proxy::app_with(&env, |s| {
+        s.deadlines.upload_idle = Duration::from_millis(800);
+        s.deadlines.body = Duration::from_millis(800);
+    });
+    let zip = sless_testkit::zips::realistic_zip(1, 8);
+    let started = std::time::Instant::now();
+    let slow = trickled(
+        &upload_uri(&ns(SUB), "hello"),
+        zip.clone(),
+        9,
+        Duration::from_millis(300),
+        false,
+    );
+    let answer = send(&app, slow).await;
+    assert_eq!(answer.status, StatusCode::ACCEPTED, "{}", answer.body);
+    assert_eq!(answer.body["sha256"], sha256_hex(&zip).as_str());
+    assert!(
+        started.elapsed() >= Duration::from_millis(2400),
+        "the body took {:?}",
+        started.elapsed()
     );
 }

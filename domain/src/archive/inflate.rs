@@ -41,7 +41,7 @@ impl Budget {
         }
     }
 
-    fn spend(&mut self, n: u64) -> Result<(), ArchiveError> {
+    pub fn spend(&mut self, n: u64) -> Result<(), ArchiveError> {
         self.inflated = self.inflated.saturating_add(n);
         if self.inflated <= self.allowed {
             return Ok(());

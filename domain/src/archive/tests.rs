@@ -4,6 +4,7 @@ use super::*;
 
 mod bomb;
 mod craft;
+mod pack;
 
 use craft::*;
 

@@ -73,7 +73,7 @@ static ALLOCATOR: Counting = Counting;
 
 /// Runs `f`, returning what it returned and the most memory it held at
 /// once on this thread beyond what was held before.
-fn peak_memory<T>(f: impl FnOnce() -> T) -> (T, u64) {
+pub(super) fn peak_memory<T>(f: impl FnOnce() -> T) -> (T, u64) {
     let before = LIVE.with(Cell::get);
     PEAK.with(|p| p.set(before));
     let out = f();
