@@ -99,6 +99,7 @@ async fn call(c: &Client, operation: &str) -> Option<Result<(), Error>> {
         "getBuildLog" => c.get_build_log(f, 1).await.map(drop),
         "listInvocations" => c.list_invocations(f, &PageQuery::default()).await.map(drop),
         "listTriggers" => c.list_triggers().await.map(drop),
+        "listJobs" => c.list_jobs().await.map(drop),
         "createTrigger" => c
             .create_trigger(&CreateTrigger {
                 name: "t".into(),

@@ -204,10 +204,18 @@ async fn unknown_routes_and_methods_answer_problem_documents() {
         "method-not-allowed",
     );
     let jobs = env
-        .send(get(&format!("/v1/namespaces/{ns}/jobs"), Some(&tok)))
+        .send(
+            request(
+                Method::PATCH,
+                &format!("/v1/namespaces/{ns}/jobs"),
+                Some(&tok),
+            )
+            .body(Body::empty())
+            .unwrap(),
+        )
         .await;
     jobs.assert_problem(
-        "GET of the jobs collection (not in the API)",
+        "PATCH on the jobs list",
         StatusCode::METHOD_NOT_ALLOWED,
         "method-not-allowed",
     );
