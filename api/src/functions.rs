@@ -29,7 +29,7 @@ use crate::function::{
     view_of_state,
 };
 use crate::json::parse_json;
-use crate::paging::{Cursor, PageQuery, Paged, page_query};
+use crate::paging::{PageQuery, Paged, page_query};
 use crate::path::PathParams;
 use crate::quota::Demand;
 use crate::versions::version_demand;
@@ -135,27 +135,22 @@ pub(crate) async fn rows_page(
     namespace: &Namespace,
     query: &PageQuery,
 ) -> ApiResult<(Vec<FunctionRow>, Option<String>)> {
-    let list = format!("functions/{namespace}");
-    let after = query
-        .cursor
-        .as_deref()
-        .map(|c| Cursor::decode(c, &list, |k| FunctionName::parse(k).is_ok()))
-        .transpose()?;
-    let mut rows = readmodel::function_rows_after(
-        &state.pool,
-        namespace.as_str(),
-        after.as_deref(),
-        query.fetch(),
-    )
-    .await?;
-    let next = query.cut(&mut rows, |r| {
-        Cursor {
-            list: &list,
-            key: &r.name,
-        }
-        .encode()
-    });
-    Ok((rows, next))
+    query
+        .read(
+            &format!("functions/{namespace}"),
+            |k| FunctionName::parse(k).is_ok(),
+            async |after, fetch| {
+                Ok(readmodel::function_rows_after(
+                    &state.pool,
+                    namespace.as_str(),
+                    after.as_deref(),
+                    fetch,
+                )
+                .await?)
+            },
+            |r| r.name.clone(),
+        )
+        .await
 }
 
 /// A page of the list as its document: `items` and `next_cursor`.

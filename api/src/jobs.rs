@@ -27,7 +27,7 @@ use crate::command::{
 use crate::error::{ApiError, ApiResult};
 use crate::function;
 use crate::json::parse_json;
-use crate::paging::{Cursor, Paged, page_query};
+use crate::paging::{Paged, page_query};
 use crate::path::PathParams;
 use crate::quota::Demand;
 
@@ -371,26 +371,19 @@ pub async fn list(
 ) -> ApiResult<Paged> {
     let namespace = caller.namespace(&ns)?;
     let query = page_query(query)?;
-    let list = format!("jobs/{namespace}");
-    let after = query
-        .cursor
-        .as_deref()
-        .map(|c| Cursor::decode(c, &list, |k| JobName::parse(k).is_ok()))
-        .transpose()?;
-    let mut rows = job_rows::job_rows(
-        &state.pool,
-        namespace.as_str(),
-        after.as_deref(),
-        query.fetch(),
-    )
-    .await?;
-    let next = query.cut(&mut rows, |r| {
-        Cursor {
-            list: &list,
-            key: &r.name,
-        }
-        .encode()
-    });
+    let (rows, next) = query
+        .read(
+            &format!("jobs/{namespace}"),
+            |k| JobName::parse(k).is_ok(),
+            async |after, fetch| {
+                Ok(
+                    job_rows::job_rows(&state.pool, namespace.as_str(), after.as_deref(), fetch)
+                        .await?,
+                )
+            },
+            |r| r.name.clone(),
+        )
+        .await?;
     let items = rows
         .iter()
         .map(|r| {

@@ -73,6 +73,30 @@ impl PageQuery {
         i64::from(self.limit) + 1
     }
 
+    /// Reads the page of `list` this query asks for: its cursor decoded
+    /// (to a key `valid` accepts), the rows after it read with
+    /// `rows(after, fetch)`, cut to the page, and the cursor of the next
+    /// page (the last row's `key`) when more follow.
+    pub async fn read<T, Fut>(
+        &self,
+        list: &str,
+        valid: impl Fn(&str) -> bool,
+        rows: impl FnOnce(Option<String>, i64) -> Fut,
+        key: impl Fn(&T) -> String,
+    ) -> ApiResult<(Vec<T>, Option<String>)>
+    where
+        Fut: std::future::Future<Output = ApiResult<Vec<T>>>,
+    {
+        let after = self
+            .cursor
+            .as_deref()
+            .map(|c| Cursor::decode(c, list, valid))
+            .transpose()?;
+        let mut rows = rows(after, self.fetch()).await?;
+        let next = self.cut(&mut rows, |r| Cursor { list, key: &key(r) }.encode());
+        Ok((rows, next))
+    }
+
     /// Cuts `rows` (read with `fetch`) to the page and gives the key of its
     /// last row when more follow.
     pub fn cut<T, K>(&self, rows: &mut Vec<T>, key: impl Fn(&T) -> K) -> Option<K> {

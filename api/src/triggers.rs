@@ -34,7 +34,7 @@ use crate::command::{
 use crate::error::{ApiError, ApiResult};
 use crate::function;
 use crate::json::parse_json;
-use crate::paging::{Cursor, PageQuery, Paged, page_query};
+use crate::paging::{PageQuery, Paged, page_query};
 use crate::path::PathParams;
 use crate::quota::Demand;
 
@@ -230,26 +230,19 @@ pub(crate) async fn page(
     namespace: &Namespace,
     query: &PageQuery,
 ) -> ApiResult<Json<Value>> {
-    let list = format!("triggers/{namespace}");
-    let after = query
-        .cursor
-        .as_deref()
-        .map(|c| Cursor::decode(c, &list, |k| TriggerName::parse(k).is_ok()))
-        .transpose()?;
-    let mut rows = rows::trigger_rows(
-        &state.pool,
-        namespace.as_str(),
-        after.as_deref(),
-        query.fetch(),
-    )
-    .await?;
-    let next = query.cut(&mut rows, |r| {
-        Cursor {
-            list: &list,
-            key: &r.name,
-        }
-        .encode()
-    });
+    let (rows, next) = query
+        .read(
+            &format!("triggers/{namespace}"),
+            |k| TriggerName::parse(k).is_ok(),
+            async |after, fetch| {
+                Ok(
+                    rows::trigger_rows(&state.pool, namespace.as_str(), after.as_deref(), fetch)
+                        .await?,
+                )
+            },
+            |r| r.name.clone(),
+        )
+        .await?;
     let names: Vec<&str> = rows
         .iter()
         .filter(|r| r.kind == "cron")
