@@ -115,17 +115,29 @@ pub async fn list(
 ) -> ApiResult<Paged> {
     let namespace = caller.namespace(&ns)?;
     let query = page_query(query)?;
-    let (rows, next) = rows_page(&state, &namespace, &query).await?;
-    let page = FunctionPage {
-        fn_url: state.fn_url.as_deref(),
-        rows: &rows,
-        next_cursor: next.as_deref(),
-    };
-    // About 400 bytes a function, written once.
-    let mut body = Vec::with_capacity(64 + rows.len() * 512);
-    serde_json::to_writer(&mut body, &page)
-        .map_err(|e| ApiError::internal(format!("the list cannot be written: {e}")))?;
-    Ok(Paged::new(body, uri.path(), &query, next.as_deref()))
+    let list = format!("functions/{namespace}");
+    let page = state
+        .pages
+        .page(&state.pool, &list, &query, async || {
+            let (rows, next) = rows_page(&state, &namespace, &query).await?;
+            let page = FunctionPage {
+                fn_url: state.fn_url.as_deref(),
+                rows: &rows,
+                next_cursor: next.as_deref(),
+            };
+            // About 400 bytes a function, written once.
+            let mut body = Vec::with_capacity(64 + rows.len() * 512);
+            serde_json::to_writer(&mut body, &page)
+                .map_err(|e| ApiError::internal(format!("the list cannot be written: {e}")))?;
+            Ok((body, next))
+        })
+        .await?;
+    Ok(Paged::new(
+        page.body.clone(),
+        uri.path(),
+        &query,
+        page.next.as_deref(),
+    ))
 }
 
 /// One page of a namespace's functions (read with `query`), and the

@@ -35,6 +35,7 @@ pub mod json;
 pub mod metrics;
 pub mod namespaces;
 pub mod openapi;
+pub mod page_cache;
 pub mod paging;
 pub mod path;
 pub mod proxy;
@@ -135,6 +136,8 @@ pub struct Shared {
     /// What of the database `/metrics` reports besides (the binary sets it
     /// for the roles the process runs).
     pub metrics_scope: metrics::Scope,
+    /// Pages of the functions list, kept while the read models stand still.
+    pub pages: Arc<page_cache::PageCache>,
 }
 
 /// Versions of a function kept besides the live one, by default.
@@ -164,6 +167,7 @@ impl AppState {
             only_namespace: None,
             metrics: sless_telemetry::global().clone(),
             metrics_scope: metrics::Scope::default(),
+            pages: Arc::default(),
         }))
     }
 }

@@ -199,16 +199,21 @@ impl Cursor<'_> {
 /// `next_cursor`) and, when another page follows, a `Link` header to it.
 #[derive(Debug)]
 pub struct Paged {
-    pub body: Vec<u8>,
+    pub body: bytes::Bytes,
     pub next: Option<String>,
 }
 
 impl Paged {
     /// The answer of the page at `path` (the request's path) read with
     /// `query`, whose `next_cursor` is `next`.
-    pub fn new(body: Vec<u8>, path: &str, query: &PageQuery, next: Option<&str>) -> Paged {
+    pub fn new(
+        body: impl Into<bytes::Bytes>,
+        path: &str,
+        query: &PageQuery,
+        next: Option<&str>,
+    ) -> Paged {
         Paged {
-            body,
+            body: body.into(),
             next: next.map(|c| format!("<{path}?limit={}&cursor={c}>; rel=\"next\"", query.limit)),
         }
     }

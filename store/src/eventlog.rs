@@ -598,6 +598,20 @@ pub async fn lock_checkpoint_below_watermark(
     })
 }
 
+/// Where the read models stand: the projector's checkpoint position and
+/// the generation of its tables (a replay that swaps them bumps it). The
+/// read models change only in a transaction that moves one or the other,
+/// so two equal answers mean the tables held the same rows in between.
+/// `None` before the projector's first start.
+pub async fn read_models_at<'e>(exec: impl PgExecutor<'e>) -> Result<Option<(i64, i64)>> {
+    Ok(
+        sqlx::query_as("select position, generation from projector_checkpoints where name = $1")
+            .bind(READ_MODELS)
+            .fetch_optional(exec)
+            .await?,
+    )
+}
+
 /// Moves a reader's checkpoint; call in the transaction that applied the events.
 pub async fn save_checkpoint(conn: &mut PgConnection, name: &str, at: Checkpoint) -> Result<()> {
     sqlx::query("update projector_checkpoints set xid = $2, position = $3, updated_at = now() where name = $1")

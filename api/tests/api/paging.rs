@@ -6,6 +6,7 @@
 use axum::http::{StatusCode, header};
 use serde_json::{Value, json};
 
+use super::requests::{delete, put_json};
 use super::support::*;
 
 const ALICE: &str = "alice-paging@example.com";
@@ -359,4 +360,64 @@ async fn triggers_versions_and_jobs_page_too() {
         (&job["stdout"], &job["stderr"]),
         (&Value::Null, &Value::Null)
     );
+}
+
+/// A functions page asked again is kept in memory while the read models
+/// stand still (`page_cache`): it must show every change the projector has
+/// applied since, on every page, and one namespace's kept page is never
+/// another's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_asked_again_shows_what_the_projector_applied_since() {
+    let env = Env::new().await;
+    let uri = functions_uri(&ns(ALICE));
+    let first = format!("{uri}?limit=2");
+    for name in ["f-a", "f-b", "f-c"] {
+        assert_eq!(env.create(ALICE, name).await.status, StatusCode::CREATED);
+    }
+    assert_eq!(env.create(BOB, "f-bob").await.status, StatusCode::CREATED);
+    env.catch_up().await;
+    let before = pages(&env, ALICE, &first, "name").await;
+    assert_eq!(before, [vec!["f-a", "f-b"], vec!["f-c"]]);
+    // Asked again, unchanged: the same answer.
+    assert_eq!(pages(&env, ALICE, &first, "name").await, before);
+
+    // Bob's namespace, read with the same limit while Alice's pages are
+    // kept, shows Bob's functions.
+    let bobs = functions_uri(&ns(BOB));
+    assert_eq!(
+        pages(&env, BOB, &format!("{bobs}?limit=2"), "name").await,
+        [vec!["f-bob"]]
+    );
+
+    // A create, a delete and a spec change, each seen on the next read.
+    assert_eq!(env.create(ALICE, "f-0").await.status, StatusCode::CREATED);
+    env.catch_up().await;
+    assert_eq!(
+        pages(&env, ALICE, &first, "name").await,
+        [vec!["f-0", "f-a"], vec!["f-b", "f-c"]]
+    );
+    let gone = env
+        .send(delete(
+            &function_uri(&ns(ALICE), "f-b"),
+            Some(&token(ALICE)),
+        ))
+        .await;
+    assert_eq!(gone.status, StatusCode::ACCEPTED, "{}", gone.body);
+    env.catch_up().await;
+    assert_eq!(
+        pages(&env, ALICE, &first, "name").await,
+        [vec!["f-0", "f-a"], vec!["f-c"]]
+    );
+    let changed = env
+        .send(put_json(
+            &function_uri(&ns(ALICE), "f-c"),
+            Some(&token(ALICE)),
+            &json!({ "memory_mb": 256 }).to_string(),
+        ))
+        .await;
+    assert!(changed.status.is_success(), "{}", changed.body);
+    env.catch_up().await;
+    let last = list(&env, ALICE, &format!("{uri}?limit=1000")).await;
+    let c = &last.body["items"][2];
+    assert_eq!((&c["name"], &c["memory_mb"]), (&json!("f-c"), &json!(256)));
 }
