@@ -545,7 +545,13 @@ fn print_table(runs: &[Value]) {
         }
         println!("{line}");
     }
-    println!("(latencies in ms, one request at a time; sizes after the creates)");
+    println!(
+        "(latencies in ms, one request at a time; sizes after the creates)\n\
+         a function: created through the API (python3.11, no source), Pending, \
+         nothing runs for it; its reconcile appends nothing\n\
+         announced: the restarted sless dev wrote dev.json (every reconcile enqueued, \
+         the API listening); reconciled: no ReconcileFunction work item left and /readyz 200"
+    );
 }
 
 fn print_growth(growth: &Value) {
