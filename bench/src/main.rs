@@ -18,6 +18,7 @@ mod pgbench;
 mod projector;
 mod proxy;
 mod queue;
+mod scale;
 mod sless_dev;
 mod upload;
 mod wrk;
@@ -71,6 +72,10 @@ enum Command {
     /// Cold calls of a function scaled to zero beside warm ones, a job's
     /// run, and the memory of functions running and scaled to zero.
     ColdStart(cold::ColdArgs),
+    /// Cost curves: create rate, list and audit latency, restart to every
+    /// function reconciled, replay, database size and memory, for 100,
+    /// 1,000 and 10,000 functions in one namespace and over 100.
+    Scale(scale::ScaleArgs),
 }
 
 /// The server benchmarks run on, and the fresh databases made on it. The
@@ -240,6 +245,7 @@ fn main() -> anyhow::Result<()> {
             Command::UploadAccept(args) => accept::run(&server, args).await,
             Command::Jail(args) => jail::run(args),
             Command::ColdStart(args) => cold::run(&server, args).await,
+            Command::Scale(args) => scale::run(&server, args).await,
         };
         if let Err(e) = server.drop_databases().await {
             eprintln!("could not drop the benchmark databases: {e:#}");

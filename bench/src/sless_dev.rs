@@ -75,6 +75,16 @@ pub struct SlessDev {
     pub pool: PgPool,
     /// Where its spans go, with `--traces`.
     traces: Option<Sink>,
+    /// How it was started, to start it again (`restart`).
+    launch: Launch,
+}
+
+/// The command line and environment `sless dev` is started with.
+struct Launch {
+    binary: PathBuf,
+    db_url: String,
+    unsafe_no_sandbox: bool,
+    traced: Vec<(&'static str, String)>,
 }
 
 /// Resident memory of a process, in KiB.
@@ -95,6 +105,16 @@ impl SlessDev {
     /// Its data directory.
     pub fn data_dir(&self) -> &std::path::Path {
         self.dir.path()
+    }
+
+    /// The URL of the database it runs on.
+    pub fn db_url(&self) -> &str {
+        &self.launch.db_url
+    }
+
+    /// The `sless` binary it runs.
+    pub fn binary(&self) -> &Path {
+        &self.launch.binary
     }
 
     /// Starts `sless dev`, takes `measure`'s figures on it, and stops it;
@@ -162,38 +182,24 @@ impl SlessDev {
         let dir = tempfile::Builder::new()
             .prefix("sless-bench-dev-")
             .tempdir()?;
-        let log = std::fs::File::create(dir.path().join("sless.log"))?;
         let traces = match args.traces {
             true => Some(Sink::start().await?),
             false => None,
         };
-        let traced: Vec<(&str, &str)> = match &traces {
+        let traced = match &traces {
             Some(sink) => vec![
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", sink.endpoint.as_str()),
-                ("OTEL_TRACES_SAMPLER", "always_on"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", sink.endpoint.clone()),
+                ("OTEL_TRACES_SAMPLER", "always_on".to_owned()),
             ],
             None => Vec::new(),
         };
-        let child = tokio::process::Command::new(&binary)
-            .arg("dev")
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args.unsafe_no_sandbox.then_some("--unsafe-no-sandbox"))
-            .env("DATABASE_URL", &db_url)
-            // A benchmark fills one namespace past the default quotas (the
-            // API's fills it with 1,000 functions); quotas this high are
-            // still checked on every command, so their cost is measured.
-            .envs(Self::BENCH_QUOTAS)
-            .envs(traced)
-            .env_remove("S3_ENDPOINT")
-            .env_remove("S3_BUCKET")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        let launch = Launch {
+            binary,
+            db_url,
+            unsafe_no_sandbox: args.unsafe_no_sandbox,
+            traced,
+        };
+        let child = launch.spawn(dir.path())?;
         let mut dev = SlessDev {
             child,
             dir,
@@ -204,14 +210,22 @@ impl SlessDev {
             http: reqwest::Client::new(),
             pool,
             traces,
+            launch,
         };
-        let info_path = dev.dir.path().join("data/dev.json");
+        dev.announced().await?;
+        eprintln!("sless dev (pid {}) at {}", dev.pid(), dev.url);
+        Ok(dev)
+    }
+
+    /// Waits for `dev.json` and reads where the instance listens from it.
+    async fn announced(&mut self) -> anyhow::Result<()> {
+        let info_path = self.dir.path().join("data/dev.json");
         let info: serde_json::Value = {
-            let child = &mut dev.child;
-            let log = dev.dir.path().join("sless.log");
+            let child = &mut self.child;
+            let log = self.dir.path().join("sless.log");
             wait_for(
                 "sless dev to write dev.json",
-                Duration::from_secs(120),
+                Duration::from_secs(300),
                 Duration::from_millis(20),
                 || {
                     let exited = child.try_wait();
@@ -233,12 +247,26 @@ impl SlessDev {
                 .map(str::to_owned)
                 .ok_or_else(|| anyhow::anyhow!("dev.json has no {k}: {info}"))
         };
-        dev.url = field("url")?;
-        dev.fn_url = field("fn_url")?;
-        dev.token = field("token")?;
-        dev.namespace = field("namespace")?;
-        eprintln!("sless dev (pid {}) at {}", dev.pid(), dev.url);
-        Ok(dev)
+        self.url = field("url")?;
+        self.fn_url = field("fn_url")?;
+        self.token = field("token")?;
+        self.namespace = field("namespace")?;
+        Ok(())
+    }
+
+    /// Stops it (SIGTERM, as `stop`) and starts it again on the same
+    /// database and data directory; the time from the start of the new
+    /// process until it announced itself (`dev.json`: its migrations ran,
+    /// every function's reconcile is enqueued, the API listens).
+    pub async fn restart(&mut self) -> anyhow::Result<Duration> {
+        self.terminate().await?;
+        std::fs::remove_file(self.dir.path().join("data/dev.json"))?;
+        let started = Instant::now();
+        self.child = self.launch.spawn(self.dir.path())?;
+        self.announced().await?;
+        let took = started.elapsed();
+        eprintln!("sless dev (pid {}) at {} again", self.pid(), self.url);
+        Ok(took)
     }
 
     pub fn pid(&self) -> u32 {
@@ -374,6 +402,13 @@ impl SlessDev {
             let (exports, bytes, spans) = sink.received();
             eprintln!("the OTLP sink received {spans} spans in {exports} exports, {bytes} bytes");
         }
+        self.terminate().await?;
+        self.pool.close().await;
+        Ok(())
+    }
+
+    /// SIGTERM to the process, and waits for it to exit (killed after 30 s).
+    async fn terminate(&mut self) -> anyhow::Result<()> {
         if let Some(pid) = self.child.id() {
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -387,8 +422,38 @@ impl SlessDev {
                 self.child.kill().await?;
             }
         }
-        self.pool.close().await;
         Ok(())
+    }
+}
+
+impl Launch {
+    /// Starts `sless dev` on data directory `dir`/data, its log appended
+    /// to `dir`/sless.log.
+    fn spawn(&self, dir: &Path) -> anyhow::Result<tokio::process::Child> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("sless.log"))?;
+        tokio::process::Command::new(&self.binary)
+            .arg("dev")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen", "127.0.0.1:0"])
+            .args(self.unsafe_no_sandbox.then_some("--unsafe-no-sandbox"))
+            .env("DATABASE_URL", &self.db_url)
+            // A benchmark fills one namespace past the default quotas (the
+            // API's fills it with 1,000 functions); quotas this high are
+            // still checked on every command, so their cost is measured.
+            .envs(SlessDev::BENCH_QUOTAS)
+            .envs(self.traced.iter().map(|(k, v)| (k, v)))
+            .env_remove("S3_ENDPOINT")
+            .env_remove("S3_BUCKET")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", self.binary.display()))
     }
 }
 

@@ -2,13 +2,14 @@
 # Every benchmark of issue 3 in one sitting, on one private PostgreSQL
 # cluster with default settings (see lib.sh): builds release, runs the
 # peers' comparison (peers.sh, RUNS times), then append, projector, proxy,
-# api, upload-ready and jail once, appends every figure as a JSON line to
+# api, upload-ready, jail and scale once, appends every figure as a JSON line to
 # bench/results/<UTC date>.jsonl and prints a summary of the sitting.
-# About 12 minutes on 2 cores with RUNS=3; run it on a quiet machine.
+# About 15 minutes on 2 cores with RUNS=3; run it on a quiet machine.
 #
 # Usage: scripts/bench/all.sh [runs=3]
 # Environment: see lib.sh and peers.sh; APPEND_SECONDS (5), PROJECTOR_EVENTS
-# (1000000), LOAD_SECONDS (10, each wrk run), SKIP_BUILD=1, SKIP_PEERS=1.
+# (1000000), LOAD_SECONDS (10, each wrk run), SCALE_SIZES (100,1000,10000;
+# empty skips the cost curves, about 3 minutes), SKIP_BUILD=1, SKIP_PEERS=1.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 RUNS=${1:-3}
@@ -53,6 +54,13 @@ record_json sless upload-ready 1 .p50_ms ms "$out"
 log "jail: a process started directly and in the sandbox"
 out=$(sless_bench jail --runs 50)
 record_json sless jail 1 '."python3 -c pass".added_p50_ms' ms "$out"
+
+SCALE_SIZES=${SCALE_SIZES-100,1000,10000}
+if [ -n "$SCALE_SIZES" ]; then
+  log "scale: cost curves for $SCALE_SIZES functions, in one namespace and over 100"
+  out=$(sless_bench scale --sless "$SLESS_BIN" --sizes "$SCALE_SIZES" --layouts one,spread)
+  record_json sless scale 1 '[.runs[] | select(.layout == "one")] | last | .restart.all_reconciled_s' s "$out"
+fi
 
 log "done in $(( ($(date +%s) - started) / 60 )) min; results in $RESULTS"
 "$ROOT/scripts/bench/summary.sh" "$RESULTS"

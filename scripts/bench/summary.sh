@@ -168,4 +168,18 @@ if extras("jail"):
         print(f"| `{k}` | {mmm([x[k]['direct']['p50_ms'] for x in xs])} | {mmm([x[k]['jailed']['p50_ms'] for x in xs])} "
               f"| {mmm([x[k]['added_p50_ms'] for x in xs])} |")
     print()
+
+if extras("scale"):
+    x = extras("scale")[-1]
+    print("### Cost curves (`sless-bench scale`)\n")
+    print("| layout | functions | create/s | list p50 ms | audit p50 ms | reconciled s | replay s | B/function | RSS MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in x["runs"]:
+        print(f"| {r['layout']} | {r['functions']:,} | {r['create']['per_s']:.0f} | {r['list']['first']['p50_ms']:.2f} "
+              f"| {r['audit']['newest']['p50_ms']:.2f} | {r['restart']['all_reconciled_s']:.2f} | {r['replay']['seconds']:.2f} "
+              f"| {r['db']['bytes_per_function']:.0f} | {r['memory']['rss_kib'] / 1024:.1f} |")
+    for layout, g in x["growth"].items():
+        worse = [k for k, m in g["measures"].items() if m["class"] == "worse than linear"]
+        print(f"- {layout}, {g['from']:.0f} → {g['to']:.0f}: worse than linear: {', '.join(worse) or 'none'}")
+    print()
 PY

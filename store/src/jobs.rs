@@ -88,7 +88,8 @@ pub async fn job_row(exec: impl PgExecutor<'_>, ns: &str, name: &str) -> Result<
 
 /// At most `limit` jobs users asked for in a namespace, by name, after the
 /// name `after` (from the first when None): a page of the list (the index
-/// `jobs_by_name` walks it).
+/// `jobs_by_name` walks it, from the cursor on in any plan: see
+/// `readmodel::function_rows_after`).
 pub async fn job_rows(
     exec: impl PgExecutor<'_>,
     ns: &str,
@@ -97,7 +98,7 @@ pub async fn job_rows(
 ) -> Result<Vec<JobRow>> {
     let rows = sqlx::query(
         "select * from jobs
-         where namespace = $1 and origin = 'api' and ($2::text is null or name > $2)
+         where namespace = $1 and origin = 'api' and name > coalesce($2, '')
          order by name limit $3",
     )
     .bind(ns)

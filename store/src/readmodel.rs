@@ -160,7 +160,12 @@ pub async fn function_rows_by_key<'e>(
 
 /// At most `limit` functions of a namespace that are not deleted, by name,
 /// after the name `after` (from the first when None): a page of the list
-/// (the primary key `(namespace, name)` walks it).
+/// (the primary key `(namespace, name)` walks it). The cursor is a bound
+/// of that walk in any plan: `name > coalesce($2, '')` (every name is
+/// longer than ''), where `$2 is null or name > $2` left a plan prepared
+/// for every cursor (PostgreSQL's generic plan, after five calls) walking
+/// from the namespace's first name and filtering, so the page at depth d
+/// read d rows and listing a namespace page by page was quadratic.
 pub async fn function_rows_after<'e>(
     exec: impl PgExecutor<'e>,
     namespace: &str,
@@ -169,7 +174,7 @@ pub async fn function_rows_after<'e>(
 ) -> Result<Vec<FunctionRow>> {
     let rows = sqlx::query(
         "select * from functions
-         where namespace = $1 and phase <> 'Deleted' and ($2::text is null or name > $2)
+         where namespace = $1 and phase <> 'Deleted' and name > coalesce($2, '')
          order by name limit $3",
     )
     .bind(namespace)

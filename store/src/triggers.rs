@@ -62,7 +62,9 @@ pub async fn trigger_row(
 }
 
 /// At most `limit` triggers of a namespace, by name, after the name
-/// `after` (from the first when None): a page of the list.
+/// `after` (from the first when None): a page of the list (the primary
+/// key walks it, from the cursor on in any plan: see
+/// `readmodel::function_rows_after`).
 pub async fn trigger_rows(
     exec: impl PgExecutor<'_>,
     ns: &str,
@@ -71,7 +73,7 @@ pub async fn trigger_rows(
 ) -> Result<Vec<TriggerRow>> {
     let rows = sqlx::query(
         "select * from triggers
-         where namespace = $1 and ($2::text is null or name > $2)
+         where namespace = $1 and name > coalesce($2, '')
          order by name limit $3",
     )
     .bind(ns)

@@ -15,7 +15,8 @@
 //! `lock` for the namespace and the resource first, in its own transaction,
 //! and holds it until it commits: the next one to count waits, and its
 //! count (a statement started after the lock was granted) sees the first
-//! one's events. An advisory lock assigns no transaction id, so taking it
+//! one's events. The lock is held while counting, so a count's cost is
+//! paid by every command of its kind in the namespace in turn. An advisory lock assigns no transaction id, so taking it
 //! before the append keeps the event log's rule that the stream lock comes
 //! before anything that assigns one (`eventlog::append`).
 
@@ -43,28 +44,36 @@ fn lock_key(ns: &str, resource: &str) -> i64 {
     i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
-/// Streams whose last event of `created` and `deleted` is `created`: the
-/// aggregates of that kind that exist in namespace `ns`.
+/// How many aggregates of a kind exist in namespace `$1`: its `created`
+/// (`$2`) events less its `deleted` (`$3`) ones. A stream's two kinds
+/// alternate, starting with `created` (its decider refuses to create what
+/// exists and to delete what does not, and the stream's expected version
+/// refuses a second writer), so the difference is the number of streams
+/// whose last of the two is `created`. Both counts come from the index on
+/// `(namespace, type, position)` alone: no event is read or sorted. (Picking
+/// each stream's last event instead reads and sorts every one of them: a
+/// create in a namespace of 10,000 functions took 13 ms for it, under the
+/// namespace's lock, which made filling one namespace quadratic.) It is
+/// still one index entry per event of the two kinds, per command.
+pub const EXISTING: &str = "select count(*) filter (where type = $2)
+                                - count(*) filter (where type = $3)
+                            from events
+                            where namespace = $1 and type in ($2, $3)";
+
+/// [`EXISTING`] for one kind of aggregate.
 async fn existing(
     exec: impl PgExecutor<'_>,
     ns: &str,
     created: &str,
     deleted: &str,
 ) -> Result<u64> {
-    let n: i64 = sqlx::query_scalar(
-        "select count(*) from (
-             select distinct on (stream) type
-             from events
-             where namespace = $1 and type = any($2)
-             order by stream, position desc
-         ) last where type = $3",
-    )
-    .bind(ns)
-    .bind([created, deleted])
-    .bind(created)
-    .fetch_one(exec)
-    .await?;
-    Ok(n as u64)
+    let n: i64 = sqlx::query_scalar(EXISTING)
+        .bind(ns)
+        .bind(created)
+        .bind(deleted)
+        .fetch_one(exec)
+        .await?;
+    Ok(n.max(0) as u64)
 }
 
 /// Functions that exist in `ns` (created, and not deleted since).
