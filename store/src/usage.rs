@@ -3,10 +3,11 @@
 //!
 //! The counts are read where commands write, never from a read model: the
 //! projector may not have applied an append that has committed, and a
-//! count that missed it would let a namespace pass its quota. Functions,
-//! versions, triggers and uploads are counted from the event log (the
-//! index on `(namespace, type, position)` finds a namespace's events of a
-//! type); jobs from the work queue, where a job's run is enqueued in the
+//! count that missed it would let a namespace pass its quota. Functions
+//! and triggers are read from `namespace_counts`, which the log keeps in
+//! the appending transaction; versions and uploads are counted from the
+//! event log (the index on `(namespace, type, position)` finds a
+//! namespace's events of a type); jobs from the work queue, where a job's run is enqueued in the
 //! same transaction as its `JobRequested` and stays until a worker is done
 //! with it.
 //!
@@ -44,46 +45,29 @@ fn lock_key(ns: &str, resource: &str) -> i64 {
     i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
-/// How many aggregates of a kind exist in namespace `$1`: its `created`
-/// (`$2`) events less its `deleted` (`$3`) ones. A stream's two kinds
-/// alternate, starting with `created` (its decider refuses to create what
-/// exists and to delete what does not, and the stream's expected version
-/// refuses a second writer), so the difference is the number of streams
-/// whose last of the two is `created`. Both counts come from the index on
-/// `(namespace, type, position)` alone: no event is read or sorted. (Picking
-/// each stream's last event instead reads and sorts every one of them: a
-/// create in a namespace of 10,000 functions took 13 ms for it, under the
-/// namespace's lock, which made filling one namespace quadratic.) It is
-/// still one index entry per event of the two kinds, per command.
-pub const EXISTING: &str = "select count(*) filter (where type = $2)
-                                - count(*) filter (where type = $3)
-                            from events
-                            where namespace = $1 and type in ($2, $3)";
+/// What `functions` and `triggers` read: one row of `namespace_counts`,
+/// which a trigger on `events` moves in the transaction that appends a
+/// `FunctionCreated`, `FunctionDeleted`, `TriggerCreated` or
+/// `TriggerDeleted` (migration `20261205000002_namespace_counts.sql`), so
+/// it is the log's created less deleted at every commit. Counting the
+/// events instead read one index entry per event under the namespace's
+/// lock, which made filling one namespace quadratic.
+pub const COUNTS: &str = "select functions, triggers from namespace_counts where namespace = $1";
 
-/// [`EXISTING`] for one kind of aggregate.
-async fn existing(
-    exec: impl PgExecutor<'_>,
-    ns: &str,
-    created: &str,
-    deleted: &str,
-) -> Result<u64> {
-    let n: i64 = sqlx::query_scalar(EXISTING)
-        .bind(ns)
-        .bind(created)
-        .bind(deleted)
-        .fetch_one(exec)
-        .await?;
-    Ok(n.max(0) as u64)
+async fn counts(exec: impl PgExecutor<'_>, ns: &str) -> Result<(u64, u64)> {
+    let row: Option<(i64, i64)> = sqlx::query_as(COUNTS).bind(ns).fetch_optional(exec).await?;
+    let (functions, triggers) = row.unwrap_or_default();
+    Ok((functions.max(0) as u64, triggers.max(0) as u64))
 }
 
 /// Functions that exist in `ns` (created, and not deleted since).
 pub async fn functions(exec: impl PgExecutor<'_>, ns: &str) -> Result<u64> {
-    existing(exec, ns, "FunctionCreated", "FunctionDeleted").await
+    Ok(counts(exec, ns).await?.0)
 }
 
 /// Triggers that exist in `ns`.
 pub async fn triggers(exec: impl PgExecutor<'_>, ns: &str) -> Result<u64> {
-    existing(exec, ns, "TriggerCreated", "TriggerDeleted").await
+    Ok(counts(exec, ns).await?.1)
 }
 
 /// The kept versions of a namespace's functions, and the bytes of their zips.
