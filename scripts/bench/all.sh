@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every benchmark of issue 3 in one sitting, on one private PostgreSQL
 # cluster with default settings (see lib.sh): builds release, runs the
-# peers' comparison (peers.sh, RUNS times), then append, projector, proxy,
-# api, upload-ready, jail and scale once, appends every figure as a JSON line to
+# peers' comparison (peers.sh, RUNS times) and the queue's claim shapes,
+# then append, projector, proxy, api, upload-accept, upload-ready, jail and
+# scale once, appends every figure as a JSON line to
 # bench/results/<UTC date>.jsonl and prints a summary of the sitting.
-# About 15 minutes on 2 cores with RUNS=3; run it on a quiet machine.
+# About 20 minutes on 2 cores with RUNS=3; run it on a quiet machine.
 #
 # Usage: scripts/bench/all.sh [runs=3]
 # Environment: see lib.sh and peers.sh; APPEND_SECONDS (5), PROJECTOR_EVENTS
@@ -28,6 +29,9 @@ if [ -z "${SKIP_PEERS:-}" ]; then
   "$ROOT/scripts/bench/peers.sh" "$RUNS"
 fi
 
+log "the queue's claim in four shapes of its table, drained inside the server"
+"$ROOT/scripts/bench/queue-claim-shapes.sh" 100000 "$RUNS"
+
 log "append: 1, 4, 16 clients x distinct, command, hot, hot-read, batch, beside pgbench"
 out=$(sless_bench append --concurrency 1,4,16 --duration "${APPEND_SECONDS:-5}")
 record_json sless append 1 '[.runs[] | select(.mode == "distinct") | .events_per_s] | max' events/s "$out"
@@ -46,6 +50,10 @@ record_json sless proxy 1 .sless_vs_direct ratio "$out"
 log "api: 1,000 functions"
 out=$(sless_bench api --sless "$SLESS_BIN" --items 1000 --duration "${LOAD_SECONDS:-10}" --connections 32)
 record_json sless api 1 .get.req_per_s req/s "$out"
+
+log "upload-accept: one 10 MiB zip at a time, then four at once"
+out=$(sless_bench upload-accept --sless "$SLESS_BIN")
+record_json sless upload-accept 1 .sless_dev.single_best_mib_per_s MiB/s "$out"
 
 log "upload-ready: 20 uploads"
 out=$(sless_bench upload-ready --sless "$SLESS_BIN" --items 20 --sandbox on)
