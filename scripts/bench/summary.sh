@@ -149,10 +149,20 @@ if extras("api"):
     xs = extras("api")
     print(f"### Control-plane API ({xs[0]['functions']:,} functions, {xs[0]['connections']} connections)\n")
     print("| request | req/s | p50 ms | p99 ms |\n|---|---:|---:|---:|")
-    for k, label in (("list", "GET .../functions"), ("get", "GET .../functions/{name}")):
+    for k, label in (("page_100", "GET .../functions?limit=100 (target ≥ 3,000)"),
+                     ("page_1000", "GET .../functions?limit=1000 (target ≥ 1,000)"),
+                     ("get", "GET .../functions/{name}")):
         print(f"| {label} | {mmm([x[k]['req_per_s'] for x in xs])} | {mmm([x[k]['p50_ms'] for x in xs])} "
               f"| {mmm([x[k]['p99_ms'] for x in xs])} |")
     print()
+
+if extras("upload-accept"):
+    x = extras("upload-accept")[-1]["sless_dev"]
+    print("### Large uploads accepted (10 MiB zips)\n")
+    print(f"- one at a time: {', '.join(f'{ms:.0f}' for ms in x['single_ms'])} ms "
+          f"(best {x['single_best_mib_per_s']:.1f} MiB/s; target ≤ 1,000 ms)")
+    print(f"- {x['concurrent']} at once: all accepted in {x['concurrent_wall_ms']:.0f} ms, "
+          f"{x['concurrent_mib_per_s']:.1f} MiB/s together\n")
 
 if extras("upload-ready"):
     xs = extras("upload-ready")
