@@ -17,8 +17,8 @@
 //!   p50/p99.
 //! - **reconcile_all's scan**: the read of the statement that enqueues a
 //!   reconcile of every function at start (`sless_store::queue::
-//!   enqueue_reconcile_all`), `select distinct stream from events where
-//!   stream like 'function/%'`, timed by `explain analyze`.
+//!   enqueue_reconcile_all`), `select stream from function_streams`, timed
+//!   by `explain analyze`.
 //! - **size**: `pg_database_size` after the creates, less the size of the
 //!   freshly migrated database, per function.
 //! - **restart**: `sless dev` stopped (SIGTERM) and started again on the same
@@ -280,8 +280,7 @@ async fn reconcile_all_scan(conn: &mut PgConnection) -> anyhow::Result<f64> {
     let mut ms = Vec::new();
     for _ in 0..3 {
         let plan: Value = sqlx::query_scalar(
-            "explain (analyze, format json)
-             select distinct stream from events where stream like 'function/%'",
+            "explain (analyze, format json) select stream from function_streams",
         )
         .fetch_one(&mut *conn)
         .await?;

@@ -103,19 +103,22 @@ pub async fn enqueue_reconcile<'e>(exec: impl PgExecutor<'e>, function_key: &str
     .await
 }
 
-/// Enqueues a reconcile of every function the log knows (after an outage,
-/// or when a worker starts with none of its processes). Returns how many.
+/// What `enqueue_reconcile_all` runs: one item per function stream in the
+/// log, read from `function_streams` (kept beside the log by a trigger on
+/// its first event), so its cost follows the functions, not the history.
+pub const RECONCILE_ALL: &str = "insert into work_items (kind, key)
+     select $1, substr(stream, length('function/') + 1) from function_streams
+     on conflict (key) where state = 'pending'
+     do update set attempts = 0, run_at = now(), last_error = null";
+
+/// Enqueues a reconcile of every function the log knows, deleted ones
+/// included (after an outage, or when a worker starts with none of its
+/// processes). Returns how many.
 pub async fn enqueue_reconcile_all(pool: &PgPool) -> Result<u64> {
-    let done = sqlx::query(
-        "insert into work_items (kind, key)
-         select $1, substr(stream, length('function/') + 1)
-         from (select distinct stream from events where stream like 'function/%') s
-         on conflict (key) where state = 'pending'
-         do update set attempts = 0, run_at = now(), last_error = null",
-    )
-    .bind(RECONCILE_FUNCTION)
-    .execute(pool)
-    .await?;
+    let done = sqlx::query(RECONCILE_ALL)
+        .bind(RECONCILE_FUNCTION)
+        .execute(pool)
+        .await?;
     sqlx::query("select pg_notify($1, '')")
         .bind(CHANNEL)
         .execute(pool)
