@@ -114,13 +114,6 @@ impl PageCache {
         state.bytes += size;
         state.pages.insert(key, page);
     }
-
-    /// Pages kept and their bytes.
-    #[cfg(test)]
-    fn held(&self) -> (usize, usize) {
-        let state = self.state.lock().unwrap();
-        (state.pages.len(), state.bytes)
-    }
 }
 
 #[cfg(test)]
@@ -129,6 +122,14 @@ mod tests {
 
     fn key(list: &str, cursor: Option<&str>) -> Key {
         (list.to_owned(), 100, cursor.map(str::to_owned))
+    }
+
+    impl PageCache {
+        /// Pages kept and their bytes.
+        fn held(&self) -> (usize, usize) {
+            let state = self.state.lock().unwrap();
+            (state.pages.len(), state.bytes)
+        }
     }
 
     fn page(len: usize) -> Arc<Page> {

@@ -128,13 +128,14 @@ async fn an_event_committed_after_a_later_position_is_not_skipped() {
     )
     .await
     .unwrap();
-    // B takes a higher position and commits first.
+    // B takes a higher position and commits first. In another namespace:
+    // creates in one namespace take turns on its row of `namespace_counts`.
     let mut b = db.pool.begin().await.unwrap();
     let pos_b = eventlog::append(
         &mut b,
-        "function/ns/b",
+        "function/ns2/b",
         0,
-        &[new_event("function/ns/b", &created)],
+        &[new_event("function/ns2/b", &created)],
     )
     .await
     .unwrap();
@@ -160,7 +161,7 @@ async fn an_event_committed_after_a_later_position_is_not_skipped() {
         "A's event was skipped"
     );
     assert!(
-        readmodel::function_row(&db.pool, "ns", "b")
+        readmodel::function_row(&db.pool, "ns2", "b")
             .await
             .unwrap()
             .is_some()
@@ -193,14 +194,16 @@ async fn a_stream_is_applied_in_version_order_when_its_appends_overlap() {
             .unwrap();
         b.commit().await.unwrap();
     });
-    // Meanwhile a commit on another stream, and a projector step.
+    // Meanwhile a commit on another stream (of another namespace: creates in
+    // one namespace take turns on its row of `namespace_counts`), and a
+    // projector step.
     let mut c = db.pool.begin().await.unwrap();
     eventlog::append(
         &mut c,
-        "function/ns/g",
+        "function/ns2/g",
         0,
         &[new_event(
-            "function/ns/g",
+            "function/ns2/g",
             &FunctionEvent::FunctionCreated { spec: spec() },
         )],
     )
