@@ -10,6 +10,7 @@ mod api;
 mod append;
 mod cold;
 mod console;
+mod cpu;
 mod jail;
 mod lag;
 mod nginx;

@@ -1,7 +1,9 @@
 //! The invoke proxy: wrk against one python function directly on its
 //! loopback endpoint, through `/fn/{ns}/{name}` on `sless dev`, and through
-//! a private nginx with a keepalive pool (the anchor); and the memory of the
-//! `sless dev` process, idle and after the load.
+//! a private nginx with a keepalive pool (the anchor), first each at full
+//! speed, then the three paced at the same open load (their latencies like
+//! for like); and the memory of the `sless dev` process, idle and after the
+//! load.
 
 use std::time::Duration;
 
@@ -21,6 +23,12 @@ pub struct ProxyArgs {
     /// or both one after the other (what the sandbox costs a call).
     #[arg(long, value_enum, default_value = "on")]
     sandbox: Sandbox,
+    /// After the runs at full speed, the three targets again at the same
+    /// open load: this fraction of the direct run's req/s (0: not run). Their
+    /// latencies compare like for like, where the full-speed runs compare
+    /// latencies at different rates.
+    #[arg(long, default_value_t = 0.5)]
+    paced: f64,
 }
 
 const FUNCTION: &str = "hello";
@@ -108,11 +116,39 @@ async fn measure(dev: &SlessDev, args: &ProxyArgs) -> anyhow::Result<serde_json:
         let via_sless = wrk::measure("via sless /fn", &sless_url, load, &[], "").await?;
         let after_load = dev.memory()?;
         let via_nginx = wrk::measure("via nginx", &nginx_url, load, &[], "").await?;
-        anyhow::Ok((direct, via_sless, via_nginx, after_load))
+        let paced = if args.paced > 0.0 {
+            let rate = args.paced * direct.req_per_s;
+            let pace = wrk::paced(rate, load.connections);
+            let mut runs = Vec::new();
+            for (what, url) in [
+                ("direct, paced", &direct_url),
+                ("via sless /fn, paced", &sless_url),
+                ("via nginx, paced", &nginx_url),
+            ] {
+                runs.push(wrk::measure(what, url, load, &[], &pace).await?);
+            }
+            let [d, s, n] = <[wrk::Figures; 3]>::try_from(runs).expect("three runs");
+            eprintln!(
+                "at about {rate:.0} req/s each: added p50 {:.3} ms, added p99 {:.3} ms \
+                 through sless; added p50 {:.3} ms, added p99 {:.3} ms through nginx",
+                s.p50_ms - d.p50_ms,
+                s.p99_ms - d.p99_ms,
+                n.p50_ms - d.p50_ms,
+                n.p99_ms - d.p99_ms,
+            );
+            json!({
+                "rate": rate, "direct": d, "via_sless": s, "via_nginx": n,
+                "added_p50_ms": s.p50_ms - d.p50_ms, "added_p99_ms": s.p99_ms - d.p99_ms,
+                "nginx_added_p50_ms": n.p50_ms - d.p50_ms, "nginx_added_p99_ms": n.p99_ms - d.p99_ms,
+            })
+        } else {
+            serde_json::Value::Null
+        };
+        anyhow::Ok((direct, via_sless, via_nginx, after_load, paced))
     }
     .await;
     nginx.stop().await?;
-    let (direct, via_sless, via_nginx, after_load) = result?;
+    let (direct, via_sless, via_nginx, after_load, paced) = result?;
 
     let vs_direct = via_sless.req_per_s / direct.req_per_s;
     let vs_nginx = via_sless.req_per_s / via_nginx.req_per_s;
@@ -147,6 +183,7 @@ async fn measure(dev: &SlessDev, args: &ProxyArgs) -> anyhow::Result<serde_json:
         "added_p50_ms": added_p50, "added_p99_ms": added_p99,
         "nginx_added_p50_ms": via_nginx.p50_ms - direct.p50_ms,
         "nginx_added_p99_ms": via_nginx.p99_ms - direct.p99_ms,
+        "paced": paced,
         "memory_kib": { "idle": idle, "function_ready": ready, "after_proxy_load": after_load },
     }))
 }

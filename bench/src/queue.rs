@@ -13,7 +13,7 @@ use sless_workers::{Reconciler, Worker, WorkerConfig};
 use tokio::sync::watch;
 
 use crate::otlp::Sink;
-use crate::{Server, percentile};
+use crate::{Server, cpu, percentile};
 use sless_telemetry::trace::Exporter;
 
 #[derive(clap::Args)]
@@ -192,7 +192,12 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
         "enqueued {} no-op items; draining with {} process(es) x {} worker(s) x {} handlers, prefetch {}",
         args.items, args.processes, args.workers, args.concurrency, args.prefetch
     );
+    let backend: i32 = sqlx::query_scalar("select pg_backend_pid()")
+        .fetch_one(&pool)
+        .await?;
+    let postmaster = cpu::postmaster_of(backend as u32);
     let (stop_tx, stop) = watch::channel(false);
+    let cpu_start = cpu::Mark::now(postmaster);
     let started = Instant::now();
     let started_items = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let mut tasks = Vec::new();
@@ -235,6 +240,7 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
         tokio::time::sleep(poll).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let spent = cpu_start.since(postmaster);
     let _ = stop_tx.send(true);
     for t in tasks {
         t.await??;
@@ -248,6 +254,17 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
         args.items,
         args.telemetry.name()
     );
+    let per_item = spent.per_item_us(args.items as f64);
+    eprintln!(
+        "CPU: the machine {:.0}% busy ({} cores); per item {:.1} µs busy: PostgreSQL {:.1}, \
+         this process {:.1}, the rest {:.1}",
+        spent.machine_busy_share * 100.0,
+        spent.cores,
+        per_item["machine_busy"].as_f64().unwrap_or(f64::NAN),
+        per_item["postgres"].as_f64().unwrap_or(f64::NAN),
+        per_item["own"].as_f64().unwrap_or(f64::NAN),
+        per_item["other"].as_f64().unwrap_or(f64::NAN),
+    );
     if let Some((sink, exporter)) = traces {
         exporter.shutdown();
         let (exports, bytes, spans) = sink.received();
@@ -259,6 +276,7 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
         "processes": args.processes,
         "concurrency": args.concurrency, "prefetch": args.prefetch,
         "seconds": elapsed, "jobs_per_s": jobs_per_s,
+        "cpu": spent, "cpu_us_per_item": per_item,
     }))
 }
 

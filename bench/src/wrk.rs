@@ -49,6 +49,30 @@ done = function(summary, latency, requests)
 end
 "#;
 
+/// Lua that paces each connection: after each answer it waits a random
+/// (exponential) pause with a mean of `connections / rate` seconds, so the
+/// requests arrive as an open load of about `rate` per second whatever the
+/// target's speed, and latencies of two targets compare at the same load.
+/// wrk counts a request's latency from its send, so the pause is not in it.
+pub fn paced(rate: f64, connections: u32) -> String {
+    let mean_ms = f64::from(connections) * 1000.0 / rate;
+    format!(
+        r#"
+local threads = 0
+setup = function(thread)
+  threads = threads + 1
+  thread:set("seed", threads)
+end
+init = function(args)
+  math.randomseed(seed * 7919)
+end
+delay = function()
+  return math.floor(-math.log(1 - math.random()) * {mean_ms:.3} + 0.5)
+end
+"#
+    )
+}
+
 /// Runs wrk against `url` with `headers` ("Name: value"); `script` is Lua
 /// placed before the `done` callback (e.g. a `request` function).
 pub async fn run(

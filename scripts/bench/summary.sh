@@ -139,6 +139,13 @@ if extras("proxy"):
     print(f"\n- sless / direct: {mmm([x['sless_vs_direct'] for x in xs])}x req/s (target ≥ 0.95); added p50 "
           f"{mmm([x['added_p50_ms'] for x in xs])} ms, added p99 {mmm([x['added_p99_ms'] for x in xs])} ms (target ≤ 1)")
     print(f"- sless / nginx: {mmm([x['sless_vs_nginx'] for x in xs])}x req/s (target ≥ 1)")
+    pc = [x["paced"] for x in xs if x.get("paced")]
+    if pc:
+        print(f"- paced, all three at the same open load (~{mmm([p['rate'] for p in pc])} req/s): "
+              f"p50 / p99 direct {mmm([p['direct']['p50_ms'] for p in pc])} / {mmm([p['direct']['p99_ms'] for p in pc])} ms; "
+              f"added through sless {mmm([p['added_p50_ms'] for p in pc])} / {mmm([p['added_p99_ms'] for p in pc])} ms "
+              f"(target p99 ≤ 1); through nginx {mmm([p['nginx_added_p50_ms'] for p in pc])} / "
+              f"{mmm([p['nginx_added_p99_ms'] for p in pc])} ms")
     m = xs[-1]["memory_kib"]
     own = lambda k: f", its own {m[k]['anon_kib'] / 1024:.1f} MiB" if "anon_kib" in m[k] else ""
     print(f"- sless dev memory: idle RSS {m['idle']['rss_kib'] / 1024:.1f} MiB (peak {m['idle']['peak_kib'] / 1024:.1f}{own('idle')}), "
