@@ -188,18 +188,20 @@ fn main() -> anyhow::Result<ExitCode> {
 }
 
 /// glibc gives a thread that finds the heap busy an arena of its own, up to
-/// eight per core, and each arena keeps what was freed in it. Two arenas
-/// serve the runtime's two worker threads; `sless dev` then keeps about
-/// 3 MiB less after a burst of proxied calls, at the same throughput
-/// (BENCHMARKS.md). Set before any thread starts; `MALLOC_ARENA_MAX` in
-/// the environment still decides when set.
+/// eight per core, and each arena keeps what was freed in it. One arena per
+/// core serves the runtime's worker threads (one per core); `sless dev`
+/// then keeps about 3 MiB less after a burst of proxied calls on two cores,
+/// at the same throughput (BENCHMARKS.md). Set before any thread starts;
+/// `MALLOC_ARENA_MAX` in the environment still decides when set.
 fn fewer_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let arenas = i32::try_from(cores.max(2)).unwrap_or(i32::MAX);
         // SAFETY: mallopt only sets an allocator parameter; no other thread
         // runs yet.
         unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
+            libc::mallopt(libc::M_ARENA_MAX, arenas);
         }
     }
 }
