@@ -152,7 +152,6 @@ pub struct FnOrigin {
 }
 
 fn main() -> anyhow::Result<ExitCode> {
-    fewer_malloc_arenas();
     let cli = Cli::parse();
     if let Command::Manifests(args) = &cli.command {
         return manifests::run(args);
@@ -166,6 +165,8 @@ fn main() -> anyhow::Result<ExitCode> {
         return Ok(rt.block_on(cli::run(command, cli.global, env, Cli::command())));
     }
     let host = config::Host::from_env();
+    // Before any thread starts.
+    host.fewer_malloc_arenas();
     // An operation prints what it does itself; its long statements (a
     // replay's checksums) are expected, not worth a warning.
     let default_filter = match cli.command {
@@ -185,25 +186,6 @@ fn main() -> anyhow::Result<ExitCode> {
         traces.shutdown();
     }
     done
-}
-
-/// glibc gives a thread that finds the heap busy an arena of its own, up to
-/// eight per core, and each arena keeps what was freed in it. One arena per
-/// core serves the runtime's worker threads (one per core); `sless dev`
-/// then keeps about 3 MiB less after a burst of proxied calls on two cores,
-/// at the same throughput (BENCHMARKS.md). Set before any thread starts;
-/// `MALLOC_ARENA_MAX` in the environment still decides when set.
-fn fewer_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let arenas = i32::try_from(cores.max(2)).unwrap_or(i32::MAX);
-        // SAFETY: mallopt only sets an allocator parameter; no other thread
-        // runs yet.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, arenas);
-        }
-    }
 }
 
 /// Log lines on stderr (text, or JSON with `SLESS_LOG_FORMAT=json`), and
