@@ -273,23 +273,14 @@ async fn pool_filled(dev: &SlessDev) -> anyhow::Result<()> {
 
 /// How long ago `pid` started.
 fn age(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22, counted after the command name's closing parenthesis.
-    let ticks: f64 = stat
-        .rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()?;
+    let ticks: f64 = crate::cpu::stat_fields(pid)?.get(22 - 3)?.parse().ok()?;
     let uptime: f64 = std::fs::read_to_string("/proc/uptime")
         .ok()?
         .split_whitespace()
         .next()?
         .parse()
         .ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let hz = crate::cpu::clock_ticks();
     Some(Duration::from_secs_f64((uptime - ticks / hz).max(0.0)))
 }
 

@@ -33,57 +33,72 @@ pub struct Spent {
     pub own_s: f64,
 }
 
+/// CPU microseconds per unit of work.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PerItem {
+    pub machine_busy: f64,
+    /// `None` when the server was out of sight (in a sandbox's PID
+    /// namespace); its share is then in `other`.
+    pub postgres: Option<f64>,
+    pub own: f64,
+    pub other: f64,
+}
+
 impl Spent {
-    /// Each per unit of work, in microseconds.
-    pub fn per_item_us(&self, items: f64) -> serde_json::Value {
+    /// Each per unit of work.
+    pub fn per_item(&self, items: f64) -> PerItem {
         let us = |s: f64| s * 1e6 / items;
-        // A server this process cannot see (in a sandbox's PID namespace)
-        // leaves its share in "other".
-        let postgres = if self.postgres_s.is_finite() {
-            self.postgres_s
-        } else {
-            0.0
-        };
-        serde_json::json!({
-            "machine_busy": us(self.machine_busy_s),
-            "postgres": if self.postgres_s.is_finite() { Some(us(self.postgres_s)) } else { None },
-            "own": us(self.own_s),
-            "other": us(self.machine_busy_s - postgres - self.own_s),
-        })
+        let postgres = self.postgres_s.is_finite().then(|| us(self.postgres_s));
+        PerItem {
+            machine_busy: us(self.machine_busy_s),
+            postgres,
+            own: us(self.own_s),
+            other: us(self.machine_busy_s - self.own_s) - postgres.unwrap_or(0.0),
+        }
     }
 }
 
-fn ticks() -> f64 {
+/// Clock ticks a second, the unit of `/proc`'s times.
+pub fn clock_ticks() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if t > 0 { t as f64 } else { 100.0 }
 }
 
-/// utime, stime, cutime, cstime of a process, in seconds.
-fn process(pid: u32) -> Option<[f64; 4]> {
+/// The fields of `/proc/<pid>/stat` from the third (the state) on; the
+/// command name before them may hold spaces. Field n of proc(5) is at n - 3.
+pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces; the fields start after its ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // Fields 14–17 of proc(5), counted from the state (field 3) at 0.
-    let t = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
-    let hz = ticks();
-    Some([t(11)? / hz, t(12)? / hz, t(13)? / hz, t(14)? / hz])
+    let rest = stat.rsplit_once(')')?.1;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
 }
 
-fn parent(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 2..]
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+/// A process's parent and its utime, stime, cutime, cstime in seconds
+/// (fields 4 and 14–17).
+fn process(pid: u32) -> Option<(u32, [f64; 4])> {
+    let f = stat_fields(pid)?;
+    let t = |n: usize| f.get(n - 3).and_then(|v| v.parse::<f64>().ok());
+    let hz = clock_ticks();
+    let parent = f.get(1)?.parse().ok()?;
+    Some((parent, [t(14)? / hz, t(15)? / hz, t(16)? / hz, t(17)? / hz]))
+}
+
+/// The postmaster of the server a backend belongs to. `None` when the
+/// backend's pid is not a PostgreSQL process here: a server in a sandbox
+/// reports pids of its own PID namespace, which name other processes or
+/// none in this one.
+pub fn postmaster_of(backend: u32) -> Option<u32> {
+    let postgres = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postgres")
+    };
+    let (parent, _) = process(backend)?;
+    (postgres(backend) && postgres(parent)).then_some(parent)
 }
 
 /// The server's CPU: the postmaster's own and its reaped children's, plus
 /// the children still running.
 fn server(postmaster: u32) -> f64 {
-    let Some(p) = process(postmaster) else {
+    let Some((_, p)) = process(postmaster) else {
         return f64::NAN;
     };
     let mut total: f64 = p.iter().sum();
@@ -93,8 +108,8 @@ fn server(postmaster: u32) -> f64 {
                 continue;
             };
             if pid != postmaster
-                && parent(pid) == Some(postmaster)
-                && let Some(c) = process(pid)
+                && let Some((parent, c)) = process(pid)
+                && parent == postmaster
             {
                 total += c[0] + c[1];
             }
@@ -113,22 +128,17 @@ fn machine() -> (f64, f64) {
         .skip(1)
         .filter_map(|x| x.parse().ok())
         .collect();
-    let hz = ticks();
+    let hz = clock_ticks();
     // user nice system idle iowait irq softirq steal (guest is in user).
     let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
     let busy = at(0) + at(1) + at(2) + at(5) + at(6) + at(7);
     (busy / hz, (busy + at(3) + at(4)) / hz)
 }
 
-/// The postmaster of the server a backend belongs to.
-pub fn postmaster_of(backend: u32) -> Option<u32> {
-    parent(backend)
-}
-
 impl Mark {
     pub fn now(postmaster: Option<u32>) -> Mark {
         let (machine_busy, machine_all) = machine();
-        let own = process(std::process::id()).map_or(f64::NAN, |p| p[0] + p[1]);
+        let own = process(std::process::id()).map_or(f64::NAN, |(_, p)| p[0] + p[1]);
         Mark {
             wall: std::time::Instant::now(),
             machine_busy,

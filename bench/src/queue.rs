@@ -254,16 +254,18 @@ pub async fn drain(server: &Server, args: DrainArgs) -> anyhow::Result<serde_jso
         args.items,
         args.telemetry.name()
     );
-    let per_item = spent.per_item_us(args.items as f64);
+    let per_item = spent.per_item(args.items as f64);
     eprintln!(
-        "CPU: the machine {:.0}% busy ({} cores); per item {:.1} µs busy: PostgreSQL {:.1}, \
+        "CPU: the machine {:.0}% busy ({} cores); per item {:.1} µs busy: PostgreSQL {}, \
          this process {:.1}, the rest {:.1}",
         spent.machine_busy_share * 100.0,
         spent.cores,
-        per_item["machine_busy"].as_f64().unwrap_or(f64::NAN),
-        per_item["postgres"].as_f64().unwrap_or(f64::NAN),
-        per_item["own"].as_f64().unwrap_or(f64::NAN),
-        per_item["other"].as_f64().unwrap_or(f64::NAN),
+        per_item.machine_busy,
+        per_item
+            .postgres
+            .map_or_else(|| "out of sight".to_owned(), |us| format!("{us:.1}")),
+        per_item.own,
+        per_item.other,
     );
     if let Some((sink, exporter)) = traces {
         exporter.shutdown();

@@ -1,8 +1,8 @@
 //! The machine's own variables that sless reads (`PATH`, `USER`,
-//! `RUST_LOG`, `MALLOC_ARENA_MAX`), and the environment child processes inherit from: the local
-//! driver's functions (without the sandbox) and build steps get the part of
-//! it `sless_workers` lets them see, the embedded PostgreSQL (in its
-//! sandbox) its `PATH`, `LANG`, `TZ` and `LC_*`.
+//! `RUST_LOG`, `MALLOC_ARENA_MAX`), and the environment child processes
+//! inherit from: the local driver's functions (without the sandbox) and
+//! build steps get the part of it `sless_workers` lets them see, the
+//! embedded PostgreSQL (in its sandbox) its `PATH`, `LANG`, `TZ` and `LC_*`.
 
 use std::path::PathBuf;
 
