@@ -119,6 +119,11 @@ pub const SESSION_SETTINGS: [(&str, &str); 5] = [
 /// on every transaction. A connection that broke while idle (the server
 /// restarted) fails its first statement instead, and the ping on its return
 /// then closes it; the API answers that one request 503 with Retry-After.
+///
+/// A connection gives back, as it returns to the pool, the buffer space a
+/// large statement or result made it take (a batch of invocation records, a
+/// page of 1,000 functions): otherwise every connection of the pool keeps
+/// the largest buffers it ever needed, for as long as it lives.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
     let opts: PgConnectOptions = url.parse()?;
     let opts = opts.options(SESSION_SETTINGS).application_name("sless");
@@ -126,6 +131,10 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
         .max_connections(max_connections)
         .acquire_timeout(ACQUIRE_TIMEOUT)
         .test_before_acquire(false)
+        .after_release(|conn, _| {
+            sqlx::Connection::shrink_buffers(conn);
+            Box::pin(std::future::ready(Ok(true)))
+        })
         .connect_lazy_with(opts);
     let started = tokio::time::Instant::now();
     loop {
