@@ -19,6 +19,10 @@ use crate::pgbench::Ceiling;
 pub enum Mode {
     /// One event per statement (in autocommit), each to a new stream.
     Distinct,
+    /// As `distinct`, on a connection each client holds for the whole run:
+    /// without the round trip sqlx's pool makes on each return (a Sync
+    /// message and its answer), which `distinct` pays after every append.
+    Held,
     /// A whole command per statement, each to a new stream: the event, its
     /// work item and its answer under an idempotency key.
     Command,
@@ -36,6 +40,7 @@ impl Mode {
     fn name(self) -> &'static str {
         match self {
             Mode::Distinct => "distinct",
+            Mode::Held => "held",
             Mode::Command => "command",
             Mode::Hot => "hot",
             Mode::HotRead => "hot-read",
@@ -51,7 +56,7 @@ pub struct AppendArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "distinct,command,hot,hot-read,batch"
+        default_value = "distinct,held,command,hot,hot-read,batch"
     )]
     mode: Vec<Mode>,
     /// Client counts, comma-separated; each runs every mode and pgbench.
@@ -101,11 +106,17 @@ async fn appends(
             conflicts.clone(),
         );
         tasks.push(tokio::spawn(async move {
+            let mut held = match mode {
+                Mode::Held => Some(pool.acquire().await?),
+                _ => None,
+            };
             let mut i: u64 = 0;
             while Instant::now() < deadline {
                 i += 1;
                 let (stream, expected, batch) = match mode {
-                    Mode::Distinct | Mode::Command => (format!("bench/{c}/{i}"), Some(0), 1),
+                    Mode::Distinct | Mode::Held | Mode::Command => {
+                        (format!("bench/{c}/{i}"), Some(0), 1)
+                    }
                     Mode::Batch => (format!("bench/{c}/{i}"), Some(0), 100),
                     Mode::Hot => ("bench/hot".to_owned(), None, 1),
                     Mode::HotRead => {
@@ -116,7 +127,14 @@ async fn appends(
                     }
                 };
                 let new: Vec<_> = (0..batch).map(|k| event(i * 1000 + k)).collect();
-                let mut conn = pool.acquire().await?;
+                let mut pooled;
+                let conn: &mut sqlx::PgConnection = match held.as_mut() {
+                    Some(conn) => conn,
+                    None => {
+                        pooled = pool.acquire().await?;
+                        &mut pooled
+                    }
+                };
                 let appended = match (mode, expected) {
                     (Mode::Command, _) => {
                         let key = format!("bench-{c}-{i}");
@@ -133,13 +151,13 @@ async fn appends(
                             work: Some((queue::NOOP, &stream)),
                             answer: Some(command::Keep { actor: "bench", key: &key, answer: &answer }),
                         };
-                        let done = command::run(&mut conn, write).await.map(|_| ());
+                        let done = command::run(conn, write).await.map(|_| ());
                         // As the API does: the workers are woken after the commit.
                         ringer.ring();
                         done
                     }
-                    (_, Some(expected)) => eventlog::append(&mut conn, &stream, expected, &new).await.map(|_| ()),
-                    (_, None) => eventlog::append_at_current(&mut conn, &stream, &new).await.map(|_| ()),
+                    (_, Some(expected)) => eventlog::append(conn, &stream, expected, &new).await.map(|_| ()),
+                    (_, None) => eventlog::append_at_current(conn, &stream, &new).await.map(|_| ()),
                 };
                 match appended {
                     Ok(()) => {
