@@ -103,7 +103,7 @@ if extras("append"):
     for x in extras("append"):
         for r in x["runs"]:
             cells[(r["concurrency"], r["mode"])].append(r)
-    order = {"distinct": 0, "command": 1, "hot": 2, "hot-read": 3, "batch": 4}
+    order = {"distinct": 0, "held": 1, "command": 2, "hot": 3, "hot-read": 4, "batch": 5}
     for (c, m), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9))):
         print(f"| {c} | {m} | {mmm([r['events_per_s'] for r in rs])} | "
               f"{mmm([r.get('pgbench_tps') for r in rs])} | {mmm([r.get('vs_pgbench') for r in rs])} |")
