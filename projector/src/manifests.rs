@@ -190,7 +190,16 @@ pub async fn run(
         if *shutdown.borrow() {
             return Ok(());
         }
-        let read = match step(&pool, &blobs, BATCH).await {
+        // A stop does not wait for the rest of a batch (up to `BATCH`
+        // events, one S3 write per function they touch: seconds, after many
+        // creates). Dropping the step rolls its transaction back, so the
+        // checkpoint stays before the batch and the next start writes those
+        // manifests again, each the same as before.
+        let stepped = tokio::select! {
+            stepped = step(&pool, &blobs, BATCH) => stepped,
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let read = match stepped {
             Ok(n) => n,
             Err(e @ Error::BadEvent { .. }) => return Err(e),
             Err(e) => {

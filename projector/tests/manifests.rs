@@ -9,6 +9,11 @@ use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_testkit::{TestDb, TestS3};
 use sqlx::Row;
 
+/// The tests of this file take turns: a manifest batch's transaction holds
+/// back what every other reader of the cluster sees (the watermark), so one
+/// test's long batch would hide another's events from its catch-up.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn spec() -> FunctionSpec {
     FunctionSpec {
         runtime: Runtime::Python311,
@@ -110,6 +115,7 @@ async fn assert_manifests_agree_with_read_models(db: &TestDb, s3: &TestS3) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifests_mirror_the_version_index_and_survive_the_read_models() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let db = TestDb::new().await;
     let s3 = TestS3::new().await;
     let blobs = s3.blobs();
@@ -202,4 +208,69 @@ async fn manifests_mirror_the_version_index_and_survive_the_read_models() {
     blobs.delete(&manifests::key("ns", "kept")).await.unwrap();
     manifests::catch_up(&db.pool, &blobs).await.unwrap();
     assert_eq!(manifest(&s3, "ns", "kept").await, before);
+}
+
+/// A stop does not wait for the rest of a batch: with thousands of manifests
+/// to write, `run` returns at once; the checkpoint stays before the batch,
+/// and the next run writes every manifest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_does_not_wait_for_the_rest_of_a_batch_of_manifests() {
+    const FUNCTIONS: i64 = 3_000;
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let db = TestDb::new().await;
+    let s3 = TestS3::new().await;
+    let blobs = s3.blobs();
+    sqlx::query(
+        "insert into events (stream, version, type, namespace, data, metadata)
+         select 'function/ns/f-' || i, 1, 'FunctionCreated', 'ns', $1, '{\"actor\":\"ann\"}'
+         from generate_series(1, $2) i",
+    )
+    .bind(FunctionEvent::FunctionCreated { spec: spec() }.data())
+    .bind(FUNCTIONS)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let checkpoint = || async {
+        sqlx::query_scalar::<_, i64>("select position from projector_checkpoints where name = $1")
+            .bind(manifests::NAME)
+            .fetch_optional(&db.pool)
+            .await
+            .unwrap()
+            .unwrap_or(0)
+    };
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let run = tokio::spawn(manifests::run(
+        db.pool.clone(),
+        blobs.clone(),
+        std::time::Duration::from_secs(1),
+        stopped,
+    ));
+    // Mid-batch: the first manifests are in the bucket.
+    sless_testkit::eventually(
+        "the first manifest written",
+        std::time::Duration::from_secs(30),
+        || async { manifests::read(&blobs, "ns", "f-1").await.unwrap() },
+    )
+    .await;
+    stop.send(true).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(1), run)
+        .await
+        .expect("run returned within a second of the stop")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        checkpoint().await,
+        0,
+        "the batch cut short moved the checkpoint"
+    );
+
+    assert_eq!(
+        manifests::catch_up(&db.pool, &blobs).await.unwrap(),
+        FUNCTIONS as usize
+    );
+    for i in [1, FUNCTIONS / 2, FUNCTIONS] {
+        let m = manifest(&s3, "ns", &format!("f-{i}")).await;
+        assert!(m.exists && m.versions.is_empty(), "f-{i}: {m:?}");
+    }
 }
