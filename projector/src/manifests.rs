@@ -134,7 +134,9 @@ fn function_of(stream: &str) -> Option<(&str, &str)> {
 /// the checkpoint past them. Returns the number of events read.
 pub async fn step(pool: &PgPool, blobs: &BlobStore, limit: i64) -> Result<usize> {
     let mut tx = pool.begin().await?;
-    let locked = eventlog::lock_checkpoint_below_watermark(&mut tx, NAME).await?;
+    // No row lock: the S3 writes below take seconds after many creates, and
+    // an xid held that long would hold back every reader of the log.
+    let locked = eventlog::take_turn_below_watermark(&mut tx, NAME).await?;
     let batch = eventlog::read_committed_batch(&mut tx, locked.at, locked.watermark, limit).await?;
     let Some(last) = batch.last() else {
         tx.commit().await?;

@@ -6,12 +6,15 @@ use sless_domain::{FunctionEvent, FunctionSpec, Runtime, SourceVersion};
 use sless_projector::manifests::{self, Manifest, ManifestVersion};
 use sless_store::PgPool;
 use sless_store::eventlog::{self, Metadata, NewEvent};
-use sless_testkit::{TestDb, TestS3};
+use sless_testkit::{TestDb, TestS3, eventually};
 use sqlx::Row;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-/// The tests of this file take turns: a manifest batch's transaction holds
-/// back what every other reader of the cluster sees (the watermark), so one
-/// test's long batch would hide another's events from its catch-up.
+/// The tests of this file take turns: a checkpoint's save holds back every
+/// reader of the cluster for a moment (the watermark), and the first test
+/// expects its catch-up to read its events at once.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn spec() -> FunctionSpec {
@@ -210,16 +213,11 @@ async fn manifests_mirror_the_version_index_and_survive_the_read_models() {
     assert_eq!(manifest(&s3, "ns", "kept").await, before);
 }
 
-/// A stop does not wait for the rest of a batch: with thousands of manifests
-/// to write, `run` returns at once; the checkpoint stays before the batch,
-/// and the next run writes every manifest.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stop_does_not_wait_for_the_rest_of_a_batch_of_manifests() {
-    const FUNCTIONS: i64 = 3_000;
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let db = TestDb::new().await;
-    let s3 = TestS3::new().await;
-    let blobs = s3.blobs();
+/// Manifests enough to write that a batch of them lasts seconds.
+const FUNCTIONS: i64 = 3_000;
+
+/// `FUNCTIONS` functions created in one statement, `function/ns/f-1`….
+async fn many_created(db: &TestDb) {
     sqlx::query(
         "insert into events (stream, version, type, namespace, data, metadata)
          select 'function/ns/f-' || i, 1, 'FunctionCreated', 'ns', $1, '{\"actor\":\"ann\"}'
@@ -230,47 +228,108 @@ async fn a_stop_does_not_wait_for_the_rest_of_a_batch_of_manifests() {
     .execute(&db.pool)
     .await
     .unwrap();
-    let checkpoint = || async {
-        sqlx::query_scalar::<_, i64>("select position from projector_checkpoints where name = $1")
-            .bind(manifests::NAME)
-            .fetch_optional(&db.pool)
-            .await
-            .unwrap()
-            .unwrap_or(0)
-    };
+}
 
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+/// The manifest writer's checkpoint position (0 before its first save).
+async fn manifests_at(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("select position from projector_checkpoints where name = $1")
+        .bind(manifests::NAME)
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+        .unwrap_or(0)
+}
+
+/// `manifests::run` started over a backlog, once its first manifest is in
+/// the bucket: in the middle of its first batch.
+async fn writing_mid_batch(
+    db: &TestDb,
+    s3: &TestS3,
+) -> (watch::Sender<bool>, JoinHandle<sless_projector::Result<()>>) {
+    let (stop, stopped) = watch::channel(false);
     let run = tokio::spawn(manifests::run(
         db.pool.clone(),
-        blobs.clone(),
-        std::time::Duration::from_secs(1),
+        s3.blobs(),
+        Duration::from_secs(1),
         stopped,
     ));
-    // Mid-batch: the first manifests are in the bucket.
-    sless_testkit::eventually(
+    let blobs = s3.blobs();
+    eventually(
         "the first manifest written",
-        std::time::Duration::from_secs(30),
+        Duration::from_secs(30),
         || async { manifests::read(&blobs, "ns", "f-1").await.unwrap() },
     )
     .await;
+    (stop, run)
+}
+
+/// A stop does not wait for the rest of a batch: with thousands of manifests
+/// to write, `run` returns at once; the checkpoint stays before the batch,
+/// and the next run writes every manifest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_does_not_wait_for_the_rest_of_a_batch_of_manifests() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let db = TestDb::new().await;
+    let s3 = TestS3::new().await;
+    many_created(&db).await;
+    let (stop, run) = writing_mid_batch(&db, &s3).await;
     stop.send(true).unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(1), run)
+    tokio::time::timeout(Duration::from_secs(1), run)
         .await
         .expect("run returned within a second of the stop")
         .unwrap()
         .unwrap();
     assert_eq!(
-        checkpoint().await,
+        manifests_at(&db.pool).await,
         0,
         "the batch cut short moved the checkpoint"
     );
 
     assert_eq!(
-        manifests::catch_up(&db.pool, &blobs).await.unwrap(),
+        manifests::catch_up(&db.pool, &s3.blobs()).await.unwrap(),
         FUNCTIONS as usize
     );
     for i in [1, FUNCTIONS / 2, FUNCTIONS] {
         let m = manifest(&s3, "ns", &format!("f-{i}")).await;
         assert!(m.exists && m.versions.is_empty(), "f-{i}: {m:?}");
     }
+}
+
+/// A batch of manifests holds back no other reader of the log: an event
+/// appended while it writes to S3 is below the watermark at once, so the
+/// projector applies it without waiting for the batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_manifests_holds_back_no_other_reader() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let db = TestDb::new().await;
+    let s3 = TestS3::new().await;
+    many_created(&db).await;
+    let (stop, run) = writing_mid_batch(&db, &s3).await;
+
+    let late = "function/ns/late";
+    append(
+        &db.pool,
+        late,
+        "bob",
+        &[FunctionEvent::FunctionCreated { spec: spec() }],
+    )
+    .await;
+    let mut conn = db.pool.acquire().await.unwrap();
+    let watermark = eventlog::watermark(&mut conn).await.unwrap();
+    let xid: i64 = sqlx::query_scalar("select xid from events where stream = $1")
+        .bind(late)
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        manifests_at(&db.pool).await,
+        0,
+        "the batch ended before the look: nothing was shown"
+    );
+    assert!(
+        xid < watermark,
+        "the event of xid {xid} is held back (watermark {watermark}) by the batch"
+    );
+    stop.send(true).unwrap();
+    run.await.unwrap().unwrap();
 }

@@ -598,6 +598,50 @@ pub async fn lock_checkpoint_below_watermark(
     })
 }
 
+/// The first key of the advisory lock copies of a slow reader take turns on
+/// (`take_turn_below_watermark`); the second is `hashtext` of the reader's
+/// name. Apart from `DOORBELL`'s first key and from the streams' one-key locks.
+pub const READER_TURN: i32 = 1_936_483_700;
+
+/// For a reader whose batch takes long (the manifest writer's S3 writes):
+/// waits for its turn on an advisory lock held until the transaction ends,
+/// then reads the watermark and the reader's checkpoint without locking the
+/// row. Neither gives the transaction an xid, so while the batch runs it
+/// holds back no reader's watermark (the projector's included); it gets one
+/// at `save_checkpoint`, at the end. A row lock, as
+/// `lock_checkpoint_below_watermark` takes, would hold every reader of the
+/// log back for the whole batch.
+pub async fn take_turn_below_watermark(
+    conn: &mut PgConnection,
+    name: &str,
+) -> Result<LockedCheckpoint> {
+    sqlx::query("select pg_advisory_xact_lock($1, hashtext($2))")
+        .bind(READER_TURN)
+        .bind(name)
+        .execute(&mut *conn)
+        .await?;
+    let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(
+        "select xid, position, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, generation
+         from projector_checkpoints where name = $1",
+    )
+    .bind(name)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some((xid, position, watermark, generation)) = row {
+        return Ok(LockedCheckpoint {
+            at: Checkpoint { xid, position },
+            watermark,
+            generation,
+        });
+    }
+    // The reader's first batch: `save_checkpoint` writes its row.
+    Ok(LockedCheckpoint {
+        at: Checkpoint::default(),
+        watermark: watermark(&mut *conn).await?,
+        generation: 0,
+    })
+}
+
 /// Where the read models stand: the projector's checkpoint position and
 /// the generation of its tables (a replay that swaps them bumps it). The
 /// read models change only in a transaction that moves one or the other,
@@ -612,13 +656,18 @@ pub async fn read_models_at<'e>(exec: impl PgExecutor<'e>) -> Result<Option<(i64
     )
 }
 
-/// Moves a reader's checkpoint; call in the transaction that applied the events.
+/// Moves a reader's checkpoint (writing its row, the first time); call in the
+/// transaction that applied the events.
 pub async fn save_checkpoint(conn: &mut PgConnection, name: &str, at: Checkpoint) -> Result<()> {
-    sqlx::query("update projector_checkpoints set xid = $2, position = $3, updated_at = now() where name = $1")
-        .bind(name)
-        .bind(at.xid)
-        .bind(at.position)
-        .execute(conn)
-        .await?;
+    sqlx::query(
+        "insert into projector_checkpoints (name, xid, position) values ($1, $2, $3)
+         on conflict (name) do update
+         set xid = excluded.xid, position = excluded.position, updated_at = now()",
+    )
+    .bind(name)
+    .bind(at.xid)
+    .bind(at.position)
+    .execute(conn)
+    .await?;
     Ok(())
 }
