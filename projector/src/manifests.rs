@@ -30,9 +30,6 @@ pub const NAME: &str = "manifests";
 /// writes again, and what the writer holds in memory at once.
 pub const BATCH: i64 = 1_000;
 
-/// Manifests written to S3 at once.
-const WRITES_IN_FLIGHT: usize = 16;
-
 /// The event types that change a function's version index.
 const INDEX_EVENTS: [&str; 5] = [
     "FunctionCreated",
@@ -152,25 +149,16 @@ pub async fn step(pool: &PgPool, blobs: &BlobStore, limit: i64) -> Result<usize>
         .filter(|e| INDEX_EVENTS.contains(&e.event_type.as_str()))
         .map(|e| e.stream.as_str())
         .collect();
-    let touched: Vec<(&str, &str, &str)> = touched
-        .into_iter()
-        .filter_map(|stream| function_of(stream).map(|(ns, name)| (stream, ns, name)))
-        .collect();
-    for chunk in touched.chunks(WRITES_IN_FLIGHT) {
-        // The streams one after another on the transaction's connection, their
-        // manifests to S3 together. A failed write fails the step (the rest
-        // of the chunk is aborted as `writes` drops).
-        let mut writes = tokio::task::JoinSet::new();
-        for &(stream, namespace, name) in chunk {
-            let events = eventlog::read_stream(&mut *tx, stream).await?;
-            let manifest = manifest_of(namespace, name, &events)?;
-            let json = serde_json::to_vec_pretty(&manifest).expect("manifests serialize");
-            let (blobs, key) = (blobs.clone(), key(namespace, name));
-            writes.spawn(async move { blobs.put(&key, json, "application/json").await });
-        }
-        while let Some(written) = writes.join_next().await {
-            written.expect("a manifest write does not panic")?;
-        }
+    for stream in touched {
+        let Some((namespace, name)) = function_of(stream) else {
+            continue;
+        };
+        let events = eventlog::read_stream(&mut *tx, stream).await?;
+        let manifest = manifest_of(namespace, name, &events)?;
+        let json = serde_json::to_vec_pretty(&manifest).expect("manifests serialize");
+        blobs
+            .put(&key(namespace, name), json, "application/json")
+            .await?;
     }
     let at = eventlog::Checkpoint {
         xid: last.xid,
