@@ -574,19 +574,11 @@ pub async fn lock_checkpoint_below_watermark(
     conn: &mut PgConnection,
     name: &str,
 ) -> Result<LockedCheckpoint> {
-    let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(
+    const LOCKING: &str =
         "select xid, position, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, generation
-         from projector_checkpoints where name = $1 for update",
-    )
-    .bind(name)
-    .fetch_optional(&mut *conn)
-    .await?;
-    if let Some((xid, position, watermark, generation)) = row {
-        return Ok(LockedCheckpoint {
-            at: Checkpoint { xid, position },
-            watermark,
-            generation,
-        });
+         from projector_checkpoints where name = $1 for update";
+    if let Some(locked) = checkpoint_and_watermark(conn, LOCKING, name).await? {
+        return Ok(locked);
     }
     // The reader's first batch: nothing was written yet, so the watermark
     // still comes before the insert of its row.
@@ -596,6 +588,26 @@ pub async fn lock_checkpoint_below_watermark(
         watermark,
         generation: 0,
     })
+}
+
+/// A reader's checkpoint, generation and the watermark, by `query` (one of
+/// the two above: with the row locked or not); `None` before its first save.
+async fn checkpoint_and_watermark(
+    conn: &mut PgConnection,
+    query: &'static str,
+    name: &str,
+) -> Result<Option<LockedCheckpoint>> {
+    let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(query)
+        .bind(name)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(
+        row.map(|(xid, position, watermark, generation)| LockedCheckpoint {
+            at: Checkpoint { xid, position },
+            watermark,
+            generation,
+        }),
+    )
 }
 
 /// The first key of the advisory lock copies of a slow reader take turns on
@@ -620,19 +632,11 @@ pub async fn take_turn_below_watermark(
         .bind(name)
         .execute(&mut *conn)
         .await?;
-    let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(
+    const READING: &str =
         "select xid, position, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, generation
-         from projector_checkpoints where name = $1",
-    )
-    .bind(name)
-    .fetch_optional(&mut *conn)
-    .await?;
-    if let Some((xid, position, watermark, generation)) = row {
-        return Ok(LockedCheckpoint {
-            at: Checkpoint { xid, position },
-            watermark,
-            generation,
-        });
+         from projector_checkpoints where name = $1";
+    if let Some(found) = checkpoint_and_watermark(conn, READING, name).await? {
+        return Ok(found);
     }
     // The reader's first batch: `save_checkpoint` writes its row.
     Ok(LockedCheckpoint {
