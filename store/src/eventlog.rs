@@ -574,10 +574,7 @@ pub async fn lock_checkpoint_below_watermark(
     conn: &mut PgConnection,
     name: &str,
 ) -> Result<LockedCheckpoint> {
-    const LOCKING: &str =
-        "select xid, position, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, generation
-         from projector_checkpoints where name = $1 for update";
-    if let Some(locked) = checkpoint_and_watermark(conn, LOCKING, name).await? {
+    if let Some(locked) = checkpoint_and_watermark(conn, name, true).await? {
         return Ok(locked);
     }
     // The reader's first batch: nothing was written yet, so the watermark
@@ -590,14 +587,22 @@ pub async fn lock_checkpoint_below_watermark(
     })
 }
 
-/// A reader's checkpoint, generation and the watermark, by `query` (one of
-/// the two above: with the row locked or not); `None` before its first save.
+/// A reader's checkpoint and generation, and the watermark, its row locked
+/// for the rest of the transaction or not; `None` before its first save.
 async fn checkpoint_and_watermark(
     conn: &mut PgConnection,
-    query: &'static str,
     name: &str,
+    lock: bool,
 ) -> Result<Option<LockedCheckpoint>> {
-    let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(query)
+    macro_rules! read {
+        () => {
+            "select xid, position, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, generation
+             from projector_checkpoints where name = $1"
+        };
+    }
+    const READ: &str = read!();
+    const LOCK: &str = concat!(read!(), " for update");
+    let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(if lock { LOCK } else { READ })
         .bind(name)
         .fetch_optional(&mut *conn)
         .await?;
@@ -632,10 +637,7 @@ pub async fn take_turn_below_watermark(
         .bind(name)
         .execute(&mut *conn)
         .await?;
-    const READING: &str =
-        "select xid, position, pg_snapshot_xmin(pg_current_snapshot())::text::bigint, generation
-         from projector_checkpoints where name = $1";
-    if let Some(found) = checkpoint_and_watermark(conn, READING, name).await? {
+    if let Some(found) = checkpoint_and_watermark(conn, name, false).await? {
         return Ok(found);
     }
     // The reader's first batch: `save_checkpoint` writes its row.
