@@ -26,6 +26,7 @@ mod page;
 mod plain;
 mod runs;
 pub mod session;
+mod text;
 mod versions;
 
 use axum::Router;

@@ -17,6 +17,7 @@ use sless_api_types::{EventPage, InvocationPage, InvocationView};
 use super::calls::api_json;
 use super::page::{self, Page};
 use super::session::Session;
+use super::text::Text;
 use crate::AppState;
 use crate::path::PathParams;
 
@@ -57,8 +58,8 @@ pub async fn invocations(
         .collect();
     let base = format!("/console/ns/{ns}/functions/{name}");
     let body = html! {
-        p { a href=(base) { "← " (name) } }
-        h1 { "Calls of " (name) }
+        p { a href=(base) { "← " (Text(&name)) } }
+        h1 { "Calls of " (Text(&name)) }
         form.filters method="get" action={ (base) "/invocations" } {
             label for="status" { "Status" }
             select id="status" name="status" {
@@ -79,13 +80,13 @@ pub async fn invocations(
                 @for i in shown.iter().take(200) {
                     tr {
                         td { (i.started_at) }
-                        td { (method_of(i)) }
-                        td { code { (path_of(i)) } }
+                        td { (Text(method_of(i))) }
+                        td { code { (Text(path_of(i))) } }
                         td { (i.status) }
                         td.num { (format!("{:.1}", i.duration_ms)) }
                         td { (if i.cold { "cold" } else { "warm" }) }
-                        td { (i.origin) }
-                        td { @if let Some(e) = &i.error { (e) } }
+                        td { (Text(&i.origin)) }
+                        td { @if let Some(e) = &i.error { (Text(e)) } }
                     }
                 }
             }
@@ -214,10 +215,10 @@ pub async fn events(
                 @for e in &page.items {
                     tr {
                         td { (e.time) }
-                        td { (e.event_type) }
-                        td { code { (e.stream) } }
-                        td { (e.actor.as_deref().unwrap_or("")) }
-                        td { code { (e.data.to_string()) } }
+                        td { (Text(&e.event_type)) }
+                        td { code { (Text(&e.stream)) } }
+                        td { (Text(e.actor.as_deref().unwrap_or(""))) }
+                        td { code { (Text(&hide_env_values(&e.data).to_string())) } }
                     }
                 }
             }
@@ -227,6 +228,39 @@ pub async fn events(
         }
     };
     Page::of(&session, &ns, "Audit log", body).into_response()
+}
+
+/// Keys whose object in an event's data is an environment (a function's
+/// `env_vars`, a job's `env`): the audit page shows its names, never its
+/// values, as the function's page does.
+const ENVIRONMENTS: [&str; 2] = ["env_vars", "env"];
+
+/// What an environment's value is shown as.
+pub const HIDDEN: &str = "(hidden)";
+
+/// `data` with the value of every variable of every environment in it,
+/// at any depth, replaced by [`HIDDEN`].
+pub fn hide_env_values(data: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match data {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let shown = match v {
+                        Value::Object(env) if ENVIRONMENTS.contains(&k.as_str()) => Value::Object(
+                            env.keys()
+                                .map(|name| (name.clone(), Value::from(HIDDEN)))
+                                .collect(),
+                        ),
+                        other => hide_env_values(other),
+                    };
+                    (k.clone(), shown)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(hide_env_values).collect()),
+        other => other.clone(),
+    }
 }
 
 /// `GET /console/ns/{ns}/events/stream`: the API's tail, as the session's
@@ -277,6 +311,24 @@ mod tests {
             activation_ms: None,
             instance_start_ms: None,
         }
+    }
+
+    #[test]
+    fn environments_keep_their_names_and_lose_their_values_at_any_depth() {
+        let data = serde_json::json!({
+            "spec": {"env_vars": {"API_KEY": "s3cret", "MODE": "prod"}, "memory_mb": 128},
+            "jobs": [{"env": {"TOKEN": "t0ken"}}],
+            "env_vars": "not an environment",
+        });
+        let shown = hide_env_values(&data);
+        assert_eq!(
+            shown,
+            serde_json::json!({
+                "spec": {"env_vars": {"API_KEY": HIDDEN, "MODE": HIDDEN}, "memory_mb": 128},
+                "jobs": [{"env": {"TOKEN": HIDDEN}}],
+                "env_vars": "not an environment",
+            })
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::calls::{self, answered, api_json};
 use super::highlight;
 use super::page::{self, Page};
 use super::session::Session;
+use super::text::Text;
 use crate::AppState;
 use crate::path::PathParams;
 
@@ -79,28 +80,28 @@ pub async fn show(
     let env_names: Vec<&String> = f.env_vars.iter().flat_map(|m| m.keys()).collect();
     let base = format!("/console/ns/{ns}/functions/{name}");
     let body = html! {
-        h1 { (f.name) " " (page::phase_of(&f)) }
+        h1 { (Text(&f.name)) " " (page::phase_of(&f)) }
         p.links {
             a href={ (base) "/versions" } { "Versions" } " · "
             a href={ (base) "/invocations" } { "Calls" } " · "
             a href={ "/console/ns/" (ns) "/events?function=" (f.name) } { "Audit log" }
         }
         @if let Some(error) = &f.last_error {
-            pre.error role="alert" { (error) }
+            pre.error role="alert" { (Text(error)) }
         }
         dl.spec {
-            dt { "Runtime" } dd { (f.runtime.as_deref().unwrap_or("–")) }
-            dt { "Entrypoint" } dd { code { (f.entrypoint.as_deref().unwrap_or("–")) } }
+            dt { "Runtime" } dd { (Text(f.runtime.as_deref().unwrap_or("–"))) }
+            dt { "Entrypoint" } dd { code { (Text(f.entrypoint.as_deref().unwrap_or("–"))) } }
             dt { "Memory" } dd { @if let Some(m) = f.memory_mb { (m) " MiB" } }
             dt { "Timeout" } dd { @if let Some(t) = f.timeout_sec { (t) " s" } }
             dt { "Version" } dd {
                 @if let Some(v) = f.version { "v" (v) } @else { "none yet" }
                 @if let Some(d) = f.deployed_version { " (v" (d) " runs)" }
             }
-            dt { "URL" } dd.url { code { (f.url) } button.copy type="button" data-copy=(f.url) { "Copy" } }
+            dt { "URL" } dd.url { code { (Text(&f.url)) } button.copy type="button" data-copy=(f.url) { "Copy" } }
             dt { "Environment" } dd {
                 @if env_names.is_empty() { "none" }
-                @for name in &env_names { code { (name) } " " }
+                @for name in &env_names { code { (Text(name)) } " " }
                 @if !env_names.is_empty() { span.hint { "(values hidden)" } }
             }
         }
@@ -109,8 +110,8 @@ pub async fn show(
         ul {
             @for t in &triggers {
                 li {
-                    a href={ "/console/ns/" (ns) "/triggers/" (t.name) } { (t.name) }
-                    " (" (t.kind) @if let Some(s) = &t.schedule { ", " code { (s) } } ") "
+                    a href={ "/console/ns/" (ns) "/triggers/" (t.name) } { (Text(&t.name)) }
+                    " (" (Text(&t.kind)) @if let Some(s) = &t.schedule { ", " code { (Text(s)) } } ") "
                     span class={ "switch " (if t.enabled { "on" } else { "off" }) } { (if t.enabled { "on" } else { "off" }) }
                 }
             }
@@ -140,11 +141,11 @@ pub async fn show(
         }
         @if let Some((v, log)) = &failed_log {
             h2 { "Build log of v" (v) " (failed)" }
-            pre.log { (log) }
+            pre.log { (Text(log)) }
         }
         @if let Some((v, log)) = &live_log {
             h2 { "Build log of v" (v) " (live)" }
-            pre.log { (log) }
+            pre.log { (Text(log)) }
         }
     };
     Page::of(&session, &ns, &f.name, body).into_response()
@@ -191,7 +192,7 @@ fn tree(base: &str, files: &[SourceFileView], open: Option<&str>) -> Markup {
         folders.truncate(same);
         for dir in &dirs[same..] {
             out.push_str(
-                &html! { li.dir { span { (dir) "/" } } }
+                &html! { li.dir { span { (Text(dir)) "/" } } }
                     .into_string()
                     .replace("</li>", "<ul>"),
             );
@@ -201,7 +202,7 @@ fn tree(base: &str, files: &[SourceFileView], open: Option<&str>) -> Markup {
             li {
                 a href={ (base) "?file=" (page::encode(&file.path, true)) "#source" }
                   aria-current=[(open == Some(file.path.as_str())).then_some("true")] {
-                    (leaf[0])
+                    (Text(leaf[0]))
                 }
                 @if file.binary { " " span.hint { "(binary)" } }
             }
@@ -217,7 +218,7 @@ fn tree(base: &str, files: &[SourceFileView], open: Option<&str>) -> Markup {
 fn file_view(file: &SourceFileView) -> Markup {
     html! {
         section.file id="source" {
-            h3 { code { (file.path) } " " span.hint { (file.size) " bytes" } }
+            h3 { code { (Text(&file.path)) } " " span.hint { (file.size) " bytes" } }
             @if file.binary {
                 p.hint { "Binary file: not shown." }
             } @else if let Some(content) = &file.content {
@@ -334,13 +335,13 @@ pub async fn try_it(
     let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(TRY_SHOWN)]).into_owned();
     let back = format!("/console/ns/{ns}/functions/{name}");
     let body = html! {
-        p { a href=(back) { "← " (name) } }
-        h1 { (method) " " code { (path) } }
+        p { a href=(back) { "← " (Text(&name)) } }
+        h1 { (method) " " code { (Text(&path)) } }
         p { "Status " strong { (status.as_u16()) } " " (status.canonical_reason().unwrap_or("")) }
         h2 { "Headers" }
-        table { tbody { @for (k, v) in &headers { tr { td { code { (k) } } td { code { (v) } } } } } }
+        table { tbody { @for (k, v) in &headers { tr { td { code { (Text(k)) } } td { code { (Text(v)) } } } } } }
         h2 { "Body" }
-        pre.log { (shown) }
+        pre.log { (Text(&shown)) }
         @if bytes.len() > TRY_SHOWN { p.hint { "Only the first " (TRY_SHOWN) " of " (bytes.len()) " bytes are shown." } }
     };
     Page::of(&session, &ns, &format!("Try {name}"), body).into_response()

@@ -5,6 +5,8 @@
 
 use maud::{Markup, html};
 
+use super::text::Text;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lang {
     Python,
@@ -200,7 +202,7 @@ pub fn source(path: &str, text: &str) -> Markup {
             @for line in &lines {
                 li { code {
                     @for (class, run) in line {
-                        @if let Some(class) = class { span class=(class) { (run) } } @else { (run) }
+                        @if let Some(class) = class { span class=(class) { (Text(run)) } } @else { (Text(run)) }
                     }
                 } }
             }
@@ -258,6 +260,7 @@ mod tests {
             for path in ["a.py", "a.js", "a.go", "a.txt"] {
                 let html = source(path, text).into_string();
                 assert!(!html.contains("<script>"), "{path}: {html}");
+                assert!(!html.contains('\u{202e}'), "{path}: {html}");
             }
         }
     }

@@ -16,6 +16,7 @@ use sless_store::{invocations, readmodel};
 use super::calls;
 use super::page::{self, Page};
 use super::session::Session;
+use super::text::Text;
 use crate::AppState;
 use crate::path::PathParams;
 
@@ -107,21 +108,21 @@ pub async fn show(
                         @let upload = uploads.get(&f.name);
                         @let count = counts.get(&f.name);
                         tr {
-                            td { a href={ "/console/ns/" (ns) "/functions/" (f.name) } { (f.name) } }
+                            td { a href={ "/console/ns/" (ns) "/functions/" (f.name) } { (Text(&f.name)) } }
                             td { (page::phase_of(f)) }
                             td { @if let Some(v) = f.deployed_version { "v" (v) } @else { "–" } }
-                            td { (f.runtime.as_deref().unwrap_or("–")) }
+                            td { (Text(f.runtime.as_deref().unwrap_or("–"))) }
                             td { @if let Some(m) = f.memory_mb { (m) " MiB" } }
                             td {
                                 @if let Some(u) = upload {
-                                    "v" (u.version) " · " (u.uploaded_by.as_deref().unwrap_or("?")) " · "
+                                    "v" (u.version) " · " (Text(u.uploaded_by.as_deref().unwrap_or("?"))) " · "
                                     time datetime=(u.uploaded_at.to_rfc3339()) { (u.uploaded_at.format("%Y-%m-%d %H:%M UTC")) }
                                 }
                             }
                             td.num { (count.map_or(0, |c| c.calls)) }
                             td.num { (count.map_or(0, |c| c.errors)) }
                             td.url {
-                                code { (f.url) }
+                                code { (Text(&f.url)) }
                                 button.copy type="button" data-copy=(f.url) { "Copy" }
                             }
                         }
@@ -145,10 +146,10 @@ pub async fn show(
                 tbody {
                     @for t in &triggers {
                         tr {
-                            td { (t.name) }
-                            td { a href={ "/console/ns/" (ns) "/functions/" (t.function) } { (t.function) } }
-                            td { (t.kind) }
-                            td { @if let Some(s) = &t.schedule { code { (s) } " " (t.timezone.as_deref().unwrap_or("UTC")) } }
+                            td { (Text(&t.name)) }
+                            td { a href={ "/console/ns/" (ns) "/functions/" (t.function) } { (Text(&t.function)) } }
+                            td { (Text(&t.kind)) }
+                            td { @if let Some(s) = &t.schedule { code { (Text(s)) } " " (Text(t.timezone.as_deref().unwrap_or("UTC"))) } }
                             td {
                                 form.toggle method="post" action={ "/console/ns/" (ns) "/triggers/" (t.name) } {
                                     input type="hidden" name="csrf" value=(session.csrf);

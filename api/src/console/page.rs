@@ -7,6 +7,7 @@ use axum::response::{Html, IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
 use super::session::Session;
+use super::text::Text;
 use crate::error::ApiError;
 
 /// A page to answer with.
@@ -32,7 +33,7 @@ impl Page {
                     a.brand href={ "/console/ns/" (ns) } { "sless" }
                     a href={ "/console/ns/" (ns) } { "Functions" }
                     a href={ "/console/ns/" (ns) "/events" } { "Audit log" }
-                    span.who { (session.caller.sub) " · " code { (ns) } }
+                    span.who { (Text(&session.caller.sub)) " · " code { (Text(ns)) } }
                     @if session.caller.admin {
                         form.switch method="get" action="/console/switch" {
                             label for="switch-ns" { "Namespace" }
@@ -67,7 +68,7 @@ fn document(title: &str, body: Markup) -> Markup {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · sless" }
+                title { (super::text::plain(title)) " · sless" }
                 link rel="stylesheet" href=(super::assets::CSS_PATH);
                 script src=(super::assets::JS_PATH) defer {}
             }
@@ -81,8 +82,8 @@ pub fn refused(status: StatusCode, title: &str, detail: &str) -> Response {
     let mut page = Page::bare(
         title,
         html! {
-            h1 { (title) }
-            p { (detail) }
+            h1 { (Text(title)) }
+            p { (Text(detail)) }
             p { a href="/console" { "Back to the console" } }
         },
     );

@@ -16,6 +16,7 @@ use sless_domain::cron::Cron;
 use super::calls::{self, answered};
 use super::page::{self, Page};
 use super::session::Session;
+use super::text::Text;
 use crate::AppState;
 use crate::path::PathParams;
 
@@ -60,12 +61,12 @@ pub async fn trigger(
         _ => Vec::new(),
     };
     let body = html! {
-        p { a href={ "/console/ns/" (ns) "/functions/" (t.function) } { "← " (t.function) } }
-        h1 { "Trigger " (t.name) }
+        p { a href={ "/console/ns/" (ns) "/functions/" (t.function) } { "← " (Text(&t.function)) } }
+        h1 { "Trigger " (Text(&t.name)) }
         dl.spec {
-            dt { "Type" } dd { (t.kind) }
-            dt { "Function" } dd { (t.function) }
-            @if let Some(s) = &t.schedule { dt { "Schedule" } dd { code { (s) } " in " (zone) } }
+            dt { "Type" } dd { (Text(&t.kind)) }
+            dt { "Function" } dd { (Text(&t.function)) }
+            @if let Some(s) = &t.schedule { dt { "Schedule" } dd { code { (Text(s)) } " in " (Text(&zone)) } }
             dt { "Enabled" } dd {
                 form.toggle method="post" action={ "/console/ns/" (ns) "/triggers/" (t.name) } {
                     input type="hidden" name="csrf" value=(session.csrf);
@@ -92,7 +93,7 @@ pub async fn trigger(
                                 td { (r.scheduled_at.format("%Y-%m-%d %H:%M:%S UTC")) }
                                 td { (page::phase(&r.status)) }
                                 td { @if let Some(c) = r.exit_code { (c) } }
-                                td { @if let Some(e) = &r.error { (e) } }
+                                td { @if let Some(e) = &r.error { (Text(e)) } }
                             }
                         }
                     }
@@ -190,18 +191,18 @@ pub async fn job(
     };
     let ended = j.status == "Succeeded" || j.status == "Failed";
     let body = html! {
-        p { a href={ "/console/ns/" (ns) "/functions/" (j.function) } { "← " (j.function) } }
-        h1 { "Job " (j.name) " " (page::phase(&j.status)) }
+        p { a href={ "/console/ns/" (ns) "/functions/" (j.function) } { "← " (Text(&j.function)) } }
+        h1 { "Job " (Text(&j.name)) " " (page::phase(&j.status)) }
         dl.spec {
-            dt { "Function" } dd { (j.function) " v" (j.version) }
-            dt { "Input" } dd { code { (j.input) } }
+            dt { "Function" } dd { (Text(&j.function)) " v" (j.version) }
+            dt { "Input" } dd { code { (Text(&j.input.to_string())) } }
             @if let Some(c) = j.exit_code { dt { "Exit code" } dd { (c) } }
             @if let Some(ms) = j.duration_ms { dt { "Took" } dd { (ms) " ms" } }
-            @if let Some(e) = &j.error { dt { "Error" } dd.error { (e) } }
+            @if let Some(e) = &j.error { dt { "Error" } dd.error { (Text(e)) } }
         }
         @if !ended { p.hint { "Running: this page loads again until it ends." } }
-        @if let Some(out) = &j.stdout { h2 { "Output" } pre.log { (out.text) } }
-        @if let Some(err) = &j.stderr { @if !err.text.is_empty() { h2 { "Errors" } pre.log { (err.text) } } }
+        @if let Some(out) = &j.stdout { h2 { "Output" } pre.log { (Text(&out.text)) } }
+        @if let Some(err) = &j.stderr { @if !err.text.is_empty() { h2 { "Errors" } pre.log { (Text(&err.text)) } } }
     };
     let mut res = Page::of(&session, &ns, &format!("Job {name}"), body).into_response();
     if !ended {

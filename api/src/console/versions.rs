@@ -12,6 +12,7 @@ use sless_api_types::{FileDiffView, VersionDiff, VersionList};
 use super::calls::{self, api_json};
 use super::page::{self, Page};
 use super::session::Session;
+use super::text::Text;
 use crate::AppState;
 use crate::paging::PageQuery;
 use crate::path::PathParams;
@@ -73,8 +74,8 @@ pub async fn show(
     let newest = list.items.first().map(|v| v.version);
     let older = list.items.get(1).map(|v| v.version);
     let body = html! {
-        p { a href=(base) { "← " (name) } }
-        h1 { "Versions of " (name) }
+        p { a href=(base) { "← " (Text(&name)) } }
+        h1 { "Versions of " (Text(&name)) }
         table.versions {
             thead { tr { th { "Version" } th { "Uploaded" } th { "By" } th { "Files" } th { "sha256" } th {} th {} } }
             tbody {
@@ -86,7 +87,7 @@ pub async fn show(
                             @if v.deployed && !v.live { " " span.phase.other { "runs" } }
                         }
                         td { time datetime=(v.uploaded_at.to_rfc3339()) { (v.uploaded_at.format("%Y-%m-%d %H:%M:%S UTC")) } }
-                        td { (v.uploaded_by.as_deref().unwrap_or("?")) }
+                        td { (Text(v.uploaded_by.as_deref().unwrap_or("?"))) }
                         td.num { (v.files) }
                         td { code { (v.sha256.get(..12).unwrap_or(&v.sha256)) } }
                         td { a href={ (base) "/versions/" (v.version) "/archive" } download { "zip" } }
@@ -130,7 +131,7 @@ pub async fn show(
 fn file_diff(file: &FileDiffView, split: bool) -> Markup {
     html! {
         details.file open {
-            summary { code { (file.path) } " " span.hint { (file.change) } }
+            summary { code { (Text(&file.path)) } " " span.hint { (Text(&file.change)) } }
             @if file.binary {
                 p.hint { "Binary: no diff shown." }
             } @else if let Some(diff) = &file.diff {
@@ -160,7 +161,7 @@ fn unified(diff: &str) -> Markup {
     html! {
         pre.diff {
             @for line in diff.lines() {
-                span class=(line_class(line)) { (line) "\n" }
+                span class=(line_class(line)) { (Text(line)) "\n" }
             }
         }
     }
@@ -205,8 +206,8 @@ fn side_by_side(diff: &str) -> Markup {
             @for (left, right) in &rows {
                 @let hunk = left.is_some_and(|l| l.starts_with("@@"));
                 tr class=(if hunk { "hunk" } else { "" }) {
-                    td class=(if left.is_some() && left != right { "del" } else { "" }) { code { (left.unwrap_or("")) } }
-                    td class=(if right.is_some() && left != right { "add" } else { "" }) { code { (right.unwrap_or("")) } }
+                    td class=(if left.is_some() && left != right { "del" } else { "" }) { code { (Text(left.unwrap_or(""))) } }
+                    td class=(if right.is_some() && left != right { "add" } else { "" }) { code { (Text(right.unwrap_or(""))) } }
                 }
             }
         }
@@ -260,7 +261,7 @@ pub async fn confirm_rollback(
     }
     let base = format!("/console/ns/{ns}/functions/{name}");
     let body = html! {
-        h1 { "Roll " (name) " back to v" (q.version) "?" }
+        h1 { "Roll " (Text(&name)) " back to v" (q.version) "?" }
         p { "Version " (q.version) " becomes live again: it is built if needed and started, and calls go to it once it serves." }
         form method="post" action={ (base) "/rollback" } {
             input type="hidden" name="csrf" value=(session.csrf);

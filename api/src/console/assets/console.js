@@ -18,18 +18,51 @@ document.addEventListener("click", (event) => {
   if (!box || !table) return;
   let reader = null;
 
+  // As the pages do (api/src/console/text.rs): invisible characters and
+  // those that reorder text are shown as a marked <U+XXXX>.
+  const INVISIBLE = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\u007F-\u009F\u00AD\u0600-\u0605\u061C\u06DD\u070F\u0890\u0891\u08E2\u115F\u1160\u180E\u200B-\u200F\u2028-\u202E\u2060-\u2064\u2066-\u206F\u3164\uFEFF\uFFA0\uFFF9-\uFFFB\u{110BD}\u{110CD}\u{13430}-\u{1343F}\u{1BCA0}-\u{1BCA3}\u{1D173}-\u{1D17A}\u{E0001}\u{E0020}-\u{E007F}]/u;
+  function shown(parent, text) {
+    for (const part of String(text).split(new RegExp("(" + INVISIBLE.source + ")", "u"))) {
+      if (part.length > 0 && INVISIBLE.test(part) && [...part].length === 1) {
+        const mark = document.createElement("span");
+        const hex = part.codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+        mark.className = "invisible";
+        mark.title = "U+" + hex + ": an invisible character";
+        mark.textContent = "<U+" + hex + ">";
+        parent.appendChild(mark);
+      } else if (part.length > 0) {
+        parent.appendChild(document.createTextNode(part));
+      }
+    }
+  }
+
+  // An environment's values are never shown: its names are.
+  function hideEnvValues(data) {
+    if (Array.isArray(data)) return data.map(hideEnvValues);
+    if (data === null || typeof data !== "object") return data;
+    const out = {};
+    for (const [k, v] of Object.entries(data)) {
+      if ((k === "env_vars" || k === "env") && v !== null && typeof v === "object" && !Array.isArray(v)) {
+        out[k] = Object.fromEntries(Object.keys(v).map((name) => [name, "(hidden)"]));
+      } else {
+        out[k] = hideEnvValues(v);
+      }
+    }
+    return out;
+  }
+
   function row(entry) {
     const tr = document.createElement("tr");
     tr.className = "new";
-    const cells = [entry.time, entry.type, entry.stream, entry.actor || "", JSON.stringify(entry.data)];
+    const cells = [entry.time, entry.type, entry.stream, entry.actor || "", JSON.stringify(hideEnvValues(entry.data))];
     cells.forEach((text, i) => {
       const td = document.createElement("td");
       if (i === 2 || i === 4) {
         const code = document.createElement("code");
-        code.textContent = text;
+        shown(code, text);
         td.appendChild(code);
       } else {
-        td.textContent = text;
+        shown(td, text);
       }
       tr.appendChild(td);
     });
