@@ -10,7 +10,9 @@
 //! script: the one script is `assets/console.js`, and every page works
 //! without it), `X-Content-Type-Options: nosniff`, `Referrer-Policy:
 //! same-origin` and `frame-ancestors 'none'`; every value on a page is
-//! escaped (maud).
+//! escaped (maud), its invisible characters made visible (`text`). A
+//! request that changes something must come from the console's own origin
+//! (`session::same_origin`).
 
 // A refusal here is the page to answer with (a `Response`), returned once
 // per request: its size does not matter.
@@ -89,6 +91,7 @@ pub fn routes() -> Router<AppState> {
         .route("/console/ns/{ns}/events/stream", get(activity::stream))
         .route("/funcs/{ns}", get(plain::list))
         .route("/funcs/{ns}/source/{name}", get(plain::source))
+        .layer(middleware::from_fn(session::forms_from_this_origin))
         .layer(middleware::from_fn(security_headers))
 }
 

@@ -12,7 +12,16 @@ use tower::ServiceExt;
 
 use super::support::*;
 
+// Sessions, sign-in forms, cookies and the console's text: its own file,
+// beside this one (api/tests/api/console_isolation.rs).
+#[path = "console_isolation.rs"]
+mod isolation;
+
 const ALICE: &str = "alice";
+/// The console's session cookie.
+pub const SESSION: &str = "__Host-sless_session";
+/// The console's browser id.
+pub const BROWSER: &str = "__Http-sless_browser";
 const BOB: &str = "bob";
 
 /// A browser: its cookies, kept between requests, and where it is.
@@ -58,10 +67,14 @@ impl<'a> Browser<'a> {
 
     async fn request(&mut self, method: Method, path: &str, form: Option<&[(&str, &str)]>) -> Got {
         let mut req = Request::builder()
-            .method(method)
+            .method(method.clone())
             .uri(path)
             .header(header::HOST, "127.0.0.1:8080")
             .header(header::ACCEPT, "text/html");
+        // As a browser sends a form from the console's own page.
+        if method == Method::POST {
+            req = req.header(header::ORIGIN, "http://127.0.0.1:8080");
+        }
         if !self.cookies.is_empty() {
             let jar: Vec<String> = self
                 .cookies
@@ -194,15 +207,18 @@ async fn a_token_signs_in_the_pages_show_the_namespace_and_signing_out_ends_the_
         .get_all(header::SET_COOKIE)
         .iter()
         .map(|v| v.to_str().unwrap().to_owned())
-        .find(|c| c.starts_with("sless_session="))
+        .find(|c| c.starts_with("__Host-sless_session="))
         .expect("a session cookie");
-    for attr in ["HttpOnly", "SameSite=Strict", "Path=/console", "Max-Age="] {
+    for attr in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "; Path=/;",
+        "Max-Age=",
+        "Secure",
+    ] {
         assert!(cookie.contains(attr), "{cookie}");
     }
-    assert!(
-        !cookie.contains("Secure"),
-        "plain http on loopback: {cookie}"
-    );
+    assert!(!cookie.contains("Domain"), "{cookie}");
     assert!(!signed.text.contains(&token(ALICE)) && !cookie.contains(&token(ALICE)));
 
     let page = browser.get(&format!("/console/ns/{}", ns(ALICE))).await;
@@ -244,7 +260,7 @@ async fn sign_in_is_refused_without_its_form_token_and_with_a_bad_token() {
         )
         .await;
     assert_eq!(no_form.status, StatusCode::FORBIDDEN);
-    assert!(!browser.cookies.contains_key("sless_session"));
+    assert!(!browser.cookies.contains_key(SESSION));
 
     let form = browser.get("/console/sign-in").await;
     let csrf = form.csrf();
@@ -258,7 +274,7 @@ async fn sign_in_is_refused_without_its_form_token_and_with_a_bad_token() {
     assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
     assert!(bad.text.contains("Sign in"), "the form again: {}", bad.text);
     assert!(!bad.text.contains(&forged), "the token is not shown back");
-    assert!(!browser.cookies.contains_key("sless_session"));
+    assert!(!browser.cookies.contains_key(SESSION));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
