@@ -94,7 +94,9 @@ async fn a_sign_in_form_passes_only_with_a_token_the_server_gave_this_browser() 
     let victims_browser = victim.cookies[BROWSER].clone();
     let token = pct(&token(MALLORY));
     let origin = ("origin", "http://127.0.0.1:8080");
-    let cases: Vec<(&str, Vec<(&str, String)>, String)> = vec![
+    // What the case is, the headers it sends beside Origin, the form token it posts.
+    type Case<'a> = (&'a str, Vec<(&'a str, String)>, String);
+    let cases: Vec<Case> = vec![
         (
             "the old double submit: a cookie a script wrote, and the same value posted",
             vec![("cookie", "sless_sign_in=made-up".into())],
@@ -401,7 +403,7 @@ async fn reordering_and_invisible_characters_are_shown_marked_on_every_page() {
         (
             "the actor in the header",
             home.clone(),
-            format!("eve<span class=\"invisible\""),
+            "eve<span class=\"invisible\"".to_owned(),
         ),
         (
             "the source",
@@ -411,7 +413,7 @@ async fn reordering_and_invisible_characters_are_shown_marked_on_every_page() {
         (
             "a file's name",
             format!("{function}?file={}", pct(&file)),
-            format!("read<span class=\"invisible\""),
+            "read<span class=\"invisible\"".to_owned(),
         ),
         (
             "the diff",
@@ -431,7 +433,7 @@ async fn reordering_and_invisible_characters_are_shown_marked_on_every_page() {
         (
             "a job's output",
             format!("{home}/jobs/run"),
-            format!("done <span class=\"invisible\""),
+            "done <span class=\"invisible\"".to_owned(),
         ),
         (
             "the audit log's actor",
