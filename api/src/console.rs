@@ -99,6 +99,8 @@ pub fn routes() -> Router<AppState> {
 async fn home(session: Result<session::Session, Response>) -> Response {
     match session {
         Ok(s) => Redirect::to(&format!("/console/ns/{}", s.caller.namespace)).into_response(),
+        // A cookie sent twice is refused here too, not sent on to sign in.
+        Err(two) if two.status() == axum::http::StatusCode::BAD_REQUEST => two,
         Err(_) => Redirect::to("/console/sign-in").into_response(),
     }
 }

@@ -235,9 +235,16 @@ async fn a_request_with_a_console_cookie_twice_is_refused_and_changes_nothing() 
     for (what, cookies) in cases {
         let mut headers: Vec<(&str, &str)> =
             cookies.iter().map(|c| ("cookie", c.as_str())).collect();
-        let got = raw(&env, Method::GET, &home, &headers, "").await;
-        assert_eq!(got.status, StatusCode::BAD_REQUEST, "{what}: {}", got.text);
-        assert!(got.text.contains("twice"), "{what}: {}", got.text);
+        for path in [home.as_str(), "/console"] {
+            let got = raw(&env, Method::GET, path, &headers, "").await;
+            assert_eq!(
+                got.status,
+                StatusCode::BAD_REQUEST,
+                "{what} {path}: {}",
+                got.text
+            );
+            assert!(got.text.contains("twice"), "{what} {path}: {}", got.text);
+        }
         headers.push(("origin", "http://127.0.0.1:8080"));
         let out = raw(
             &env,
