@@ -1,5 +1,7 @@
 //! Serving the router over TCP: HTTP/1.1 connections, `TCP_NODELAY`, the
-//! request header limits, and a graceful stop.
+//! request header limits, and a graceful stop. Each request carries the
+//! address of its connection's peer (`ConnectInfo<SocketAddr>`), which the
+//! invoke proxy tells functions (`proxy::edge`).
 //!
 //! A request with more header fields than `MAX_REQUEST_HEADERS` gets a 431
 //! problem document from `limit_headers`, like every other refusal. The
@@ -21,7 +23,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{StatusCode, Version, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -29,6 +31,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tower::ServiceExt as _;
 
 use crate::error::ApiError;
 use crate::invocations::X_REQUEST_ID;
@@ -143,7 +146,7 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut stop = std::pin::pin!(stop);
     loop {
-        let (tcp, _peer) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
                 Err(e) => {
@@ -163,7 +166,14 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY could not be set");
         }
-        let service = TowerToHyperService::new(app.clone());
+        // The peer's address, for whoever asks (`ConnectInfo`): the invoke
+        // proxy tells a function what it saw (`proxy::edge`).
+        let service = TowerToHyperService::new(app.clone().map_request(
+            move |mut req: Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                req
+            },
+        ));
         let conn = builder.serve_connection(TokioIo::new(tcp), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
