@@ -15,6 +15,7 @@ mod api {
     mod console;
     mod console_pages;
     mod delete;
+    mod edge;
     mod events;
     mod events_plan;
     mod events_tail;

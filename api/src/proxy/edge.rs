@@ -1,13 +1,40 @@
 //! What crosses the proxy between a caller and a function, each way.
 //!
 //! Towards the function, a request loses what belongs to its connection
-//! (hop-by-hop headers, `Host`) and the credentials of this platform: an
-//! `Authorization` value that carries a token signed by a configured key
-//! (`Auth::signed_here`, whatever its claims: an expired token is still
-//! this platform's), and every cookie of sless's own (named `sless_…`,
-//! also with a `__Host-` or `__Secure-` prefix: the console's session and
-//! its CSRF cookie). The rest arrives as the caller sent it: another
-//! `Authorization` (a token sless did not issue, Basic), other cookies.
+//! (hop-by-hop headers, `Host`), the credentials of this platform, and what
+//! the caller says of where the call came from:
+//!
+//! - **`Authorization`**: a field value that carries a token signed by a
+//!   configured key (`Auth::signed_here`, whatever its claims: an expired
+//!   token is still this platform's) is removed whole, whatever its scheme
+//!   and spelling. Its token-shaped pieces are found without regard to the
+//!   scheme: every run of base64url characters and dots in the value (so a
+//!   token is found after `Bearer`, `Token`, `JWT` or nothing, behind any
+//!   whitespace, commas or `=`, beside a `Basic …` credential on the same
+//!   line), and in each run every three consecutive dot-separated segments
+//!   (`token_pieces`). The token must appear as it was issued: one
+//!   encoded otherwise (percent-encoded, inside base64) is not looked for.
+//!   At most `MAX_TOKEN_PIECES` pieces of a request's `Authorization`
+//!   values are checked (each costs a signature check, and no client sends
+//!   so many): a value with pieces past them is removed unchecked, and so
+//!   is every value after it. Other values arrive as sent: Basic, a token
+//!   of another issuer.
+//! - **`Cookie`**: every cookie of sless's own (named `sless_…` in any case,
+//!   also behind a `__Host-` or `__Secure-` prefix: the console's session
+//!   and sign-in cookies) is removed, from every `Cookie` field, whether
+//!   cookies are joined by `;` or by `,` (which RFC 6265 does not allow in
+//!   a cookie's value, and which intermediaries that fold header fields
+//!   use), and whatever whitespace surrounds them. A piece between two
+//!   separators goes when any of its whitespace-separated words is named so
+//!   (`a=1 sless_session=s` as one piece goes whole). The other cookies are
+//!   kept, in one `Cookie` field, as RFC 9113 §8.2.3 joins several.
+//! - **`Forwarded`, `X-Forwarded-*`, `X-Real-IP`** as the caller sent them
+//!   are dropped: the proxy says instead what it saw (`Seen`):
+//!   `X-Forwarded-For` the address of the connection's peer,
+//!   `X-Forwarded-Host` the `Host` the caller asked for, `X-Forwarded-Proto`
+//!   the scheme of the functions' origin (`https` when `SLESS_FN_URL` says
+//!   so, else `http`), and `Forwarded` (RFC 7239) the same three as `for`,
+//!   `host` and `proto`. Behind an ingress, the peer is the ingress.
 //!
 //! Towards the caller, an answer loses its hop-by-hop headers, and its
 //! cookies are held to the function's own part of the functions' origin:
@@ -20,7 +47,16 @@
 //! on `127.0.0.1:8081` could set a cookie for the API's `127.0.0.1:8080`.
 //! `Set-Cookie2` and `Clear-Site-Data` (which clears the cookies of every
 //! host of the domain, the console's sign-in included) are dropped.
+//!
+//! A request with neither `Authorization` nor `Cookie`, and no forwarding
+//! headers of its own, is not searched or rewritten: the proxy's part is
+//! the four forwarding headers it writes, two of them small allocations
+//! (`X-Forwarded-For`, `Forwarded`).
 
+use std::io::Write as _;
+use std::net::IpAddr;
+
+use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 
 use crate::auth::Auth;
@@ -38,24 +74,71 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// Cookies of this name prefix (in any case, also behind `__Host-` and
-/// `__Secure-`) are sless's own: the console's session and CSRF cookies.
+/// `__Secure-`) are sless's own: the console's session and sign-in cookies.
 pub const OWN_COOKIE_PREFIX: &str = "sless_";
 
 /// The response headers a function may not send at all.
 const DROPPED_RESPONSE_HEADERS: [&str; 2] = ["set-cookie2", "clear-site-data"];
 
-/// Makes a caller's request headers fit to forward to a function.
-pub fn request_headers(headers: &mut HeaderMap, auth: &Auth) {
+/// At most this many token-shaped pieces of one request's `Authorization`
+/// values are checked against the keys (a signature check each); a value
+/// with pieces past them is removed unchecked.
+pub const MAX_TOKEN_PIECES: usize = 16;
+
+/// What the proxy saw of a call, which it tells the function in place of
+/// what the caller said of it (`Forwarded`, `X-Forwarded-*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    /// The address of the connection's peer (`serve` puts it in the
+    /// request's extensions); None for a request that came through no
+    /// connection (a router driven in process).
+    pub peer: Option<IpAddr>,
+    /// The scheme callers reach the functions' origin with.
+    pub proto: Proto,
+}
+
+/// The scheme of the functions' origin, as its callers reach it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    Http,
+    Https,
+}
+
+impl Proto {
+    /// The scheme of the functions' origin `fn_url` (`SLESS_FN_URL`, or
+    /// the address it listens on): `http` when it is not known, since
+    /// sless itself serves plain HTTP.
+    pub fn of(fn_url: Option<&str>) -> Proto {
+        match fn_url.and_then(|u| u.get(..8)) {
+            Some(scheme) if scheme.eq_ignore_ascii_case("https://") => Proto::Https,
+            _ => Proto::Http,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Http => "http",
+            Proto::Https => "https",
+        }
+    }
+}
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+/// Makes a caller's request headers fit to forward to a function, telling
+/// it what the proxy saw of the call.
+pub fn request_headers(headers: &mut HeaderMap, auth: &Auth, seen: Seen) {
     strip_hop_by_hop(headers);
-    headers.remove(header::HOST);
+    let host = headers.remove(header::HOST);
     if headers.contains_key(header::AUTHORIZATION) {
-        keep_only(headers, header::AUTHORIZATION, |v| {
-            !bearer_token(v).is_some_and(|t| auth.signed_here(t))
-        });
+        strip_own_tokens(headers, auth);
     }
     if headers.contains_key(header::COOKIE) {
         strip_own_cookies(headers);
     }
+    forwarding(headers, host, seen);
 }
 
 /// Makes a function's response headers fit to send to the caller, for the
@@ -101,29 +184,6 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Keeps the values of `name` that `keep` says yes to.
-fn keep_only(headers: &mut HeaderMap, name: HeaderName, keep: impl Fn(&HeaderValue) -> bool) {
-    let kept: Vec<HeaderValue> = headers
-        .get_all(&name)
-        .iter()
-        .filter(|v| keep(v))
-        .cloned()
-        .collect();
-    headers.remove(&name);
-    for v in kept {
-        headers.append(&name, v);
-    }
-}
-
-/// The token of `Bearer <token>` (scheme in any case).
-fn bearer_token(value: &HeaderValue) -> Option<&str> {
-    let (scheme, token) = value.to_str().ok()?.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
-}
-
 /// Whether a cookie of this name is sless's own.
 fn is_own_cookie(name: &str) -> bool {
     let name = name.trim();
@@ -140,18 +200,113 @@ fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
         .then(|| &s[prefix.len()..])
 }
 
-/// Rewrites the `Cookie` headers without sless's own cookies (a value
-/// that is not text is dropped whole: it cannot be told apart).
+/// Removes every `Authorization` value that carries a token of this
+/// platform's, in any spelling (`carries_own_token`).
+fn strip_own_tokens(headers: &mut HeaderMap, auth: &Auth) {
+    let mut budget = MAX_TOKEN_PIECES;
+    let mut carries = |v: &HeaderValue| carries_own_token(v.as_bytes(), auth, &mut budget);
+    let values = headers.get_all(header::AUTHORIZATION);
+    let Some(first) = values.iter().position(&mut carries) else {
+        return;
+    };
+    let kept: Vec<HeaderValue> = values
+        .iter()
+        .take(first)
+        .cloned()
+        .chain(
+            values
+                .iter()
+                .skip(first + 1)
+                .filter(|v| !carries(v))
+                .cloned(),
+        )
+        .collect();
+    headers.remove(header::AUTHORIZATION);
+    for v in kept {
+        headers.append(header::AUTHORIZATION, v);
+    }
+}
+
+/// Whether an `Authorization` value holds a token signed by one of the
+/// configured keys, among its `token_pieces`; also when checking it would
+/// take more than the request's `budget` of pieces left.
+fn carries_own_token(value: &[u8], auth: &Auth, budget: &mut usize) -> bool {
+    token_pieces(value).any(|piece| {
+        let Some(left) = budget.checked_sub(1) else {
+            return true;
+        };
+        *budget = left;
+        auth.signed_here(piece)
+    })
+}
+
+/// The pieces of an `Authorization` value that are shaped like a compact
+/// JWS, whatever the scheme or separators around them: in every run of
+/// base64url characters and dots (anything else, whitespace, `,`, `=` and
+/// `+`/`/` included, ends a run), every three consecutive non-empty
+/// segments between dots.
+fn token_pieces(value: &[u8]) -> impl Iterator<Item = &str> {
+    value
+        .split(|b| !is_base64url(*b) && *b != b'.')
+        .flat_map(three_segments)
+        // Base64url and dots are ASCII: always text.
+        .filter_map(|piece| std::str::from_utf8(piece).ok())
+}
+
+fn is_base64url(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
+}
+
+/// Each three consecutive segments of a run of segments joined by dots
+/// (`a.b.c.d`: `a.b.c` and `b.c.d`), none of them empty.
+fn three_segments(run: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let starts = std::iter::once(0).chain(dot_positions(run).map(|i| i + 1));
+    starts.filter_map(move |start| {
+        let rest = &run[start..];
+        let mut dots = dot_positions(rest);
+        let (first, second) = (dots.next()?, dots.next()?);
+        let end = dots.next().unwrap_or(rest.len());
+        (first > 0 && second > first + 1 && end > second + 1).then(|| &rest[..end])
+    })
+}
+
+fn dot_positions(s: &[u8]) -> impl Iterator<Item = usize> {
+    s.iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'.')
+        .map(|(i, _)| i)
+}
+
+/// Rewrites the `Cookie` fields without sless's own cookies, joined in one
+/// field (a value that is not text is dropped whole: it cannot be told
+/// apart). One field without any is left as sent.
 fn strip_own_cookies(headers: &mut HeaderMap) {
-    let kept: Vec<String> = headers
-        .get_all(header::COOKIE)
+    let values = headers.get_all(header::COOKIE);
+    let one = values.iter().nth(1).is_none();
+    if one
+        && values.iter().all(|v| {
+            v.to_str()
+                .is_ok_and(|v| !v.split([';', ',']).any(names_own_cookie))
+        })
+    {
+        return;
+    }
+    let kept: Vec<String> = values
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .map(str::trim)
-        .filter(|pair| !pair.is_empty())
-        .filter(|pair| !is_own_cookie(pair.split_once('=').map_or(*pair, |(n, _)| n)))
-        .map(str::to_owned)
+        .map(|piece| {
+            if !piece.split(',').any(names_own_cookie) {
+                return piece.trim().to_owned();
+            }
+            // The others of a `,`-joined piece, with the separators they had.
+            let others: Vec<&str> = piece
+                .split(',')
+                .filter(|c| !c.trim().is_empty() && !names_own_cookie(c))
+                .collect();
+            others.join(",").trim().to_owned()
+        })
+        .filter(|piece| !piece.is_empty())
         .collect();
     headers.remove(header::COOKIE);
     if let Ok(v) = HeaderValue::from_str(&kept.join("; "))
@@ -159,6 +314,138 @@ fn strip_own_cookies(headers: &mut HeaderMap) {
     {
         headers.insert(header::COOKIE, v);
     }
+}
+
+/// Whether a cookie of sless's own is named in this piece of a `Cookie`
+/// value (between `;` or `,`): in any of its whitespace-separated words,
+/// whose name is what comes before a `=`.
+fn names_own_cookie(piece: &str) -> bool {
+    piece
+        .split(|c: char| c.is_ascii_whitespace())
+        .any(|word| is_own_cookie(word.split_once('=').map_or(word, |(name, _)| name)))
+}
+
+/// Drops the forwarding headers a caller sent (`Forwarded`, every
+/// `X-Forwarded-*`, `X-Real-IP`) and writes what the proxy saw instead.
+fn forwarding(headers: &mut HeaderMap, host: Option<HeaderValue>, seen: Seen) {
+    if headers.keys().any(is_forwarding) {
+        let theirs: Vec<HeaderName> = headers
+            .keys()
+            .filter(|n| is_forwarding(n))
+            .cloned()
+            .collect();
+        for name in theirs {
+            headers.remove(name);
+        }
+    }
+    let proto = seen.proto.as_str();
+    // RFC 7239 §4: `for=192.0.2.1` or `for="[2001:db8::1]"`; a host
+    // with a port, or anything but a token, quoted. Written by hand into a
+    // buffer of the exact size, which becomes the value as it is: this
+    // runs on every call.
+    let mut ip_text = [0u8; 48];
+    let ip = seen.peer.map(|ip| {
+        let ip = ip.to_canonical();
+        (ip, ip_as_text(ip, &mut ip_text))
+    });
+    let for_len = ip.map_or(0, |(ip, text)| {
+        "for=;".len() + text.len() + if ip.is_ipv6() { "\"[]\"".len() } else { 0 }
+    });
+    let host_len = host
+        .as_ref()
+        .map_or(0, |h| "host=;".len() + quoted_len(h.as_bytes()));
+    let mut forwarded = Vec::with_capacity(for_len + host_len + "proto=".len() + proto.len());
+    if let Some((ip, text)) = ip {
+        if let Ok(v) = HeaderValue::from_bytes(text) {
+            headers.insert(X_FORWARDED_FOR, v);
+        }
+        forwarded.extend_from_slice(b"for=");
+        if ip.is_ipv6() {
+            forwarded.extend_from_slice(b"\"[");
+            forwarded.extend_from_slice(text);
+            forwarded.extend_from_slice(b"]\"");
+        } else {
+            forwarded.extend_from_slice(text);
+        }
+        forwarded.push(b';');
+    }
+    if let Some(host) = host {
+        forwarded.extend_from_slice(b"host=");
+        push_quoted_unless_token(host.as_bytes(), &mut forwarded);
+        forwarded.push(b';');
+        headers.insert(X_FORWARDED_HOST, host);
+    }
+    forwarded.extend_from_slice(b"proto=");
+    forwarded.extend_from_slice(proto.as_bytes());
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    debug_assert_eq!(forwarded.len(), forwarded.capacity());
+    if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(forwarded)) {
+        headers.insert(header::FORWARDED, v);
+    }
+}
+
+/// An address as text (`192.0.2.1`, `2001:db8::1`), in `buf`.
+fn ip_as_text(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
+    let mut len = 0;
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf[len] = b'.';
+                    len += 1;
+                }
+                for (from, digit) in [(100, octet / 100), (10, octet / 10 % 10), (0, octet % 10)] {
+                    if octet >= from {
+                        buf[len] = b'0' + digit;
+                        len += 1;
+                    }
+                }
+            }
+        }
+        // Rare enough for the formatting machinery; 39 bytes at most.
+        IpAddr::V6(v6) => {
+            let mut out = &mut buf[..];
+            let _ = write!(out, "{v6}");
+            len = 48 - out.len();
+        }
+    }
+    &buf[..len]
+}
+
+/// A caller's say of where its request came from, which the proxy replaces.
+fn is_forwarding(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    name == "forwarded" || name == "x-real-ip" || name.starts_with("x-forwarded-")
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The length of `value` as `push_quoted_unless_token` writes it.
+fn quoted_len(value: &[u8]) -> usize {
+    if !value.is_empty() && value.iter().all(|b| is_tchar(*b)) {
+        return value.len();
+    }
+    let escaped = value.iter().filter(|b| matches!(b, b'"' | b'\\')).count();
+    value.len() + escaped + 2
+}
+
+/// `value` as an RFC 7239 value: as it is when it is a token (RFC 9110
+/// §5.6.2), else a quoted string.
+fn push_quoted_unless_token(value: &[u8], out: &mut Vec<u8>) {
+    if !value.is_empty() && value.iter().all(|b| is_tchar(*b)) {
+        out.extend_from_slice(value);
+        return;
+    }
+    out.push(b'"');
+    for b in value {
+        if matches!(b, b'"' | b'\\') {
+            out.push(b'\\');
+        }
+        out.push(*b);
+    }
+    out.push(b'"');
 }
 
 /// A function's `Set-Cookie`, scoped to its `prefix`; None when it may not
@@ -200,143 +487,4 @@ fn scoped_set_cookie(value: &str, prefix: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const PREFIX: &str = "/fn/sless-ffd1f598c169b0ae/shop";
-
-    #[test]
-    fn hop_by_hop_headers_go_and_so_do_those_connection_names() {
-        let mut h = HeaderMap::new();
-        for (n, v) in [
-            ("connection", "close, x-secret"),
-            ("connection", "X-Other"),
-            ("keep-alive", "timeout=5"),
-            ("te", "trailers"),
-            ("trailer", "x-sum"),
-            ("upgrade", "h2c"),
-            ("proxy-authorization", "Basic x"),
-            ("x-secret", "1"),
-            ("x-other", "2"),
-            ("x-kept", "3"),
-        ] {
-            h.append(HeaderName::from_static(n), HeaderValue::from_static(v));
-        }
-        strip_hop_by_hop(&mut h);
-        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(left, ["x-kept"]);
-    }
-
-    #[test]
-    fn a_cookie_is_held_to_the_function_s_own_paths() {
-        for (set, want) in [
-            ("a=1", Some("a=1; Path=/fn/sless-ffd1f598c169b0ae/shop")),
-            (
-                "a=1; Path=/",
-                Some("a=1; Path=/fn/sless-ffd1f598c169b0ae/shop"),
-            ),
-            (
-                "a=1; Path=/v1; HttpOnly",
-                Some("a=1; HttpOnly; Path=/fn/sless-ffd1f598c169b0ae/shop/v1"),
-            ),
-            (
-                "a=1; path=relative; Max-Age=5",
-                Some("a=1; Max-Age=5; Path=/fn/sless-ffd1f598c169b0ae/shop"),
-            ),
-            (
-                "a=1; Domain=",
-                Some("a=1; Path=/fn/sless-ffd1f598c169b0ae/shop"),
-            ),
-            ("a=1; Domain=127.0.0.1; Path=/v1", None),
-            ("a=1; domain=.example.com", None),
-            ("sless_session=x", None),
-            ("__Host-SLESS_csrf=x; Path=/; Secure", None),
-            ("=nameless", None),
-            ("novalue", None),
-        ] {
-            assert_eq!(scoped_set_cookie(set, PREFIX).as_deref(), want, "{set}");
-        }
-    }
-
-    #[test]
-    fn sless_s_own_cookies_are_those_named_sless_underscore() {
-        for own in [
-            "sless_session",
-            "SLESS_csrf",
-            "__Host-sless_session",
-            "__secure-sless_x",
-            " sless_a",
-        ] {
-            assert!(is_own_cookie(own), "{own}");
-        }
-        for theirs in [
-            "session",
-            "slesssession",
-            "my_sless_session",
-            "__Host-session",
-        ] {
-            assert!(!is_own_cookie(theirs), "{theirs}");
-        }
-    }
-
-    #[test]
-    fn a_request_keeps_other_cookies_and_other_authorization() {
-        let auth = Auth::hs256(b"edge-tests-secret-0123456789abcdef", None, None);
-        let ours = crate::auth::issue_hs256(
-            b"edge-tests-secret-0123456789abcdef",
-            "someone",
-            std::time::Duration::from_secs(60),
-        );
-        let theirs = crate::auth::issue_hs256(
-            b"another-issuer-secret-0123456789abcd",
-            "someone",
-            std::time::Duration::from_secs(60),
-        );
-        let mut h = HeaderMap::new();
-        h.append(
-            header::AUTHORIZATION,
-            HeaderValue::from_str(&format!("bearer {ours}")).unwrap(),
-        );
-        h.append(
-            header::AUTHORIZATION,
-            HeaderValue::from_str(&format!("Bearer {theirs}")).unwrap(),
-        );
-        h.append(
-            header::COOKIE,
-            HeaderValue::from_static("a=1; sless_session=s; b=2"),
-        );
-        h.append(
-            header::COOKIE,
-            HeaderValue::from_static("__Host-sless_csrf=c"),
-        );
-        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8081"));
-        request_headers(&mut h, &auth);
-        let auths: Vec<_> = h.get_all(header::AUTHORIZATION).iter().collect();
-        assert_eq!(
-            auths,
-            [&HeaderValue::from_str(&format!("Bearer {theirs}")).unwrap()]
-        );
-        assert_eq!(h.get(header::COOKIE).unwrap(), "a=1; b=2");
-        assert!(h.get(header::HOST).is_none());
-
-        // Expired, or for another audience: still this platform's credential.
-        let expired = jsonwebtoken::encode(
-            &jsonwebtoken::Header::default(),
-            &serde_json::json!({"sub": "someone", "exp": 1, "aud": "elsewhere"}),
-            &jsonwebtoken::EncodingKey::from_secret(b"edge-tests-secret-0123456789abcdef"),
-        )
-        .unwrap();
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_str(&format!("Bearer {expired}")).unwrap(),
-        );
-        request_headers(&mut h, &auth);
-        assert!(h.get(header::AUTHORIZATION).is_none());
-
-        let mut only_ours = HeaderMap::new();
-        only_ours.insert(header::COOKIE, HeaderValue::from_static("sless_session=s"));
-        request_headers(&mut only_ours, &auth);
-        assert!(only_ours.get(header::COOKIE).is_none());
-    }
-}
+mod tests;

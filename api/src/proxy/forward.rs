@@ -4,12 +4,13 @@
 //! names, when a request without a body finds the remembered one gone),
 //! and the head of the function's answer checked before it is passed on.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, HttpBody};
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::Response;
 use chrono::{DateTime, Utc};
@@ -94,7 +95,14 @@ pub(super) async fn forward(
             ApiError::not_found(format!("function {name:?} not found in namespace {ns:?}"))
         })?;
 
-    edge::request_headers(&mut parts.headers, &state.auth);
+    let seen = edge::Seen {
+        peer: parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip()),
+        proto: edge::Proto::of(state.fn_url.as_deref()),
+    };
+    edge::request_headers(&mut parts.headers, &state.auth, seen);
     parts.headers.insert(X_REQUEST_ID, request_id.clone());
     let meter = Arc::new(Meter::default());
     let mut call = Call {
