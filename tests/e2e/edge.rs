@@ -2,7 +2,8 @@
 //! meets it: tenant B deploys one small Python function per trick, and
 //! tenant A (or anyone) calls them on the functions' origin over raw TCP,
 //! so that every byte on the wire is seen. A's platform token and the
-//! console's cookies never reach B's code; B's cookies stay under its own
+//! console's cookies never reach B's code, in any spelling; B's code is told
+//! where a call came from by the proxy, not by the caller; B's cookies stay under its own
 //! path; an answer that never ends is cut at its bound and recorded so;
 //! what is not HTTP gets a problem document of one shape, in both
 //! directions. The API's origin serves no function.
@@ -53,6 +54,11 @@ const FUNCTIONS: &[Function] = &[
         handle: "return {'authorization': e['headers'].get('authorization'), 'cookie': e['headers'].get('cookie')}",
     },
     Function {
+        name: "teller",
+        timeout_sec: 10,
+        handle: "return {k: e['headers'].get(k) for k in ('x-forwarded-for', 'x-forwarded-host', 'x-forwarded-proto', 'forwarded', 'x-real-ip')}",
+    },
+    Function {
         name: "cookies",
         timeout_sec: 10,
         handle: "return {'statusCode': 200, 'body': 'ok', 'headers': {'Set-Cookie': ['wide=1; Domain=127.0.0.1; Path=/v1', 'sless_session=forged; Path=/', 'mine=1; Path=/; HttpOnly'], 'Clear-Site-Data': '\"cookies\"'}}",
@@ -94,6 +100,13 @@ enum Want {
         authorization: Option<&'static str>,
         cookie: Option<&'static str>,
     },
+    /// 200, and the function was told these of the call: `X-Forwarded-For`
+    /// and `Forwarded`, whatever the caller said (`X-Forwarded-Host` is the
+    /// request's `Host`, `X-Forwarded-Proto` `http`, no `X-Real-IP`).
+    Told {
+        forwarded_for: &'static str,
+        forwarded: &'static str,
+    },
     /// 200 with exactly these `Set-Cookie` values, and no `Clear-Site-Data`.
     Cookies(&'static [&'static str]),
     /// A problem document of this status and kind, without the parser's words.
@@ -118,6 +131,24 @@ const CASES: &[Case] = &[
         },
     },
     Case {
+        what: "nor in another spelling: a tab, no scheme, another scheme, beside Basic",
+        function: "grabber",
+        request: "GET {path} HTTP/1.1\r\nHost: fn.test\r\nAuthorization: Bearer\t{token}\r\nAuthorization: {token}\r\nAuthorization: Token {token}\r\nAuthorization: bearer  {token}, Basic dXNlcjpwYXNz\r\nConnection: close\r\n\r\n",
+        want: Want::Saw {
+            authorization: None,
+            cookie: None,
+        },
+    },
+    Case {
+        what: "the field with A's token goes, another arrives",
+        function: "grabber",
+        request: "GET {path} HTTP/1.1\r\nHost: fn.test\r\nAuthorization: JWT {token}\r\nAuthorization: Basic dXNlcjpwYXNz\r\nConnection: close\r\n\r\n",
+        want: Want::Saw {
+            authorization: Some("Basic dXNlcjpwYXNz"),
+            cookie: None,
+        },
+    },
+    Case {
         what: "a token sless did not issue reaches it as sent",
         function: "grabber",
         request: "GET {path} HTTP/1.1\r\nHost: fn.test\r\nAuthorization: Bearer their.own.token\r\nConnection: close\r\n\r\n",
@@ -133,6 +164,24 @@ const CASES: &[Case] = &[
         want: Want::Saw {
             authorization: None,
             cookie: Some("theme=dark"),
+        },
+    },
+    Case {
+        what: "nor do they when joined by commas or sent in several fields",
+        function: "grabber",
+        request: "GET {path} HTTP/1.1\r\nHost: fn.test\r\nCookie: theme=dark, sless_session=s3cret\r\nCookie: __Host-SLESS_session=s3cret,lang=en\r\nConnection: close\r\n\r\n",
+        want: Want::Saw {
+            authorization: None,
+            cookie: Some("theme=dark; lang=en"),
+        },
+    },
+    Case {
+        what: "the function is told where the call came from by the proxy, not by the caller",
+        function: "teller",
+        request: "GET {path} HTTP/1.1\r\nHost: fn.test\r\nX-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6;proto=https\r\nX-Forwarded-Host: bank.example\r\nX-Forwarded-Proto: https\r\nX-Real-IP: 6.6.6.6\r\nConnection: close\r\n\r\n",
+        want: Want::Told {
+            forwarded_for: "127.0.0.1",
+            forwarded: "for=127.0.0.1;host=fn.test;proto=http",
         },
     },
     Case {
@@ -338,6 +387,18 @@ async fn no_platform_credential_crosses_the_proxy_and_every_answer_is_bounded_an
                     "{what}: {saw}"
                 );
                 assert_eq!(saw["cookie"].as_str(), *cookie, "{what}: {saw}");
+            }
+            Want::Told {
+                forwarded_for,
+                forwarded,
+            } => {
+                assert_eq!(wire.status, 200, "{what}: {body}");
+                let told = wire.json();
+                assert_eq!(told["x-forwarded-for"], *forwarded_for, "{what}: {told}");
+                assert_eq!(told["forwarded"], *forwarded, "{what}: {told}");
+                assert_eq!(told["x-forwarded-host"], "fn.test", "{what}: {told}");
+                assert_eq!(told["x-forwarded-proto"], "http", "{what}: {told}");
+                assert!(told["x-real-ip"].is_null(), "{what}: {told}");
             }
             Want::Cookies(want) => {
                 assert_eq!(wire.status, 200, "{what}: {body}");
