@@ -86,7 +86,7 @@ pub fn run(args: JailArgs) -> anyhow::Result<serde_json::Value> {
             } = sandbox.prepare(&jail)?;
             command.stdout(Stdio::null());
             let mut child = command.spawn()?;
-            let jail_held = pending.spawned();
+            let jail_held = pending.spawned(Some(child.id()));
             let status = child.wait()?;
             drop(jail_held);
             anyhow::ensure!(status.success(), "{name} in a jail: {status}");

@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 
-use sless_sandbox::{Identity, Jail, Mount, Pending, Sandbox, SandboxOptions};
+use sless_sandbox::{Identity, Jail, Mount, Pending, Sandbox, SandboxOptions, Sandboxed};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex, mpsc};
@@ -260,7 +260,6 @@ impl RunAs {
             source: own.to_path_buf(),
             dest: own.to_path_buf(),
         }];
-        jail.parent_death_signal = libc::SIGINT;
         jail.program_death_signal = Some(libc::SIGINT);
         jail.label = "postgres".to_owned();
         let prepared = sandbox.prepare(&jail).map_err(|e| trouble(e.to_string()))?;
@@ -279,30 +278,34 @@ pub(crate) struct Launch {
 }
 
 impl Launch {
-    /// Spawns it: the child, and the pid to signal: the program's, which in
-    /// a sandbox is not the child's (bwrap runs it, a child of its init).
-    /// Blocks until the sandbox runs the program.
-    pub fn spawn(mut self) -> io::Result<(std::process::Child, u32)> {
+    /// Spawns it: the child, the pid to signal (the program's, which in
+    /// a sandbox is not the child's: bwrap runs it, a child of its init),
+    /// and the sandbox, to keep as long as the child runs (dropping it ends
+    /// the sandbox). Blocks until the sandbox runs the program.
+    pub fn spawn(mut self) -> io::Result<(std::process::Child, u32, Option<Sandboxed>)> {
         let spawned = self.command.spawn();
-        let sandbox = self.pending.take().map(Pending::spawned);
+        let sandbox = self
+            .pending
+            .take()
+            .map(|p| p.spawned(spawned.as_ref().ok().map(std::process::Child::id)));
         let mut child = spawned?;
         let Some(mut sandbox) = sandbox else {
             let pid = child.id();
-            return Ok((child, pid));
+            return Ok((child, pid, None));
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(pid) = sandbox.program_pid() {
-                return Ok((child, pid));
+                return Ok((child, pid, Some(sandbox)));
             }
-            if let Some(status) = child.try_wait()? {
-                // It ended before the program ran: the keeper reports it.
-                let _ = status;
+            if child.try_wait()?.is_some() {
+                // It ended before the program ran: the supervisor reports it.
                 let pid = child.id();
-                return Ok((child, pid));
+                return Ok((child, pid, Some(sandbox)));
             }
             if Instant::now() >= deadline {
-                let _ = child.kill();
+                // The sandbox's keeper ends it (never SIGKILL the keeper).
+                sandbox.kill();
                 let _ = child.wait();
                 return Err(io::Error::other("the sandbox did not start the program"));
             }
@@ -313,7 +316,8 @@ impl Launch {
     /// Runs it to the end and collects its output.
     pub fn output(mut self) -> io::Result<std::process::Output> {
         let out = self.command.output();
-        drop(self.pending.take().map(Pending::spawned));
+        // It has ended (and was reaped): no keeper is left to signal.
+        drop(self.pending.take().map(|p| p.spawned(None)));
         out
     }
 }
@@ -402,7 +406,7 @@ impl Keeper {
         std::thread::Builder::new()
             .name(thread_name.to_owned())
             .spawn(move || {
-                let (mut child, pid) = match launch.spawn() {
+                let (mut child, pid, _sandbox) = match launch.spawn() {
                     Ok(spawned) => spawned,
                     Err(e) => {
                         let _ = spawned_tx.send(Err(e));

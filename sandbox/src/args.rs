@@ -5,7 +5,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::{HostLayout, Jail, Mount, OWNER_ENV, TopEntry, View};
+use crate::{HostLayout, Jail, Mount, Network, OWNER_ENV, TopEntry, View};
 
 /// What of `/etc` an untrusted jail sees, where the host has it: enough to
 /// run programs (the dynamic linker's cache, `alternatives`), resolve names
@@ -41,6 +41,9 @@ pub(crate) struct Fds {
     pub seccomp: Option<i32>,
     /// One per [`Mount::File`], in the order of `jail.mounts`.
     pub files: Vec<i32>,
+    /// bwrap's child reads a byte here before it forks the program
+    /// ([`Network::Outbound`]: once the network is up).
+    pub block: Option<i32>,
 }
 
 fn os(s: impl AsRef<OsStr>) -> OsString {
@@ -96,6 +99,10 @@ pub(crate) fn bwrap_args(
         // must see another postmaster of the same cluster.
         push!("--unshare-ipc");
     }
+    if jail.network != Network::Host {
+        // bwrap brings the namespace's loopback up.
+        push!("--unshare-net");
+    }
     if jail.owner.is_some() {
         push!("--unsetenv", OWNER_ENV);
     }
@@ -117,6 +124,9 @@ pub(crate) fn bwrap_args(
             // bwrap 0.8 makes the parents of a mount point 0700 unless told.
             push!("--perms", "0755", "--dir", "/etc");
             for etc in ETC_FOR_UNTRUSTED {
+                if *etc == "/etc/resolv.conf" && jail.network == Network::Outbound {
+                    continue; // a file of its own (exec.rs)
+                }
                 push!("--ro-bind-try", etc, etc);
             }
         }
@@ -173,6 +183,9 @@ pub(crate) fn bwrap_args(
     }
 
     a.extend([os("--info-fd"), fd(fds.info)]);
+    if let Some(n) = fds.block {
+        a.extend([os("--block-fd"), fd(n)]);
+    }
     if let Some(n) = fds.seccomp {
         a.extend([os("--seccomp"), fd(n)]);
     }
@@ -302,6 +315,7 @@ mod tests {
             info: 7,
             seccomp: Some(8),
             files: vec![],
+            block: None,
         };
         let args = joined(&bwrap_args(
             &jail,
@@ -345,6 +359,7 @@ mod tests {
             info: 5,
             seccomp: None,
             files: vec![],
+            block: None,
         };
         let args = joined(&bwrap_args(
             &jail,
@@ -413,11 +428,43 @@ mod tests {
             info: 3,
             seccomp: None,
             files: vec![9],
+            block: None,
         };
         let args = joined(&bwrap_args(&jail, &layout(), Path::new("setpriv"), &fds));
         assert!(
             args.contains("--perms 0444 --ro-bind-data 9 /etc/passwd"),
             "{args}"
         );
+    }
+
+    #[test]
+    fn a_jail_of_its_own_network_unshares_it_and_an_outbound_one_waits_and_has_its_resolver() {
+        let mut jail = Jail::untrusted(Identity::NOBODY, "/bin/true");
+        let fds = Fds {
+            info: 3,
+            block: Some(11),
+            ..Fds::default()
+        };
+        let host = joined(&bwrap_args(
+            &jail,
+            &layout(),
+            Path::new("setpriv"),
+            &Fds::default(),
+        ));
+        assert!(!host.contains("--unshare-net"), "{host}");
+        jail.network = Network::Loopback;
+        let own = joined(&bwrap_args(
+            &jail,
+            &layout(),
+            Path::new("setpriv"),
+            &Fds::default(),
+        ));
+        assert!(own.contains("--unshare-net"), "{own}");
+        assert!(!own.contains("--block-fd"), "{own}");
+        jail.network = Network::Outbound;
+        let out = joined(&bwrap_args(&jail, &layout(), Path::new("setpriv"), &fds));
+        assert!(out.contains("--unshare-net"), "{out}");
+        assert!(out.contains("--info-fd 3 --block-fd 11"), "{out}");
+        assert!(!out.contains("/etc/resolv.conf"), "{out}");
     }
 }

@@ -10,12 +10,23 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use crate::cgroup::Cgroup;
-use crate::{Jail, Mount, OWNER_ENV, Result, Sandbox, SandboxError, View, args, io_error};
+use crate::keeper::{self, Rlimit};
+use crate::{
+    Jail, Mount, Network, OWNER_ENV, Result, SLIRP4NETNS_PACKAGE, Sandbox, SandboxError, View,
+    args, io_error, network,
+};
 
 /// A jail ready to spawn: `command` runs it; once it is spawned (or failed
-/// to), call [`Pending::spawned`]. Spawn it from a thread that lives as
-/// long as the jail should: bwrap gets the jail's parent-death signal when
-/// that thread ends.
+/// to), call [`Pending::spawned`] with the spawned process's pid.
+///
+/// The spawned process is the jail's *keeper* (see the crate docs), whose
+/// child is bwrap, and its exit status is bwrap's: wait on it as on bwrap.
+/// Spawn it from a thread that lives as long as the jail should (the
+/// keeper ends the jail when that thread ends), with tokio's
+/// `kill_on_drop(false)`, and never SIGKILL it: a keeper killed cannot
+/// clean up. End a jail with [`Sandboxed::kill`] (or by dropping it).
+/// Pre-exec hooks added to `command` run in bwrap's process, not the
+/// keeper's.
 pub struct Prepared {
     pub command: Command,
     pub pending: Pending,
@@ -23,16 +34,17 @@ pub struct Prepared {
 
 /// What a prepared jail holds until it is spawned.
 pub struct Pending {
-    /// Our copies of the descriptors bwrap reads.
+    /// Our copies of the descriptors bwrap (or its keeper) reads.
     keep: Vec<OwnedFd>,
     info: File,
     cgroup: Option<Cgroup>,
+    outbound: Option<network::Outbound>,
 }
 
 impl Pending {
     /// Closes our copies of bwrap's descriptors: call once the command was
-    /// spawned (or failed to).
-    pub fn spawned(mut self) -> Sandboxed {
+    /// spawned, with the spawned process's pid, or failed to (`None`).
+    pub fn spawned(mut self, child_pid: Option<u32>) -> Sandboxed {
         self.keep.clear();
         if let Some(group) = self.cgroup.as_mut() {
             group.joined();
@@ -41,16 +53,25 @@ impl Pending {
             info: Some(self.info),
             cgroup: self.cgroup,
             sandbox_pid: None,
+            keeper: child_pid.and_then(pidfd_open),
+            outbound: self.outbound,
+            slirp: None,
         }
     }
 }
 
-/// A spawned jail.
+/// A spawned jail. Dropping it ends the jail ([`Sandboxed::kill`]).
 pub struct Sandboxed {
     info: Option<File>,
     /// The jail's cgroup, where the machine has them.
     pub cgroup: Option<Cgroup>,
     sandbox_pid: Option<u32>,
+    /// The keeper, as a pidfd: a signal never reaches another process.
+    keeper: Option<OwnedFd>,
+    /// An `Outbound` jail not yet started.
+    pub(crate) outbound: Option<network::Outbound>,
+    /// slirp4netns, once started.
+    pub(crate) slirp: Option<std::process::Child>,
 }
 
 impl Sandboxed {
@@ -73,6 +94,55 @@ impl Sandboxed {
             std::fs::read_to_string(format!("/proc/{init}/task/{init}/children")).ok()?;
         children.split_whitespace().next()?.parse().ok()
     }
+
+    /// Ends the jail and everything in it, whatever stage its setup is at:
+    /// its keeper is told to end it (it SIGKILLs bwrap and whatever
+    /// bwrap left, then exits as bwrap did; wait on the spawned process as
+    /// usual), and its slirp4netns is killed. Idempotent; does not block.
+    pub fn kill(&mut self) {
+        if let Some(keeper) = &self.keeper {
+            // SAFETY: pidfd_send_signal on a pidfd we own; ESRCH (it has
+            // already exited) is fine.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    keeper.as_raw_fd(),
+                    keeper::END,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            }
+        }
+        if let Some(mut slirp) = self.slirp.take() {
+            let _ = slirp.kill();
+            let _ = slirp.wait();
+        }
+        // Last: the program must not start (an `Outbound` jail's bwrap
+        // goes on when its block pipe closes) before the keeper is told.
+        self.outbound = None;
+    }
+}
+
+impl Drop for Sandboxed {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A pidfd of `pid`, a child not yet waited for (so the pid is its own).
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; the descriptor is new.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        tracing::warn!(
+            pid,
+            "pidfd_open of a jail's keeper failed ({}); it ends only with its spawning thread",
+            std::io::Error::last_os_error()
+        );
+        return None;
+    }
+    // SAFETY: a new descriptor that nothing else owns.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 fn read_child_pid(mut info: File) -> Option<u32> {
@@ -116,14 +186,6 @@ fn pipe() -> Result<(File, OwnedFd)> {
     }
     // SAFETY: both descriptors are new and ours.
     unsafe { Ok((File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
-}
-
-/// One `setrlimit` the spawned process makes.
-#[derive(Clone, Copy)]
-struct Rlimit {
-    resource: libc::__rlimit_resource_t,
-    soft: u64,
-    hard: u64,
 }
 
 fn rlimits(jail: &Jail, sandbox: &Sandbox) -> Vec<Rlimit> {
@@ -176,6 +238,21 @@ pub(crate) fn prepare(sandbox: &Sandbox, jail: &Jail) -> Result<Prepared> {
         ));
     }
     let inner = &sandbox.inner;
+    let slirp4netns = match jail.network {
+        Network::Outbound => {
+            Some(
+                inner
+                    .slirp4netns
+                    .clone()
+                    .map_err(|searched| SandboxError::Missing {
+                        tool: "slirp4netns",
+                        package: SLIRP4NETNS_PACKAGE,
+                        searched,
+                    })?,
+            )
+        }
+        Network::Host | Network::Loopback => None,
+    };
     let mut keep: Vec<OwnedFd> = Vec::new();
     let (info_read, info_write) = pipe()?;
     let mut fds = args::Fds {
@@ -183,6 +260,25 @@ pub(crate) fn prepare(sandbox: &Sandbox, jail: &Jail) -> Result<Prepared> {
         ..Default::default()
     };
     keep.push(info_write);
+    // An `Outbound` jail waits on its block pipe until its network is up;
+    // the write end of slirp4netns's exit pipe is held by the keeper alone
+    // (our copy closes at `spawned`), so slirp4netns ends with the jail.
+    let mut outbound = None;
+    let mut hold = None;
+    if let Some(slirp4netns) = slirp4netns {
+        let (block_read, block_write) = pipe()?;
+        fds.block = Some(block_read.as_raw_fd());
+        keep.push(OwnedFd::from(block_read));
+        let (exit_read, exit_write) = pipe()?;
+        hold = Some(exit_write.as_raw_fd());
+        keep.push(exit_write);
+        outbound = Some(network::Outbound {
+            slirp4netns,
+            owner: jail.owner.clone(),
+            block: block_write,
+            exit: OwnedFd::from(exit_read),
+        });
+    }
     if jail.view == View::Untrusted {
         let fd = memfd("sless-seccomp", &inner.seccomp)?;
         fds.seccomp = Some(fd.as_raw_fd());
@@ -198,6 +294,14 @@ pub(crate) fn prepare(sandbox: &Sandbox, jail: &Jail) -> Result<Prepared> {
         mounts.push(Mount::File {
             dest: "/etc/group".into(),
             contents: group,
+        });
+    }
+    if jail.network == Network::Outbound {
+        // The host's resolver may be on an address the namespace cannot
+        // reach (a loopback one); slirp4netns forwards DNS from here.
+        mounts.push(Mount::File {
+            dest: "/etc/resolv.conf".into(),
+            contents: network::RESOLV_CONF.to_vec(),
         });
     }
     for mount in &mounts {
@@ -237,62 +341,25 @@ pub(crate) fn prepare(sandbox: &Sandbox, jail: &Jail) -> Result<Prepared> {
         command.env(OWNER_ENV, owner);
     }
 
-    let mut inherit: Vec<RawFd> = keep.iter().map(AsRawFd::as_raw_fd).collect();
+    let mut inherit: Vec<RawFd> = keep
+        .iter()
+        .map(AsRawFd::as_raw_fd)
+        .filter(|fd| Some(*fd) != hold)
+        .collect();
     inherit.push(args_fd.as_raw_fd());
     keep.push(args_fd);
-    let join: Vec<RawFd> = cgroup.as_ref().map(Cgroup::join_fds).unwrap_or_default();
-    let limits = rlimits(jail, sandbox);
-    let death = jail.parent_death_signal;
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    let hook = move || -> std::io::Result<()> {
-        // Between fork and exec: system calls only, no allocation.
-        // SAFETY: plain system calls on descriptors and values we own.
-        unsafe {
-            for &fd in &join {
-                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            for &fd in &inherit {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            for l in &limits {
-                let value = libc::rlimit {
-                    rlim_cur: l.soft,
-                    rlim_max: l.hard,
-                };
-                if libc::setrlimit(l.resource, &value) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            // Dispositions are inherited through exec: a signal ignored by
-            // whoever started sless (SIGINT, SIGQUIT under a shell's `&`)
-            // must not be ignored by bwrap, whose parent-death signal it
-            // may be, nor by the program.
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            for sig in 1..32 {
-                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                    libc::signal(sig, libc::SIG_DFL);
-                }
-            }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, death as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-        }
-        Ok(())
+    let setup = keeper::Setup {
+        // SAFETY: getpid has no preconditions.
+        owner: unsafe { libc::getpid() },
+        join: cgroup.as_ref().map(Cgroup::join_fds).unwrap_or_default(),
+        inherit,
+        limits: rlimits(jail, sandbox),
+        hold,
     };
     // SAFETY: the hook makes only async-signal-safe system calls and does
-    // not allocate.
+    // not allocate (keeper.rs).
     unsafe {
-        command.pre_exec(hook);
+        command.pre_exec(move || setup.run());
     }
     Ok(Prepared {
         command,
@@ -300,6 +367,7 @@ pub(crate) fn prepare(sandbox: &Sandbox, jail: &Jail) -> Result<Prepared> {
             keep,
             info: info_read,
             cgroup,
+            outbound,
         },
     })
 }

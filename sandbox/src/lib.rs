@@ -15,6 +15,15 @@
 //! program does (or when bwrap is killed: `--die-with-parent`), daemons and
 //! double forks included.
 //!
+//! The process the owner spawns is not bwrap but the jail's keeper
+//! ([`keeper`]), whose child bwrap is: it ends the jail, whatever stage
+//! bwrap's setup is at, when the owner (the thread that spawned it) ends
+//! or asks ([`Sandboxed::kill`]), and exits as bwrap did.
+//!
+//! A jail has the host's network, or a network namespace of its own
+//! ([`Network`]): with only its loopback, or going out through
+//! slirp4netns ([`network`]).
+//!
 //! Limits go into a cgroup of the jail's own where the machine lets sless
 //! write the cgroup tree ([`cgroup`]), else into resource limits of the
 //! process (`RLIMIT_DATA`, `RLIMIT_NPROC`). A file-size limit, a CPU-time
@@ -27,6 +36,8 @@ mod args;
 pub mod cgroup;
 mod exec;
 mod inject;
+mod keeper;
+mod network;
 mod seccomp;
 
 use std::ffi::OsString;
@@ -41,6 +52,8 @@ pub use exec::{Pending, Prepared, Sandboxed};
 
 /// The Debian package that has `bwrap`.
 pub const BUBBLEWRAP_PACKAGE: &str = "bubblewrap";
+/// The Debian package that has `slirp4netns`, for [`Network::Outbound`].
+pub const SLIRP4NETNS_PACKAGE: &str = "slirp4netns";
 /// The environment variable that names the sandbox's owner on bwrap's own
 /// processes (never on the jailed program's): see [`Jail::owner`].
 pub const OWNER_ENV: &str = "SLESS_SANDBOX_OF";
@@ -146,6 +159,17 @@ pub struct Limits {
     pub cpu_secs: Option<u64>,
 }
 
+/// The network a jail sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// The host's network, as today (services of sless's own, e.g. the embedded PostgreSQL).
+    Host,
+    /// A network namespace of the jail's own with only its loopback: no way out.
+    Loopback,
+    /// A network namespace of the jail's own whose traffic goes out through a user-mode network stack (slirp4netns, Debian package `slirp4netns`): it reaches the outside as the host does, but not the host's loopback nor anything listening only there.
+    Outbound,
+}
+
 /// One process to run in a sandbox: see the crate docs.
 #[derive(Debug, Clone)]
 pub struct Jail {
@@ -163,11 +187,13 @@ pub struct Jail {
     /// Size of the private `/tmp` (and of `/dev/shm`), in bytes.
     pub tmp_bytes: u64,
     pub limits: Limits,
-    /// The signal bwrap gets when the thread that spawned it ends (the
-    /// jail then ends too: SIGKILL for untrusted code).
-    pub parent_death_signal: libc::c_int,
+    /// Its network. A jail of [`Network::Outbound`] must be started
+    /// ([`Sandboxed::start`]) once spawned.
+    pub network: Network,
     /// The signal the program itself gets when its parent (the jail's
-    /// init) ends. The jail's PID namespace ends with bwrap in any case.
+    /// init) ends. The jail's PID namespace ends with bwrap in any case,
+    /// and bwrap with its keeper, which ends when the thread that spawned
+    /// it ends.
     pub program_death_signal: Option<libc::c_int>,
     /// Names the jail's cgroup (`[A-Za-z0-9._-]`, other bytes become `_`).
     pub label: String,
@@ -178,7 +204,7 @@ pub struct Jail {
 
 impl Jail {
     /// A jail for untrusted code: [`View::Untrusted`], a 64 MiB `/tmp`,
-    /// no limits yet, SIGKILL when the spawning thread ends.
+    /// no limits yet, the host's network.
     pub fn untrusted(identity: Identity, program: impl Into<PathBuf>) -> Jail {
         Jail {
             identity,
@@ -190,7 +216,7 @@ impl Jail {
             mounts: Vec::new(),
             tmp_bytes: 64 << 20,
             limits: Limits::default(),
-            parent_death_signal: libc::SIGKILL,
+            network: Network::Host,
             program_death_signal: None,
             label: "jail".to_owned(),
             owner: None,
@@ -249,7 +275,7 @@ pub struct SandboxOptions {
     /// bwrap itself, where it is not in `search_path` or the system's
     /// directories.
     pub bwrap: Option<PathBuf>,
-    /// Where bwrap and setpriv are looked for first (the caller's `PATH`),
+    /// Where bwrap, setpriv and slirp4netns are looked for first (the caller's `PATH`),
     /// before `/usr/bin`, `/bin` and `/usr/sbin`. This crate reads no
     /// environment: empty, only those are searched.
     pub search_path: Vec<PathBuf>,
@@ -258,6 +284,8 @@ pub struct SandboxOptions {
 struct Inner {
     bwrap: PathBuf,
     setpriv: PathBuf,
+    /// Where slirp4netns is, or where it was looked for.
+    slirp4netns: Result<PathBuf, String>,
     host: HostLayout,
     cgroups: Option<cgroup::Hierarchy>,
     seccomp: Vec<u8>,
@@ -300,6 +328,12 @@ impl Sandbox {
             None => find_program("bwrap", BUBBLEWRAP_PACKAGE, &opts.search_path)?,
         };
         let setpriv = find_program("setpriv", "util-linux", &opts.search_path)?;
+        let slirp4netns = match find_program("slirp4netns", SLIRP4NETNS_PACKAGE, &opts.search_path)
+        {
+            Ok(path) => Ok(path),
+            Err(SandboxError::Missing { searched, .. }) => Err(searched),
+            Err(other) => return Err(other),
+        };
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
         if uid != 0 {
@@ -323,6 +357,7 @@ impl Sandbox {
             inner: Arc::new(Inner {
                 bwrap,
                 setpriv,
+                slirp4netns,
                 host: HostLayout::read(),
                 cgroups,
                 seccomp: seccomp::filter(),
@@ -343,7 +378,8 @@ impl Sandbox {
         &self.inner.bwrap
     }
 
-    /// Turns `jail` into a command to spawn (see [`Prepared`]).
+    /// Turns `jail` into a command to spawn (see [`Prepared`]). A jail of
+    /// [`Network::Outbound`] needs slirp4netns ([`SandboxError::Missing`]).
     pub fn prepare(&self, jail: &Jail) -> Result<Prepared> {
         exec::prepare(self, jail)
     }
@@ -379,7 +415,7 @@ impl Sandbox {
         let mut child = command
             .spawn()
             .map_err(io_error(format!("running {}", self.inner.bwrap.display())))?;
-        let _sandboxed = pending.spawned();
+        let _sandboxed = pending.spawned(Some(child.id()));
         let mut out = String::new();
         let mut err = String::new();
         if let Some(mut s) = child.stdout.take() {

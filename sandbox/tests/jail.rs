@@ -42,7 +42,7 @@ fn run(sandbox: &Sandbox, jail: &Jail) -> Ran {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = command.spawn().unwrap();
-    let mut sandboxed = pending.spawned();
+    let mut sandboxed = pending.spawned(Some(child.id()));
     let _ = sandboxed.sandbox_pid();
     let mut stdout = String::new();
     let mut stderr = String::new();
@@ -294,7 +294,7 @@ fn a_jail_dies_with_the_thread_that_spawned_it() {
         } = s2.prepare(&jail).unwrap();
         command.stdin(Stdio::null()).stdout(Stdio::null());
         let child = command.spawn().unwrap();
-        let mut sandboxed = pending.spawned();
+        let mut sandboxed = pending.spawned(Some(child.id()));
         let pid = sandboxed.sandbox_pid();
         // The thread ends once the program runs.
         running_as_tenant(&mut sandboxed);
@@ -333,7 +333,7 @@ fn the_program_pid_is_the_child_of_the_jails_init() {
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut child = command.spawn().unwrap();
-    let mut sandboxed = pending.spawned();
+    let mut sandboxed = pending.spawned(Some(child.id()));
     let init = sandboxed.sandbox_pid().unwrap();
     let program = running_as_tenant(&mut sandboxed);
     assert_ne!(init, program);
@@ -452,7 +452,7 @@ fn a_running_jail_is_shown_a_directory_read_only_and_held_to_a_new_memory_limit(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = command.spawn().unwrap();
-    let mut sandboxed = pending.spawned();
+    let mut sandboxed = pending.spawned(Some(child.id()));
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
