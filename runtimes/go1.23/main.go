@@ -10,7 +10,9 @@
 //
 // Configuration (environment):
 //
-//	SLESS_PORT        port to listen on (required)
+//	SLESS_LISTEN_FD   a listening TCP socket the process inherited, to serve on
+//	                  (how the local driver starts it: the socket is sless's)
+//	SLESS_PORT        port to listen on (required without SLESS_LISTEN_FD)
 //	SLESS_HOST        address to listen on (default 127.0.0.1)
 //	SLESS_CODE_DIR    directory with the user's files (required); the working directory
 //	SLESS_ENTRYPOINT  package.Function, e.g. handler.Handle
@@ -98,6 +100,8 @@ func invalid(format string, args ...any) error {
 type config struct {
 	host, codeDir, entrypoint string
 	port                      int
+	// listenFd is the inherited listening socket, or -1.
+	listenFd int
 }
 
 func readConfig(job bool) config {
@@ -109,7 +113,15 @@ func readConfig(job bool) config {
 	codeDir := strings.TrimSpace(os.Getenv("SLESS_CODE_DIR"))
 	entrypoint := strings.TrimSpace(os.Getenv("SLESS_ENTRYPOINT"))
 	port := 0
-	if !job {
+	listenFd := -1
+	if fdText := strings.TrimSpace(os.Getenv("SLESS_LISTEN_FD")); fdText != "" && !job {
+		fd, err := strconv.Atoi(fdText)
+		if err != nil || fd < 0 {
+			fail(exitConfig, "SLESS_LISTEN_FD %q is not a file descriptor", fdText)
+		}
+		listenFd = fd
+	}
+	if !job && listenFd < 0 {
 		if portText == "" {
 			fail(exitConfig, "SLESS_PORT is not set")
 		}
@@ -128,7 +140,7 @@ func readConfig(job bool) config {
 	if entrypoint == "" {
 		fail(exitConfig, "SLESS_ENTRYPOINT is not set")
 	}
-	return config{host: host, codeDir: codeDir, entrypoint: entrypoint, port: port}
+	return config{host: host, codeDir: codeDir, entrypoint: entrypoint, port: port, listenFd: listenFd}
 }
 
 var (
@@ -828,9 +840,23 @@ func main() {
 	}
 
 	addr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
-	listener, err := net.Listen("tcp", addr)
-	if err != nil {
-		fail(exitListen, "cannot listen on %s: %v", addr, err)
+	var listener net.Listener
+	var err error
+	if cfg.listenFd >= 0 {
+		// A socket bound and listening already, handed over by whoever
+		// started this process: serve on it as it is.
+		addr = "SLESS_LISTEN_FD " + strconv.Itoa(cfg.listenFd)
+		file := os.NewFile(uintptr(cfg.listenFd), "sless-listener")
+		listener, err = net.FileListener(file)
+		if err != nil {
+			fail(exitListen, "cannot serve on %s: %v", addr, err)
+		}
+		file.Close()
+	} else {
+		listener, err = net.Listen("tcp", addr)
+		if err != nil {
+			fail(exitListen, "cannot listen on %s: %v", addr, err)
+		}
 	}
 	// Go's TCP connections have Nagle's algorithm off (TCP_NODELAY) already.
 	srv := &http.Server{

@@ -8,7 +8,9 @@
  * is described in runtimes/README.md; it is the same for every runtime.
  *
  * Configuration (environment):
- *   SLESS_PORT        port to listen on (required)
+ *   SLESS_LISTEN_FD   a listening TCP socket the process inherited, to serve
+ *                     on (how the local driver starts it: the socket is sless's)
+ *   SLESS_PORT        port to listen on (required without SLESS_LISTEN_FD)
  *   SLESS_HOST        address to listen on (default 127.0.0.1)
  *   SLESS_CODE_DIR    directory with the user's files (required); the working
  *                     directory, and where `node_modules` is looked up
@@ -83,6 +85,17 @@ class InvalidResponse extends Error {}
 // Configuration and loading
 // ---------------------------------------------------------------------------
 
+/** The inherited listening socket SLESS_LISTEN_FD names, or null. */
+function listenFd(env) {
+  const text = (env.SLESS_LISTEN_FD || '').trim();
+  if (!text) return null;
+  const fd = /^[0-9]+$/.test(text) ? Number(text) : -1;
+  if (!(fd >= 0 && Number.isSafeInteger(fd))) {
+    fail(EXIT_CONFIG, `SLESS_LISTEN_FD ${JSON.stringify(text)} is not a file descriptor`);
+  }
+  return fd;
+}
+
 function readConfig(env, job = false) {
   const portText = (env.SLESS_PORT || '').trim();
   const host = (env.SLESS_HOST || '').trim() || '127.0.0.1';
@@ -90,7 +103,8 @@ function readConfig(env, job = false) {
   const entrypoint = (env.SLESS_ENTRYPOINT || '').trim();
 
   let port = null;
-  if (!job) {
+  const fd = job ? null : listenFd(env);
+  if (!job && fd === null) {
     if (!portText) fail(EXIT_CONFIG, 'SLESS_PORT is not set');
     port = /^[+-]?[0-9]+$/.test(portText) ? Number(portText) : -1;
     if (!(port >= 0 && port <= 65535)) {
@@ -106,7 +120,7 @@ function readConfig(env, job = false) {
   }
   if (!isDir) fail(EXIT_CONFIG, `SLESS_CODE_DIR ${JSON.stringify(codeDir)} is not a directory`);
   if (!entrypoint) fail(EXIT_CONFIG, 'SLESS_ENTRYPOINT is not set');
-  return { host, port, codeDir: path.resolve(codeDir), entrypoint };
+  return { host, port, fd, codeDir: path.resolve(codeDir), entrypoint };
 }
 
 /** The file of a dotted module name below `codeDir`, or null. */
@@ -691,7 +705,7 @@ async function main() {
     process.chdir(codeDir);
     return runJob(await loadEntrypoint(codeDir, entrypoint));
   }
-  const { host, port, codeDir, entrypoint } = readConfig(process.env);
+  const { host, port, fd, codeDir, entrypoint } = readConfig(process.env);
   process.chdir(codeDir);
   const func = await loadEntrypoint(codeDir, entrypoint);
 
@@ -702,10 +716,17 @@ async function main() {
 
   const server = createServer(func);
   await new Promise((resolve) => {
-    server.once('error', (err) => fail(EXIT_LISTEN, `cannot listen on ${host}:${port}: ${err.message}`));
-    server.listen({ host, port }, resolve);
+    if (fd !== null) {
+      // A socket bound and listening already, handed over by whoever
+      // started this process: serve on it as it is.
+      server.once('error', (err) => fail(EXIT_LISTEN, `cannot serve on SLESS_LISTEN_FD ${fd}: ${err.message}`));
+      server.listen({ fd }, resolve);
+    } else {
+      server.once('error', (err) => fail(EXIT_LISTEN, `cannot listen on ${host}:${port}: ${err.message}`));
+      server.listen({ host, port }, resolve);
+    }
   });
-  const bound = server.address();
+  const bound = server.address() || {};
   log(`sless: serving ${entrypoint} on ${bound.address}:${bound.port}`);
 
   let stopping = false;

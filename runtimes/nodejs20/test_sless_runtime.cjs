@@ -512,6 +512,47 @@ test('bad configuration exits 2, a port in use exits 4', async () => {
   assert.match(rt.stderr, /cannot listen on 127\.0\.0\.1/);
 });
 
+test('it serves on a listening socket it inherited', async () => {
+  // The socket is the starter's: bound and listening before the wrapper
+  // starts, handed over as descriptor 3. The test gives up its own copy
+  // at once, so only the wrapper accepts.
+  const holder = net.createServer();
+  await new Promise((resolve) => holder.listen({ host: '127.0.0.1', port: 0 }, resolve));
+  const { port } = holder.address();
+  const proc = spawn(process.execPath, [WRAPPER], {
+    cwd: tmp,
+    env: {
+      ...process.env,
+      SLESS_PORT: '',
+      SLESS_LISTEN_FD: '3',
+      SLESS_CODE_DIR: path.join(tmp, 'code'),
+      SLESS_ENTRYPOINT: 'funcs.text',
+    },
+    stdio: ['ignore', 'ignore', 'pipe', holder._handle],
+  });
+  let stderr = '';
+  proc.stderr.on('data', (c) => { stderr += c; });
+  const exited = new Promise((resolve) => proc.on('exit', resolve));
+  await new Promise((resolve) => holder.close(resolve));
+  try {
+    const rt = Object.create(Runtime.prototype);
+    rt.port = port;
+    // The socket listens from the start: the call waits in its backlog
+    // until the wrapper accepts it.
+    const res = await rt.request('GET', '/');
+    assert.deepEqual([res.status, res.body.toString()], [200, 'hello text'], stderr);
+  } finally {
+    proc.kill('SIGKILL');
+    await exited;
+  }
+});
+
+test('SLESS_LISTEN_FD that is no socket exits 4', async () => {
+  const rt = await start('funcs.text', { healthy: false, env: { SLESS_LISTEN_FD: '2' } });
+  assert.equal(await rt.waitExit(), 4);
+  assert.match(rt.stderr, /cannot serve on SLESS_LISTEN_FD 2/);
+});
+
 // -- reserved paths and lifecycle ---------------------------------------------
 
 test('the health path does not call the function', async () => {

@@ -5,7 +5,9 @@ with one ``event`` dict per HTTP request and turns its return value into the
 HTTP response. The contract is described in runtimes/README.md.
 
 Configuration (environment):
-  SLESS_PORT        port to listen on (required)
+  SLESS_LISTEN_FD   a listening TCP socket the process inherited, to serve on
+                    (how the local driver starts it: the socket is sless's)
+  SLESS_PORT        port to listen on (required without SLESS_LISTEN_FD)
   SLESS_HOST        address to listen on (default 127.0.0.1)
   SLESS_CODE_DIR    directory with the user's files (required); first on sys.path
   SLESS_DEPS_DIR    optional directory of installed requirements; on sys.path
@@ -86,6 +88,20 @@ def _fail(code, message):
     sys.exit(code)
 
 
+def _listen_fd():
+    """The inherited listening socket ``SLESS_LISTEN_FD`` names, or None."""
+    text = os.environ.get("SLESS_LISTEN_FD", "").strip()
+    if not text:
+        return None
+    try:
+        fd = int(text)
+    except ValueError:
+        fd = -1
+    if fd < 0:
+        _fail(EXIT_CONFIG, "SLESS_LISTEN_FD %r is not a file descriptor" % text)
+    return fd
+
+
 def _read_config(job=False):
     port_text = os.environ.get("SLESS_PORT", "").strip()
     host = os.environ.get("SLESS_HOST", "").strip() or "127.0.0.1"
@@ -94,7 +110,7 @@ def _read_config(job=False):
     entrypoint = os.environ.get("SLESS_ENTRYPOINT", "").strip()
 
     port = None
-    if not job:
+    if not job and _listen_fd() is None:
         if not port_text:
             _fail(EXIT_CONFIG, "SLESS_PORT is not set")
         try:
@@ -311,12 +327,25 @@ class RuntimeServer(http.server.ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, address, handler_class, func):
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
+    def __init__(self, address, handler_class, func, listen_fd=None):
         self.func = func
         self.in_flight = _InFlight()
-        super().__init__(address, handler_class)
+        if listen_fd is None:
+            if ":" in address[0]:
+                self.address_family = socket.AF_INET6
+            super().__init__(address, handler_class)
+            return
+        # A socket bound and listening already, handed over by whoever
+        # started this process: serve on it as it is.
+        inherited = socket.socket(fileno=listen_fd)
+        if inherited.type != socket.SOCK_STREAM:
+            raise OSError("SLESS_LISTEN_FD %d is not a stream socket" % listen_fd)
+        self.address_family = inherited.family
+        super().__init__(inherited.getsockname()[:2], handler_class, bind_and_activate=False)
+        self.socket.close()
+        self.socket = inherited
+        self.server_address = inherited.getsockname()
+        self.socket.listen(self.request_queue_size)
 
     def handle_error(self, request, client_address):
         exc = sys.exc_info()[1]
@@ -671,9 +700,12 @@ def main(argv=None):
     os.chdir(code_dir)
     func = load_entrypoint(entrypoint)
 
+    listen_fd = _listen_fd()
     try:
-        server = RuntimeServer((host, port), Handler, func)
+        server = RuntimeServer((host, port), Handler, func, listen_fd)
     except OSError as exc:
+        if listen_fd is not None:
+            _fail(EXIT_LISTEN, "cannot serve on SLESS_LISTEN_FD %d: %s" % (listen_fd, exc))
         _fail(EXIT_LISTEN, "cannot listen on %s:%s: %s" % (host, port, exc))
 
     stopping = threading.Event()

@@ -658,6 +658,78 @@ class PoolModeTest(RuntimeTestCase):
             self.assertEqual(proc.returncode, code, (given, proc.stderr))
 
 
+class InheritedListenerTest(RuntimeTestCase):
+    """``SLESS_LISTEN_FD``: the socket is its starter's, handed over bound."""
+
+    def serve_on(self, listener):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLESS_")}
+        env.update(
+            SLESS_LISTEN_FD=str(listener.fileno()),
+            SLESS_CODE_DIR=os.path.join(self.tmp, "code"),
+            SLESS_ENTRYPOINT="funcs.text",
+        )
+        env.pop("PYTHONPATH", None)
+        proc = subprocess.Popen(
+            [sys.executable, WRAPPER],
+            env=env,
+            pass_fds=(listener.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        return proc
+
+    def test_it_serves_on_the_socket_it_inherited_and_again_after_a_restart(self):
+        listener = socket.socket()
+        self.addCleanup(listener.close)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        for _ in range(2):
+            proc = self.serve_on(listener)
+            deadline = time.monotonic() + STARTUP_DEADLINE_S
+            while True:
+                # The socket listens from the start: a call waits in its
+                # backlog until the wrapper accepts it.
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=STARTUP_DEADLINE_S)
+                try:
+                    conn.request("GET", "/")
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    break
+                except OSError:
+                    self.assertLess(time.monotonic(), deadline, "never answered")
+                    time.sleep(POLL_INTERVAL_S)
+                finally:
+                    conn.close()
+            self.assertEqual((resp.status, data), (200, b"hello text"))
+            proc.kill()
+            proc.wait(timeout=EXIT_DEADLINE_S)
+            # Killed, it left the socket with its starter: nobody else can bind the port.
+            squatter = socket.socket()
+            self.addCleanup(squatter.close)
+            with self.assertRaises(OSError):
+                squatter.bind(("127.0.0.1", port))
+
+    def test_a_descriptor_that_is_not_a_socket_exits_4(self):
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        self.addCleanup(os.close, w)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLESS_")}
+        env.update(
+            SLESS_LISTEN_FD=str(r),
+            SLESS_CODE_DIR=os.path.join(self.tmp, "code"),
+            SLESS_ENTRYPOINT="funcs.text",
+        )
+        proc = subprocess.run(
+            [sys.executable, WRAPPER], env=env, pass_fds=(r,), capture_output=True,
+            timeout=EXIT_DEADLINE_S,
+        )
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertIn(b"SLESS_LISTEN_FD", proc.stderr)
+
+
 class LifecycleTest(RuntimeTestCase):
     def test_sigterm_exits_0(self):
         rt = self.start("funcs.text")
