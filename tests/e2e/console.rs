@@ -5,6 +5,8 @@
 //! http trigger off, runs a job, sees a change made elsewhere appear in the
 //! live audit log, and signs out. A screenshot of each page is kept in a
 //! folder the test prints, `target/tmp/console-screenshots`.
+//! A second test is a function's page that tries to sign the same browser
+//! into the console as the function's owner.
 //! The test installs the browser when it is missing (`scripts/ensure-chromium`).
 
 use std::path::{Path, PathBuf};
@@ -28,7 +30,9 @@ struct Browser {
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 impl Browser {
-    async fn start(scratch: &Path) -> Browser {
+    /// A browser of its own profile; its screenshots go to
+    /// `target/tmp/{shots}`.
+    async fn start(scratch: &Path, shots: &str) -> Browser {
         let ensure = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/ensure-chromium");
         let installed = std::process::Command::new(ensure).status().unwrap();
         assert!(
@@ -83,7 +87,7 @@ impl Browser {
             .unwrap_or_else(|| panic!("no session: {started}"))
             .to_owned();
         // Kept after the run (the scratch folder is not): target/tmp/.
-        let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+        let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join(shots);
         let _ = std::fs::remove_dir_all(&shots);
         std::fs::create_dir_all(&shots).unwrap();
         eprintln!("console screenshots: {}", shots.display());
@@ -187,6 +191,24 @@ impl Browser {
         }
     }
 
+    /// The page's title.
+    async fn title(&self) -> String {
+        self.call(reqwest::Method::GET, "/title", None)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Waits until the page's title starts with `prefix`, and returns it.
+    async fn until_title(&self, what: &str, prefix: &str) -> String {
+        sless_testkit::eventually(what, Duration::from_secs(30), || async {
+            let title = self.title().await;
+            title.starts_with(prefix).then_some(title)
+        })
+        .await
+    }
+
     /// How long the page took from navigation to interactive, in ms (the
     /// browser's Navigation Timing).
     async fn interactive_ms(&self) -> f64 {
@@ -247,7 +269,7 @@ async fn a_user_works_through_the_console_in_a_real_browser() {
     assert!(!link.contains(&c.token), "the link holds no token");
     let api = sless_client::Client::new(c.url.clone(), c.token.clone()).unwrap();
     let ns = c.namespace.clone();
-    let mut b = Browser::start(&scratch).await;
+    let mut b = Browser::start(&scratch, "console-screenshots").await;
 
     // Signed in by the link: the namespace page.
     b.open(&link).await;
@@ -371,6 +393,166 @@ async fn a_user_works_through_the_console_in_a_real_browser() {
     b.open(&format!("{}/console/ns/{ns}", c.url)).await;
     b.until("a refusal", "Sign in to sless", false).await;
     b.screenshot("signed-out").await;
+    b.quit().await;
+    stop_dev(proc, &dir).await;
+}
+
+/// The cookies an answer sets, as `(name, value, path)`.
+fn set_cookies(res: &reqwest::Response) -> Vec<(String, String, String)> {
+    res.headers()
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| {
+            let v = v.to_str().ok()?;
+            let (pair, attrs) = v.split_once(';').unwrap_or((v, ""));
+            let (name, value) = pair.split_once('=')?;
+            let path = attrs
+                .split(';')
+                .filter_map(|a| a.trim().split_once('='))
+                .find(|(k, _)| k.eq_ignore_ascii_case("path"))
+                .map_or("/", |(_, p)| p);
+            Some((name.trim().into(), value.trim().into(), path.into()))
+        })
+        .collect()
+}
+
+/// The hidden `csrf` field of a sign-in page.
+fn form_token(page: &str) -> String {
+    let at = page.find("name=\"csrf\" value=\"").expect("a form token") + 19;
+    page[at..at + page[at..].find('"').unwrap()].to_owned()
+}
+
+/// A python function whose answer is the page `html`.
+fn page_function(html: &str) -> Vec<u8> {
+    let handler = format!(
+        "HTML = {}\n\ndef handle(event):\n    return {{\"statusCode\": 200, \"headers\": {{\"Content-Type\": \"text/html; charset=utf-8\"}}, \"body\": HTML}}\n",
+        serde_json::to_string(html).unwrap()
+    );
+    zip_files(&[("handler.py", &handler)])
+}
+
+/// A script that writes each cookie as a page's script can (`Secure`, at
+/// the path it was set for), then shows what it could write in the title.
+fn planting(cookies: &[(String, String, String)]) -> String {
+    let mut script = String::new();
+    for (name, value, path) in cookies {
+        script.push_str(&format!(
+            "document.cookie = {};\n",
+            serde_json::to_string(&format!("{name}={value}; Secure; Path={path}")).unwrap()
+        ));
+    }
+    script.push_str("document.title = \"planted:\" + document.cookie;\n");
+    script
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_functions_page_cannot_sign_a_browser_into_the_console() {
+    let scratch = sless_testkit::scratch_dir("console-fixation");
+    let dir = scratch.join("data");
+    let (proc, c) = start_dev(&dir, "log").await;
+    let api = sless_client::Client::new(c.url.clone(), c.token.clone()).unwrap();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let cookie_header = |cookies: &[(String, String, String)]| {
+        cookies
+            .iter()
+            .map(|(n, v, _)| format!("{n}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+
+    // The function's owner signs in with their own token, from their own
+    // browser (here, plain HTTP): what the console gave it is theirs to plant.
+    let sign_in = format!("{}/console/sign-in", c.url);
+    let form = http.get(&sign_in).send().await.unwrap();
+    let mut owners = set_cookies(&form);
+    let csrf = form_token(&form.text().await.unwrap());
+    let signed = http
+        .post(&sign_in)
+        .header("cookie", cookie_header(&owners))
+        .header("origin", &c.url)
+        .form(&[("token", c.token.as_str()), ("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status().as_u16(), 303, "the owner signs in");
+    owners.extend(set_cookies(&signed));
+    let home = format!("/console/ns/{}", c.namespace);
+    let own = http
+        .get(format!("{}{home}", c.url))
+        .header("cookie", cookie_header(&owners))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own.status().as_u16(), 200, "the owner's cookies sign in");
+    // And a fresh sign-in form of theirs: its cookies and token.
+    let fresh = http.get(&sign_in).send().await.unwrap();
+    let form_cookies = set_cookies(&fresh);
+    let minted = form_token(&fresh.text().await.unwrap());
+
+    // Two pages on the functions' origin: one plants the owner's cookies,
+    // the other plants the form's and posts the sign-in form with the
+    // owner's token.
+    let plant = format!(
+        "<!doctype html><title>plant</title><script>{}</script>",
+        planting(&owners)
+    );
+    let post = format!(
+        "<!doctype html><title>post</title>\
+         <form id=f method=post action=\"{sign_in}\">\
+         <input type=hidden name=token value=\"{}\"><input type=hidden name=csrf value=\"{minted}\"></form>\
+         <script>{}document.getElementById(\"f\").submit();</script>",
+        c.token,
+        planting(&form_cookies)
+    );
+    for (name, html) in [("plant", &plant), ("post", &post)] {
+        api.create_function(&python(name)).await.unwrap();
+        api.upload(name, page_function(html)).await.unwrap();
+        c.wait_ready(name, Duration::from_secs(120)).await;
+    }
+
+    let mut b = Browser::start(&scratch, "console-fixation-screenshots").await;
+    // The planting page runs: what it could write is in its title.
+    b.open(&format!("{}/fn/{}/plant", c.fn_url, c.namespace))
+        .await;
+    let planted = b
+        .until_title("the planting script to run", "planted:")
+        .await;
+    eprintln!("the functions' page could write: {planted}");
+    b.screenshot("planted").await;
+    b.open(&format!("{}/console", c.url)).await;
+    b.until("a page of the console", "</h1>", false).await;
+    assert!(
+        !b.url().await.contains(&home),
+        "the planted session signed the browser in: {}",
+        b.url().await
+    );
+    assert!(b.source().await.contains("Sign in to sless"));
+    b.screenshot("not-signed-in").await;
+
+    // The posting page: the form is sent from the functions' origin.
+    b.open(&format!("{}/fn/{}/post", c.fn_url, c.namespace))
+        .await;
+    sless_testkit::eventually("the form to be sent", Duration::from_secs(30), || async {
+        b.url().await.starts_with(&c.url).then_some(())
+    })
+    .await;
+    let answer = b.source().await;
+    b.screenshot("posted").await;
+    assert!(
+        answer.contains("Not sent from the console") || answer.contains("This form is out of date"),
+        "the sign-in was not refused: {answer}"
+    );
+    b.open(&format!("{}/console", c.url)).await;
+    b.until("a page of the console", "</h1>", false).await;
+    assert!(
+        !b.url().await.contains(&home),
+        "the posted form signed the browser in: {}",
+        b.url().await
+    );
+    assert!(b.source().await.contains("Sign in to sless"));
     b.quit().await;
     stop_dev(proc, &dir).await;
 }
