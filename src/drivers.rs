@@ -53,6 +53,7 @@ fn local_driver(
         count: settings.uid_count,
     };
     cfg.jail = settings.sizes;
+    cfg.network = settings.network;
     cfg.warm_pool = settings.pool.clone();
     // The log names this worker as where its functions run; a worker
     // silent for a lease is gone.

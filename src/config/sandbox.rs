@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
+use sless_sandbox::Network;
 use sless_workers::local::WarmPool;
 use sless_workers::local::sandbox::JailSizes;
 
@@ -41,6 +42,8 @@ pub struct SandboxSettings {
     /// The warm pool: `SLESS_WARM_POOL_PYTHON311`, `SLESS_WARM_POOL_NODEJS20`
     /// and its uids, `SLESS_WARM_POOL_UIDS`.
     pub pool: WarmPool,
+    /// The network of functions and jobs (`SLESS_SANDBOX_NETWORK`).
+    pub network: Network,
 }
 
 pub(super) fn sandbox_from(get: Get<'_>) -> anyhow::Result<SandboxSettings> {
@@ -95,8 +98,19 @@ pub(super) fn sandbox_from(get: Get<'_>) -> anyhow::Result<SandboxSettings> {
              is its compiled binary's start); unset it"
         );
     }
+    let network = match get("SLESS_SANDBOX_NETWORK").as_deref() {
+        None | Some("outbound") => Network::Outbound,
+        Some("loopback") => Network::Loopback,
+        Some("host") => Network::Host,
+        Some(other) => bail!(
+            "SLESS_SANDBOX_NETWORK={other:?}: use outbound (a network namespace of each \
+             function's own, out through slirp4netns), loopback (no way out) or host (the \
+             machine's network, shared with every function and sless itself)"
+        ),
+    };
     Ok(SandboxSettings {
         pool,
+        network,
         first_uid,
         uid_count,
         sizes,
@@ -173,6 +187,15 @@ mod tests {
         assert_eq!((p.pool.python, p.pool.node), (0, 5));
         assert_eq!(p.pool.uids, Some((400_000, 10)));
         assert!(!d.rlimits_only && d.cgroup.is_none());
+        assert_eq!(d.network, Network::Outbound);
+        for (value, network) in [
+            ("outbound", Network::Outbound),
+            ("loopback", Network::Loopback),
+            ("host", Network::Host),
+        ] {
+            let n = with(&[("SLESS_SANDBOX_NETWORK", value)]).unwrap();
+            assert_eq!(n.network, network, "{value}");
+        }
         let s = with(&[
             ("SLESS_SANDBOX_UIDS", "300000-300099"),
             ("SLESS_SANDBOX_TMP_MB", "16"),
@@ -195,6 +218,8 @@ mod tests {
             ("SLESS_WARM_POOL_NODEJS20", "-1"),
             ("SLESS_WARM_POOL_UIDS", "2000999990-2001000100"),
             ("SLESS_WARM_POOL_GO123", "2"),
+            ("SLESS_SANDBOX_NETWORK", "none"),
+            ("SLESS_SANDBOX_NETWORK", "Outbound"),
         ] {
             let e = with(&[(name, value)]).unwrap_err().to_string();
             assert!(e.starts_with(name), "{name}={value}: {e}");

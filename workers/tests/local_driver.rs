@@ -206,54 +206,46 @@ async fn builds_deploys_and_serves_a_python_function() {
     driver.shutdown().await;
 }
 
-/// Something else listens on the port a deploy picked and answers every
-/// request, health checks too: the deploy must not take it for the
-/// function, and starts the function on another port.
+/// A function's socket is sless's: bound before its process starts and
+/// handed to it, kept while the process is down. After a crash nobody can
+/// take the port (a squatter would receive every call to the function),
+/// and a call made meanwhile waits for the restarted process.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_port_taken_by_another_server_is_not_mistaken_for_the_function() {
-    let squatter = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let taken = squatter.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        while let Ok((mut conn, _)) = squatter.accept().await {
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf).await;
-                let body = r#"{"status":"ok"}"#;
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = conn.write_all(reply.as_bytes()).await;
-            });
-        }
-    });
+async fn a_crashed_functions_port_stays_sless_and_its_calls_wait_for_the_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let driver = LocalDriver::new(LocalDriverConfig {
-        python: std::env::var("SLESS_PYTHON").unwrap_or_else(|_| "python3".into()),
-        health_timeout: Duration::from_secs(30),
-        first_ports: vec![taken],
-        env: std::env::vars().collect(),
-        ..LocalDriverConfig::new(dir.path())
-    })
-    .unwrap();
-    let k = key("squatted");
-    let code = "def handle(event):\n    return 'the function'\n";
+    let driver = driver(dir.path(), Duration::from_secs(30));
+    let k = key("fragile");
+    // Each start of the process has a mark of its own (a pid in a jail is
+    // always the same).
+    let code = "import os\n\nSTART = os.urandom(8).hex()\n\ndef handle(event):\n    if event['path'] == '/crash':\n        os._exit(7)\n    return 'the function ' + START\n";
     let artifact = driver
-        .build(build_req(&k, 1, sha(1), context(&[("handler.py", code)])))
+        .build(build_req(&k, 1, sha(2), context(&[("handler.py", code)])))
         .await
         .unwrap();
     let dep = driver.deploy(deploy_req(&k, 1, artifact)).await.unwrap();
-    assert_ne!(dep.endpoint, format!("http://127.0.0.1:{taken}"));
-    assert_eq!(
-        get_text(&dep.endpoint).await.as_deref(),
-        Some("the function")
-    );
-    let log = std::fs::read_to_string(dir.path().join("logs/sless-test/squatted/v1.log")).unwrap();
+    let first = get_text(&dep.endpoint).await.unwrap();
+    assert!(first.starts_with("the function "), "{first}");
+    let port: u16 = dep.endpoint.rsplit(':').next().unwrap().parse().unwrap();
+    let pid = driver.pid(&k).unwrap();
+
+    assert_eq!(get_text(&format!("{}/crash", dep.endpoint)).await, None);
+    eventually("the process is down", async || driver.pid(&k).is_none()).await;
+    // Down, its port is still held: another process cannot bind it.
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port));
     assert!(
-        log.contains(&taken.to_string()),
-        "the first start's failure is in the log:\n{log}"
+        squatter.is_err(),
+        "the port of a crashed function was free to take"
     );
+    // A call made while it is down waits in the socket's backlog and is
+    // answered by the restarted process, on the same endpoint.
+    let again = get_text(&dep.endpoint).await.unwrap();
+    assert!(
+        again.starts_with("the function ") && again != first,
+        "{again}"
+    );
+    assert_eq!(driver.restarts(&k), 1);
+    assert_ne!(driver.pid(&k), Some(pid));
+    assert_eq!(driver.status(&k).await, Some(dep));
     driver.shutdown().await;
 }
 

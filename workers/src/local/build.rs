@@ -197,6 +197,7 @@ impl Steps<'_> {
                     },
                     tmp_bytes: u64::from(sizes.tmp_mb) << 20,
                     label: "build".to_owned(),
+                    network: jails.build_network(),
                     owner: jails.owner.clone(),
                 })
             }
@@ -208,6 +209,7 @@ impl Steps<'_> {
             env: all,
             cwd: self.path(cwd),
             jail,
+            listener: None,
         }
     }
 
@@ -295,11 +297,23 @@ impl Steps<'_> {
         // dropped once the step is spawned: the pipe ends when the step's
         // processes are gone.
         let program = launch.program.to_string_lossy().into_owned();
-        let spawned = self.builder.spawner.spawn(command, true).await;
-        let jail = pending.map(sless_sandbox::Pending::spawned);
+        // A jail's process is its keeper, never to be SIGKILLed: the jail's
+        // handle ends it (dropped below, or at a timeout).
+        let spawned = self.builder.spawner.spawn(command, pending.is_none()).await;
+        let pid = spawned.as_ref().ok().and_then(tokio::process::Child::id);
+        let jail = pending.map(|p| p.spawned(pid));
         let mut child =
             spawned.map_err(|e| infra(&format!("cannot run {program} for {what}"), e))?;
-        let pid = child.id().unwrap_or(0);
+        let pid = pid.unwrap_or(0);
+        let mut jail = match jail {
+            Some(mut jail) => Some(
+                tokio::task::spawn_blocking(move || jail.start().map(|()| jail))
+                    .await
+                    .map_err(|e| infra(&format!("starting {what}"), std::io::Error::other(e)))?
+                    .map_err(|e| infra(&format!("starting {what}"), std::io::Error::other(e)))?,
+            ),
+            None => None,
+        };
         if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
             let _ = stdin.write_all(&input).await;
         }
@@ -349,7 +363,10 @@ impl Steps<'_> {
             },
             Ok(Err(e)) => return Err(infra(&format!("waiting for {what}"), e)),
             Err(_) => {
-                signal_group(pid, libc::SIGKILL);
+                match jail.as_mut() {
+                    Some(jail) => jail.kill(),
+                    None => signal_group(pid, libc::SIGKILL),
+                }
                 let _ = child.wait().await;
                 Err(format!(
                     "{what} timed out after {} s",

@@ -134,10 +134,13 @@ impl LocalDriver {
             ))
         })?;
         let pid = running.pid;
-        // Dropping the run (cancellation) kills the whole group (a jail's
-        // bwrap, and with it the jail), not only the wrapper (which
-        // `kill_on_drop` covers).
-        let mut group = GroupGuard { pid, armed: true };
+        // Dropping the run (cancellation) kills the whole group of a plain
+        // process, not only the wrapper (which `kill_on_drop` covers).
+        // A jail ends when its handle (in `running`) is dropped.
+        let mut group = GroupGuard {
+            pid,
+            armed: running.jail.is_none(),
+        };
         log.note(&format!(
             "[sless] run {} of version {} started (pid {pid})",
             req.run, req.version

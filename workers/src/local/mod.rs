@@ -36,6 +36,7 @@ pub mod sandbox;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -52,7 +53,7 @@ use crate::driver::{
 pub use pool::WarmPool;
 use process::{Instance, InstanceParts, LogSink, Running, Spawner};
 use sandbox::{Isolation, JailParts, JailSizes, Launch, TenantIds, Tenants, Toolchain};
-use sless_sandbox::{Identity, Limits, Mount, Sandbox};
+use sless_sandbox::{Identity, Limits, Mount, Network, Sandbox};
 
 /// The Python runtime wrapper, embedded so the binary is self-contained.
 const PYTHON_WRAPPER: &str = include_str!("../../../runtimes/python3.11/sless_runtime.py");
@@ -92,15 +93,16 @@ pub struct LocalDriverConfig {
     pub env: Vec<(String, String)>,
     /// How long a deploy waits for the function to become healthy.
     pub health_timeout: Duration,
-    /// Ports deploys take first, each once and in order, before asking the
-    /// kernel for a free one. Empty by default.
-    pub first_ports: Vec<u16>,
     /// Whether tenants' code runs in the sandbox (the default).
     pub isolation: Isolation,
     /// Who each namespace's code runs as (default: all as `nobody`).
     pub tenants: TenantIds,
     /// Sizes of the sandbox's jails.
     pub jail: JailSizes,
+    /// The network of functions and jobs in the sandbox (default: a
+    /// namespace of their own, out through slirp4netns). Builds reach out
+    /// the same way unless this is the host's network.
+    pub network: Network,
     /// The worker the driver runs in, which the log names as where its
     /// functions run (`None`: not said, as in tests of the driver alone).
     pub placement: Option<Node>,
@@ -126,10 +128,10 @@ impl LocalDriverConfig {
             go_cache: data_dir.join("go/cache"),
             env: Vec::new(),
             health_timeout: Duration::from_secs(60),
-            first_ports: Vec::new(),
             isolation: Isolation::Sandboxed(Default::default()),
             tenants: TenantIds::Shared(Identity::NOBODY),
             jail: JailSizes::default(),
+            network: Network::Outbound,
             placement: None,
             advertise: IpAddr::V4(Ipv4Addr::LOCALHOST),
             warm_pool: WarmPool::default(),
@@ -199,11 +201,22 @@ pub(crate) struct Jails {
     pub tenants: Tenants,
     pub toolchain: Toolchain,
     pub sizes: JailSizes,
+    /// The network of functions and jobs.
+    pub network: Network,
     /// Marks the driver's jails (`sless_sandbox::OWNER_ENV`).
     pub owner: String,
 }
 
 impl Jails {
+    /// The network of a build step: out through slirp4netns (package
+    /// registries), or the host's where functions have it too.
+    pub(crate) fn build_network(&self) -> Network {
+        match self.network {
+            Network::Host => Network::Host,
+            Network::Loopback | Network::Outbound => Network::Outbound,
+        }
+    }
+
     /// A jail of a namespace's user with these mounts, the tools'
     /// directories, and the limits of a function or job of `memory_mb`.
     pub(crate) fn parts(
@@ -226,6 +239,7 @@ impl Jails {
             },
             tmp_bytes: u64::from(self.sizes.tmp_mb) << 20,
             label,
+            network: self.network,
             owner: self.owner.clone(),
         }
     }
@@ -252,8 +266,6 @@ pub struct LocalDriver {
     /// Serialises deploy/remove of one function.
     key_locks: Mutex<HashMap<FunctionKey, Arc<tokio::sync::Mutex<()>>>>,
     closed: AtomicBool,
-    /// What is left of `cfg.first_ports`.
-    first_ports: Mutex<std::collections::VecDeque<u16>>,
     /// Crashes of supervised processes: the sender each instance reports
     /// on, and the receiver until someone takes it ([`LocalDriver::crashes`]).
     crashes: (
@@ -296,6 +308,7 @@ impl LocalDriver {
                     tenants: Tenants::new(cfg.tenants.clone()),
                     toolchain,
                     sizes: cfg.jail,
+                    network: cfg.network,
                     owner: cfg.data_dir.to_string_lossy().into_owned(),
                 }))
             }
@@ -307,10 +320,13 @@ impl LocalDriver {
                 std::fs::create_dir_all(&empty)?;
                 Some(pool::Pool::start(
                     &cfg.warm_pool,
-                    jails.clone(),
-                    spawner.clone(),
-                    runtimes.clone(),
-                    empty,
+                    pool::Maker {
+                        jails: jails.clone(),
+                        spawner: spawner.clone(),
+                        runtimes_dir: runtimes.clone(),
+                        empty,
+                        advertise: cfg.advertise,
+                    },
                 ))
             }
             _ => None,
@@ -330,7 +346,6 @@ impl LocalDriver {
             registry: Mutex::new(HashMap::new()),
             key_locks: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
-            first_ports: Mutex::new(cfg.first_ports.iter().copied().collect()),
             crashes: {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 (tx, Mutex::new(Some(rx)))
@@ -453,25 +468,18 @@ impl LocalDriver {
         port: u16,
         spec: &Launch,
         running: &mut Running,
-    ) -> Result<(), StartFailure> {
+    ) -> Result<(), String> {
         let deadline = Instant::now() + self.cfg.health_timeout;
-        let timed_out = || StartFailure {
-            message: format!(
+        let timed_out = || {
+            format!(
                 "function not healthy within {}",
                 human_duration(self.cfg.health_timeout)
-            ),
-            port_taken: false,
+            )
         };
         let exited =
             |status: std::io::Result<std::process::ExitStatus>, running: &Running| match status {
-                Ok(status) => StartFailure {
-                    message: format!("function {} during start", running.describe(&status)),
-                    port_taken: status.code() == Some(EXIT_LISTEN),
-                },
-                Err(e) => StartFailure {
-                    message: format!("function process could not be waited for: {e}"),
-                    port_taken: false,
-                },
+                Ok(status) => format!("function {} during start", running.describe(&status)),
+                Err(e) => format!("function process could not be waited for: {e}"),
             };
         loop {
             tokio::select! {
@@ -493,16 +501,24 @@ impl LocalDriver {
         }
     }
 
+    /// A new socket for a function to serve on, on the address the invoke
+    /// proxy reaches functions at.
+    fn listen(&self) -> Result<TcpListener, DriverError> {
+        listen_on(self.cfg.advertise)
+    }
+
     /// How to start the function of `req`, built into `artifact_dir`: to
-    /// serve on `port`, or with no port, to run once as a job (the wrapper's
-    /// `--job` mode). In a jail, `extra` is mounted too.
+    /// serve on `listener` (sless's socket, handed to the process), or with
+    /// none, to run once as a job (the wrapper's `--job` mode). In a jail,
+    /// `extra` is mounted too.
     async fn launch_spec(
         &self,
         req: &DeployRequest,
         artifact_dir: &Path,
-        port: Option<u16>,
+        listener: Option<Arc<TcpListener>>,
         extra: Vec<Mount>,
     ) -> Result<Launch, DriverError> {
+        let port = listener.as_ref().map(|l| listener_port(l)).transpose()?;
         let jailed = self.jails.is_some();
         // Paths as the process sees them.
         let (build_dir, runtimes) = if jailed {
@@ -523,8 +539,12 @@ impl LocalDriver {
             env.push(("NODE_ENV".to_owned(), "production".to_owned()));
         }
         env.extend(req.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
-        if let Some(port) = port {
+        if let (Some(port), Some(listener)) = (port, &listener) {
             env.extend([
+                (
+                    sandbox::LISTEN_FD_ENV.to_owned(),
+                    listener.as_raw_fd().to_string(),
+                ),
                 ("SLESS_PORT".to_owned(), port.to_string()),
                 ("SLESS_HOST".to_owned(), self.cfg.advertise.to_string()),
                 (
@@ -621,6 +641,7 @@ impl LocalDriver {
             env,
             cwd: code_dir,
             jail,
+            listener,
         })
     }
 
@@ -673,66 +694,52 @@ impl LocalDriver {
             .map_err(|e| DriverError::Infra(format!("cannot open the function log: {e}")))?;
         let sink = Arc::new(sink);
 
-        // The port is free when picked, but another process may take it
-        // before the function listens: the function then exits with
-        // EXIT_LISTEN and starts again on another port.
-        let mut attempt = 1;
-        let (port, spec, running) = loop {
-            let first = self.first_ports.lock().unwrap().pop_front();
-            let port = match first {
-                Some(port) => port,
-                None => {
-                    free_port().map_err(|e| DriverError::Infra(format!("no free port: {e}")))?
-                }
-            };
-            let spec = self
-                .launch_spec(&req, &artifact_dir, Some(port), Vec::new())
-                .await?;
-            let warm = match attempt {
-                1 => self.warm_for(&req).await,
-                _ => None,
-            };
-            let to = pool::Specialisation {
-                artifact_dir: &artifact_dir,
-                spec: &spec,
-                memory_mb: req.memory_mb,
-                job: None,
-            };
-            let what = format!("function {}", req.key);
-            let cold = async || process::start(&self.spawner, &spec, &sink).await;
-            let started =
-                pool::warm_or_cold(warm, to, &what, cold)
-                    .await
-                    .map(|(mut running, pooled)| {
-                        // A cold start reads its output from the start.
-                        if pooled {
-                            process::read_output(&mut running, &sink);
-                        }
-                        running
-                    });
-            let mut running = started.map_err(|e| {
-                DriverError::Infra(format!(
-                    "cannot start {}: {e}",
-                    spec.program.to_string_lossy()
-                ))
-            })?;
-            match self.wait_healthy(port, &spec, &mut running).await {
-                Ok(()) => break (port, spec, running),
-                Err(failure) => {
-                    process::terminate(&mut running, process::STOP_GRACE).await;
-                    running.drain_output().await;
-                    if failure.port_taken && attempt < PORT_ATTEMPTS {
-                        tracing::info!(function = %req.key, port, "the port was taken; starting on another");
-                        attempt += 1;
-                        continue;
-                    }
-                    return Err(DriverError::Deploy {
-                        message: failure.message,
-                        log_tail: sink.tail(),
-                    });
-                }
-            }
+        // The socket the function serves on is bound here and handed to its
+        // process: a warm process brought one from its start, a cold one gets
+        // a new one. sless holds it for as long as the instance lives, so
+        // while the process is down (a crash, a restart) the port stays
+        // sless's and calls wait in its backlog; nobody else can take it.
+        let warm = self.warm_for(&req).await;
+        let listener = match warm.as_ref() {
+            Some(warm) => warm.listener(),
+            None => Arc::new(self.listen()?),
         };
+        let port = listener_port(&listener)?;
+        let spec = self
+            .launch_spec(&req, &artifact_dir, Some(listener), Vec::new())
+            .await?;
+        let to = pool::Specialisation {
+            artifact_dir: &artifact_dir,
+            spec: &spec,
+            memory_mb: req.memory_mb,
+            job: None,
+        };
+        let what = format!("function {}", req.key);
+        let cold = async || process::start(&self.spawner, &spec, &sink).await;
+        let started =
+            pool::warm_or_cold(warm, to, &what, cold)
+                .await
+                .map(|(mut running, pooled)| {
+                    // A cold start reads its output from the start.
+                    if pooled {
+                        process::read_output(&mut running, &sink);
+                    }
+                    running
+                });
+        let mut running = started.map_err(|e| {
+            DriverError::Infra(format!(
+                "cannot start {}: {e}",
+                spec.program.to_string_lossy()
+            ))
+        })?;
+        if let Err(failure) = self.wait_healthy(port, &spec, &mut running).await {
+            process::terminate(&mut running, process::STOP_GRACE).await;
+            running.drain_output().await;
+            return Err(DriverError::Deploy {
+                message: failure,
+                log_tail: sink.tail(),
+            });
+        }
 
         let deployment = Deployment {
             version: req.version,
@@ -833,27 +840,22 @@ impl Driver for LocalDriver {
     }
 }
 
-/// Why a function process did not become healthy.
-struct StartFailure {
-    message: String,
-    /// It exited because it could not listen on its port.
-    port_taken: bool,
-}
-
 /// The environment variable naming the instance a served process was
 /// started as; its health check answers with it.
 const INSTANCE_ENV: &str = "SLESS_INSTANCE";
 
-/// The exit code of a runtime wrapper that could not listen on its port.
-const EXIT_LISTEN: i32 = 4;
+/// A new listening socket on `addr`, on a port the kernel picks.
+pub(crate) fn listen_on(addr: IpAddr) -> Result<TcpListener, DriverError> {
+    TcpListener::bind((addr, 0))
+        .map_err(|e| DriverError::Infra(format!("cannot listen on {addr}: {e}")))
+}
 
-/// How many ports a deploy tries before it gives up.
-const PORT_ATTEMPTS: u32 = 3;
-
-/// A loopback port nobody listens on right now.
-fn free_port() -> std::io::Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    Ok(listener.local_addr()?.port())
+/// The port `listener` is bound to.
+fn listener_port(listener: &TcpListener) -> Result<u16, DriverError> {
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| DriverError::Infra(format!("a function's socket has no address: {e}")))
 }
 
 fn human_duration(d: Duration) -> String {

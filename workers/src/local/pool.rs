@@ -15,6 +15,7 @@
 //! (nothing can be shown to a plain process after it started).
 
 use std::collections::VecDeque;
+use std::net::{IpAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -95,6 +96,9 @@ pub(crate) fn read_at_start(runtime: Runtime, name: &str) -> bool {
 pub(crate) struct Warm {
     running: Running,
     stdin: ChildStdin,
+    /// The socket it was started with (see [`Launch::listener`]): the one
+    /// it serves on if a function takes it.
+    listener: Arc<TcpListener>,
 }
 
 /// What a specialised process is given.
@@ -111,6 +115,11 @@ pub(crate) struct Specialisation<'a> {
 }
 
 impl Warm {
+    /// The socket the process was started with, to serve a function on.
+    pub(crate) fn listener(&self) -> Arc<TcpListener> {
+        self.listener.clone()
+    }
+
     /// Hands the process its function (see the module docs). Its output is
     /// not read yet: that is the caller's.
     pub(crate) async fn specialise(mut self, to: Specialisation<'_>) -> std::io::Result<Running> {
@@ -195,18 +204,26 @@ struct RuntimePool {
 }
 
 /// What starts pooled processes.
-struct Maker {
-    jails: Arc<Jails>,
-    spawner: Arc<Spawner>,
-    runtimes_dir: PathBuf,
+pub(crate) struct Maker {
+    pub jails: Arc<Jails>,
+    pub spawner: Arc<Spawner>,
+    pub runtimes_dir: PathBuf,
     /// An empty directory, at `/sless/function` until the build is shown there.
-    empty: PathBuf,
-    uids: Option<(u32, u32)>,
-    next_uid: AtomicU32,
+    pub empty: PathBuf,
+    /// Where the sockets pooled processes are started with listen (see
+    /// `LocalDriverConfig::advertise`).
+    pub advertise: IpAddr,
+}
+
+/// Who pooled processes run as, each taken in turn.
+struct Uids {
+    range: Option<(u32, u32)>,
+    next: AtomicU32,
 }
 
 struct Shared {
     maker: Maker,
+    uids: Uids,
     runtimes: Vec<RuntimePool>,
     closed: AtomicBool,
 }
@@ -217,16 +234,10 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    /// A pool of `sizes` that starts filling at once, in the background
-    /// (`empty` is an empty directory it may use). No runtime of tokio, or
-    /// all sizes 0: an empty pool.
-    pub(crate) fn start(
-        sizes: &WarmPool,
-        jails: Arc<Jails>,
-        spawner: Arc<Spawner>,
-        runtimes_dir: PathBuf,
-        empty: PathBuf,
-    ) -> Pool {
+    /// A pool of `sizes` whose processes `maker` starts, filling at once,
+    /// in the background. No runtime of tokio, or all sizes 0: an empty
+    /// pool.
+    pub(crate) fn start(sizes: &WarmPool, maker: Maker) -> Pool {
         let runtimes = [Runtime::Python311, Runtime::Nodejs20]
             .into_iter()
             .filter(|r| sizes.size(*r) > 0)
@@ -243,13 +254,10 @@ impl Pool {
             .uids
             .map_or(0, |(_, count)| rand::random::<u32>() % count.max(1));
         let shared = Arc::new(Shared {
-            maker: Maker {
-                jails,
-                spawner,
-                runtimes_dir,
-                empty,
-                uids: sizes.uids,
-                next_uid: AtomicU32::new(offset),
+            maker,
+            uids: Uids {
+                range: sizes.uids,
+                next: AtomicU32::new(offset),
             },
             runtimes,
             closed: AtomicBool::new(false),
@@ -308,12 +316,12 @@ impl Drop for Pool {
     }
 }
 
-impl Maker {
-    fn identity(&self) -> Identity {
-        match self.uids {
+impl Uids {
+    fn take(&self) -> Identity {
+        match self.range {
             None => Identity::NOBODY,
             Some((first, count)) => {
-                let n = self.next_uid.fetch_add(1, Ordering::Relaxed) % count.max(1);
+                let n = self.next.fetch_add(1, Ordering::Relaxed) % count.max(1);
                 Identity {
                     uid: first + n,
                     gid: first + n,
@@ -321,9 +329,12 @@ impl Maker {
             }
         }
     }
+}
 
-    /// How a pooled process of `runtime` starts.
-    fn launch(&self, runtime: Runtime) -> Launch {
+impl Maker {
+    /// How a pooled process of `runtime` starts, as `identity`, with the
+    /// socket it would serve a function on.
+    fn launch(&self, runtime: Runtime, identity: Identity, listener: Arc<TcpListener>) -> Launch {
         let jails = &self.jails;
         let (program, wrapper) = match runtime {
             Runtime::Nodejs20 => (jails.toolchain.node.clone(), NODE_WRAPPER_RELATIVE),
@@ -356,7 +367,8 @@ impl Maker {
                 env
             },
             cwd: PathBuf::from("/tmp"),
-            jail: Some(jails.parts(self.identity(), mounts, WAITING_MEMORY_MB, label)),
+            jail: Some(jails.parts(identity, mounts, WAITING_MEMORY_MB, label)),
+            listener: Some(listener),
         }
     }
 }
@@ -389,7 +401,11 @@ fn backoff(pool: &RuntimePool) -> Duration {
 
 async fn start_one(shared: &Arc<Shared>, i: usize) -> std::io::Result<()> {
     let pool = &shared.runtimes[i];
-    let launch = shared.maker.launch(pool.runtime);
+    let listener =
+        Arc::new(super::listen_on(shared.maker.advertise).map_err(std::io::Error::other)?);
+    let launch = shared
+        .maker
+        .launch(pool.runtime, shared.uids.take(), listener.clone());
     let mut running = process::spawn(&shared.maker.spawner, &launch, Stdio::piped()).await?;
     let stdin = running
         .child
@@ -399,7 +415,12 @@ async fn start_one(shared: &Arc<Shared>, i: usize) -> std::io::Result<()> {
     let (slot, asked) = oneshot::channel();
     pool.live.fetch_add(1, Ordering::SeqCst);
     pool.ready.lock().unwrap().push_back(slot);
-    tokio::spawn(hold(shared.clone(), i, Warm { running, stdin }, asked));
+    let warm = Warm {
+        running,
+        stdin,
+        listener,
+    };
+    tokio::spawn(hold(shared.clone(), i, warm, asked));
     Ok(())
 }
 

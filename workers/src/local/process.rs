@@ -277,7 +277,8 @@ pub(crate) fn read_output(running: &mut Running, sink: &Arc<LogSink>) {
 
 /// Spawns `spec` (in its jail, or in a process group of its own) with
 /// `stdin`, stdout and stderr piped, killed when the spawner thread (the
-/// driver) goes away or when the returned child is dropped.
+/// driver) goes away or when the returned [`Running`] is dropped. A jail is
+/// started (its network set up) before this returns.
 pub(crate) async fn spawn(spawner: &Spawner, spec: &Launch, stdin: Stdio) -> io::Result<Running> {
     let sandbox::Command {
         mut command,
@@ -287,30 +288,35 @@ pub(crate) async fn spawn(spawner: &Spawner, spec: &Launch, stdin: Stdio) -> io:
         .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let spawned = spawner.spawn(command, true).await;
-    let jail = pending.map(sless_sandbox::Pending::spawned);
+    // A jail's process is its keeper, which must never be SIGKILLed: the
+    // jail's own handle ends it (see `sless_sandbox::Sandboxed::kill`).
+    let spawned = spawner.spawn(command, pending.is_none()).await;
+    let pid = spawned.as_ref().ok().and_then(Child::id);
+    let jail = pending.map(|p| p.spawned(pid));
     let child = spawned?;
     let jail = match jail {
-        // bwrap says it at once; reading it now keeps it for stopping.
+        // bwrap says its pid at once; reading it now keeps it for stopping.
         Some(mut jail) => tokio::task::spawn_blocking(move || {
+            let started = jail.start();
             jail.sandbox_pid();
-            jail
+            started.map(|()| jail)
         })
         .await
-        .ok(),
+        .map_err(io::Error::other)?
+        .map(Some)
+        .map_err(io::Error::other)?,
         None => None,
     };
-    let pid = child.id().unwrap_or(0);
     Ok(Running {
         child,
-        pid,
+        pid: pid.unwrap_or(0),
         jail,
         pumps: Vec::with_capacity(2),
     })
 }
 
 /// Stops a process: SIGTERM, SIGKILL after `grace`. A jail's program
-/// gets the SIGTERM; when it ends (or bwrap is killed) its jail ends with
+/// gets the SIGTERM; when it ends (or the jail is killed) its jail ends with
 /// everything in it. A plain process's whole group gets both.
 pub(crate) async fn terminate(running: &mut Running, grace: Duration) {
     if running.child.id().is_none() {
@@ -328,11 +334,22 @@ pub(crate) async fn terminate(running: &mut Running, grace: Duration) {
         .await
         .is_err()
     {
-        let _ = running.child.start_kill();
-        signal_group(running.pid, libc::SIGKILL);
+        kill(running);
         let _ = running.child.wait().await;
     }
     end_all(running);
+}
+
+/// Kills a process now: a jail through its keeper (everything in it, at
+/// whatever stage its setup is), a plain process with its whole group.
+pub(crate) fn kill(running: &mut Running) {
+    match running.jail.as_mut() {
+        Some(jail) => jail.kill(),
+        None => {
+            let _ = running.child.start_kill();
+            signal_group(running.pid, libc::SIGKILL);
+        }
+    }
 }
 
 /// Kills whatever is left of a process that has ended: the rest of its
@@ -341,6 +358,7 @@ pub(crate) async fn terminate(running: &mut Running, grace: Duration) {
 pub(crate) fn end_all(running: &Running) {
     match running.jail.as_ref().and_then(|j| j.cgroup.as_ref()) {
         Some(group) => group.kill_all(),
+        None if running.jail.is_some() => {}
         None => signal_group(running.pid, libc::SIGKILL),
     }
 }

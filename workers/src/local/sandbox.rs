@@ -21,12 +21,13 @@
 //! holds: processes run as sless's own user and see what it sees.
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use sless_domain::Namespace;
-use sless_sandbox::{Identity, Limits, Mount, Sandbox, SandboxOptions};
+use sless_sandbox::{Identity, Limits, Mount, Network, Sandbox, SandboxOptions};
 use sless_store::PgPool;
 
 use crate::driver::DriverError;
@@ -105,6 +106,12 @@ pub(crate) struct Launch {
     /// The working directory (inside the jail).
     pub cwd: PathBuf,
     pub jail: Option<JailParts>,
+    /// The socket a function serves on: sless's own, bound before the
+    /// process starts and handed to it (`SLESS_LISTEN_FD`), kept across
+    /// its restarts, closed only when the instance ends. A port that
+    /// sless holds cannot be taken by anyone else while its process is
+    /// down.
+    pub listener: Option<Arc<std::net::TcpListener>>,
 }
 
 impl Launch {
@@ -127,6 +134,8 @@ pub(crate) struct JailParts {
     pub limits: Limits,
     pub tmp_bytes: u64,
     pub label: String,
+    /// Its network: a namespace of its own for tenants' code.
+    pub network: Network,
     /// Marks bwrap's processes (see `sless_sandbox::OWNER_ENV`): the data
     /// directory of the driver.
     pub owner: String,
@@ -143,6 +152,14 @@ impl Launch {
     /// a process group of its own. Either dies (SIGKILL) when the thread
     /// that spawns it ends.
     pub fn command(&self) -> Result<Command, DriverError> {
+        let mut made = self.unlistening_command()?;
+        if let Some(listener) = &self.listener {
+            inherit(&mut made.command, listener.as_raw_fd());
+        }
+        Ok(made)
+    }
+
+    fn unlistening_command(&self) -> Result<Command, DriverError> {
         use std::os::unix::process::CommandExt;
         let Some(jail) = &self.jail else {
             let mut command = std::process::Command::new(&self.program);
@@ -176,6 +193,7 @@ impl Launch {
         spec.limits = jail.limits;
         spec.tmp_bytes = jail.tmp_bytes;
         spec.label.clone_from(&jail.label);
+        spec.network = jail.network;
         spec.owner = Some(jail.owner.clone());
         let prepared = jail
             .sandbox
@@ -187,6 +205,29 @@ impl Launch {
             command,
             pending: Some(prepared.pending),
         })
+    }
+}
+
+/// The environment variable that names the descriptor of the socket a
+/// function serves on (runtimes/README.md).
+pub(crate) const LISTEN_FD_ENV: &str = "SLESS_LISTEN_FD";
+
+/// Hands `fd` to the program `command` starts, under its own number
+/// (bwrap and setpriv pass descriptors on as they are): clears its
+/// close-on-exec flag in the child, never in this process, so no other
+/// child inherits it.
+fn inherit(command: &mut std::process::Command, fd: RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and only makes the
+    // async-signal-safe fcntl(2) system call on a descriptor this process
+    // holds open (the listener outlives the spawn).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 
