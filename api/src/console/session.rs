@@ -2,8 +2,8 @@
 //!
 //! A browser signs in by pasting a token (checked as the API checks a
 //! bearer token) or by following a one-time link (`sless dev` prints one:
-//! its code, never a token, is in the URL). Two cookies, neither of which
-//! another origin can write:
+//! its code, never a token, is in the URL). Two cookies, which together keep
+//! a page of another origin from making this browser's session:
 //!
 //! - `__Http-sless_browser`: a random id of the browser, set by the first
 //!   sign-in page it opens (`Secure`, `HttpOnly`, `SameSite=Strict`,
@@ -16,7 +16,10 @@
 //! - `__Host-sless_session`: the session id, 256 random bits (`Secure`,
 //!   `HttpOnly`, `SameSite=Strict`, `Path=/`, no `Domain`): no other host
 //!   can set it, no path can shadow it. The proxy never hands it to a
-//!   function.
+//!   function. A script of the same host on another port can write it
+//!   (cookies do not tell ports apart: a `sless dev` instance serves the
+//!   functions on `127.0.0.1:8081`), which is why it is taken only beside
+//!   the browser id it was started with.
 //!
 //! The database keeps only sha256es, with whom the session acts as, its
 //! form token and its end (the token's own expiry, at most
