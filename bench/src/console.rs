@@ -82,7 +82,7 @@ async fn measure(dev: &SlessDev, args: &ConsoleArgs) -> anyhow::Result<serde_jso
         expires_at: chrono::Utc::now() + chrono::Duration::hours(1),
     };
     console::create_session(&dev.pool, &id, &session).await?;
-    let cookie = vec![format!("Cookie: sless_session={id}")];
+    let cookie = vec![format!("Cookie: __Host-sless_session={id}")];
     let page_url = format!("{}/console/ns/{}", dev.url, dev.namespace);
     let function_url = format!("{page_url}/functions/big");
     for url in [&page_url, &function_url] {
