@@ -20,7 +20,7 @@
 //!   is every value after it. Other values arrive as sent: Basic, a token
 //!   of another issuer.
 //! - **`Cookie`**: every cookie of sless's own (named `sless_…` in any case,
-//!   also behind a `__Host-` or `__Secure-` prefix: the console's session
+//!   also behind a `__Host-`, `__Secure-`, `__Http-` or `__Host-Http-` prefix: the console's session
 //!   and sign-in cookies) is removed, from every `Cookie` field, whether
 //!   cookies are joined by `;` or by `,` (which RFC 6265 does not allow in
 //!   a cookie's value, and which intermediaries that fold header fields
@@ -73,8 +73,8 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
-/// Cookies of this name prefix (in any case, also behind `__Host-` and
-/// `__Secure-`) are sless's own: the console's session and sign-in cookies.
+/// Cookies of this name prefix (in any case, also behind `__Host-`,
+/// `__Secure-`, `__Http-` and `__Host-Http-`) are sless's own: the console's session and sign-in cookies.
 pub const OWN_COOKIE_PREFIX: &str = "sless_";
 
 /// The response headers a function may not send at all.
@@ -187,7 +187,8 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// Whether a cookie of this name is sless's own.
 fn is_own_cookie(name: &str) -> bool {
     let name = name.trim();
-    let bare = ["__Host-", "__Secure-"]
+    // Longest first: `__Host-Http-` before `__Host-`.
+    let bare = ["__Host-Http-", "__Host-", "__Secure-", "__Http-"]
         .iter()
         .find_map(|p| strip_prefix_ignore_case(name, p))
         .unwrap_or(name);

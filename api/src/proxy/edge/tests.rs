@@ -65,6 +65,8 @@ fn sless_s_own_cookies_are_those_named_sless_underscore() {
         "SLESS_csrf",
         "__Host-sless_session",
         "__secure-sless_x",
+        "__Http-sless_browser",
+        "__Host-Http-sless_session",
         " sless_a",
     ] {
         assert!(is_own_cookie(own), "{own}");
