@@ -85,6 +85,10 @@ impl Sandboxed {
                 "{what}: the jail (pid {pid}) has the host's network namespace"
             )));
         }
+        // bwrap brings the namespace's loopback up first, over netlink, and
+        // dies if a reply it reads is not its own: slirp4netns configuring
+        // the namespace meanwhile makes that happen now and then.
+        loopback_up(pid)?;
         let (mut ready_read, ready_write) = pipe().map_err(io_error(what))?;
         let passed: [RawFd; 3] = [
             ready_write.as_raw_fd(),
@@ -148,6 +152,25 @@ impl Sandboxed {
                 )))
             }
         }
+    }
+}
+
+/// Waits until the loopback of `pid`'s network namespace is up: its
+/// address is in the local routing table.
+fn loopback_up(pid: u32) -> Result<()> {
+    let deadline = Instant::now() + READY_WITHIN;
+    loop {
+        let routes = std::fs::read_to_string(format!("/proc/{pid}/net/fib_trie"))
+            .map_err(io_error("reading the jail's routing table"))?;
+        if routes.contains("127.0.0.1") {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(SandboxError::Broken(
+                "bwrap did not bring the jail's loopback up".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_micros(200));
     }
 }
 
