@@ -197,8 +197,11 @@ pub struct Jail {
     pub program_death_signal: Option<libc::c_int>,
     /// Names the jail's cgroup (`[A-Za-z0-9._-]`, other bytes become `_`).
     pub label: String,
-    /// Set on bwrap's own processes as [`OWNER_ENV`] (readable by root
-    /// only, never given to the program), so the owner can find them.
+    /// Set on bwrap's own processes (and an `Outbound` jail's slirp4netns)
+    /// as [`OWNER_ENV`] (readable by root only, never given to the
+    /// program), so the owner can find them. Not on the keeper, a fork of
+    /// the owner with the owner's environment and command line (named
+    /// `sless-keeper` in `/proc/PID/comm`).
     pub owner: Option<String>,
 }
 
