@@ -21,9 +21,12 @@
 //!
 //! It is a fork made in the pre-exec hook that never execs: no second
 //! program to install and find, no exec on a jail's start, and the
-//! jail's descriptors are already where they must be. The cost is that
-//! the keeper is a copy of the owner: it shares the owner's memory copy
-//! on write, and pages the owner writes later are copied. Between fork
+//! jail's descriptors are already where they must be. A fork is a copy
+//! of the owner's memory, shared copy on write: a page the owner writes
+//! later would stay the keeper's, so a long-lived jail's keeper would come
+//! to hold the owner's heap as it was. The keeper lets go of it at once
+//! (`let_go_of_owners_memory`): it never touches anything but its own
+//! stack, the programs' code and libc. Between fork
 //! and exit it makes raw system calls only (async-signal-safe, no
 //! allocation, no lock: glibc's `fork` would take malloc's locks, which
 //! another thread of the owner may have held at the fork, so the second
@@ -186,6 +189,8 @@ unsafe fn keep(bwrap: libc::pid_t, hold: Option<RawFd>) -> ! {
         };
         libc::setrlimit(libc::RLIMIT_CORE, &core);
         close_all_but(hold);
+        let here = 0u8;
+        let_go_of_owners_memory(std::ptr::addr_of!(here) as usize);
 
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
@@ -224,6 +229,96 @@ unsafe fn keep(bwrap: libc::pid_t, hold: Option<RawFd>) -> ! {
         }
         exit_as(status)
     }
+}
+
+/// The smallest anonymous mapping the keeper gives back: the owner's heap,
+/// its allocator's arenas and its other threads' stacks are larger; what
+/// is smaller (the tail of a program's or library's `.bss`, which libc's
+/// own calls may read) is kept.
+const LET_GO_FROM: usize = 1 << 20;
+
+/// Gives back the pages of the owner's the keeper shares: every private
+/// anonymous mapping of at least [`LET_GO_FROM`] bytes but the one holding
+/// `stack` (the keeper's stack, with its thread's TLS), with
+/// `MADV_DONTNEED`. Nothing of what the keeper does afterwards reads them.
+unsafe fn let_go_of_owners_memory(stack: usize) {
+    // SAFETY: system calls with a NUL-terminated path and a stack buffer;
+    // madvise on ranges of this process's own mappings.
+    unsafe {
+        let fd = libc::open(
+            c"/proc/self/maps".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return;
+        }
+        // Line by line, through a window: a line is read once it is whole.
+        let mut buf = [0u8; 8192];
+        let mut len = 0usize;
+        loop {
+            let n = libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len);
+            if n <= 0 {
+                break;
+            }
+            len += n as usize;
+            let mut start = 0;
+            while let Some(end) = buf[start..len].iter().position(|&b| b == b'\n') {
+                let_go_of(&buf[start..start + end], stack);
+                start += end + 1;
+            }
+            buf.copy_within(start..len, 0);
+            len -= start;
+            if len == buf.len() {
+                len = 0; // a line longer than the window: skipped
+            }
+        }
+        libc::close(fd);
+    }
+}
+
+/// `MADV_DONTNEED` on the mapping one line of `/proc/self/maps` describes
+/// (`start-end perms offset dev inode [path]`), if it is a private,
+/// writable, anonymous one of at least [`LET_GO_FROM`] bytes without
+/// `stack` in it.
+unsafe fn let_go_of(line: &[u8], stack: usize) {
+    let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let (Some(range), Some(perms), Some(_), Some(_), Some(inode)) = (
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+    ) else {
+        return;
+    };
+    let path = fields.next().unwrap_or(b"");
+    let anonymous = inode == b"0" && (path.is_empty() || path == b"[heap]");
+    if !anonymous || perms.len() < 4 || perms[1] != b'w' || perms[3] != b'p' {
+        return;
+    }
+    let Some(dash) = range.iter().position(|&b| b == b'-') else {
+        return;
+    };
+    let (Some(start), Some(end)) = (hex(&range[..dash]), hex(&range[dash + 1..])) else {
+        return;
+    };
+    if end <= start || end - start < LET_GO_FROM || (start..end).contains(&stack) {
+        return;
+    }
+    // SAFETY: a range of one of this process's mappings, which nothing the
+    // keeper runs reads (its stack is not in it).
+    unsafe {
+        libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+    }
+}
+
+fn hex(digits: &[u8]) -> Option<usize> {
+    let mut v = 0usize;
+    for &d in digits {
+        let x = (d as char).to_digit(16)? as usize;
+        v = v.checked_mul(16)?.checked_add(x)?;
+    }
+    Some(v)
 }
 
 /// Reaps what has ended; bwrap's status goes to `status`.

@@ -492,3 +492,43 @@ fn a_running_jail_is_shown_a_directory_read_only_and_held_to_a_new_memory_limit(
         "the mount stays in the jail"
     );
 }
+
+/// A keeper is a fork of its owner; it must not hold on to the owner's
+/// memory (a long-lived jail's keeper would come to own its owner's heap
+/// as it was, copy on write).
+#[test]
+fn a_keeper_holds_none_of_its_owners_heap() {
+    // 128 MiB of the owner's, touched, alive while the jail runs.
+    let heap = vec![7u8; 128 << 20];
+    let sandbox = sandbox();
+    let Prepared {
+        mut command,
+        pending,
+    } = sandbox.prepare(&shell("read line")).unwrap();
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = command.spawn().unwrap();
+    let keeper = child.id();
+    let mut sandboxed = pending.spawned(Some(keeper));
+    assert!(sandboxed.sandbox_pid().is_some(), "the jail runs");
+    let rss_kib = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{keeper}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    // The keeper lets go right after it started bwrap, before it waits.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rss_kib() >= 32 << 10 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let rss = rss_kib();
+    assert!(
+        rss < 32 << 10,
+        "the keeper holds {rss} KiB of its owner's 128 MiB"
+    );
+    assert_eq!(heap[heap.len() - 1], 7, "the owner's memory is its own");
+    sandboxed.kill();
+    let _ = child.wait();
+}
