@@ -8,7 +8,7 @@ const OWNER_ENV: &str = "SLESS_SANDBOX_OF";
 /// Processes (pid, command line) whose command line mentions `needle`, or,
 /// for a sandbox, whose owner does (the local driver's data directory). A
 /// sandbox counts once, as its outer bwrap: its init and what it runs go
-/// with it; a sandbox of the warm pool whose process waits for a function
+/// with it, and so does its slirp4netns while any bwrap of the owner runs; a sandbox of the warm pool whose process waits for a function
 /// does not count. Zombies and this process are left out.
 pub fn mentioning(needle: &str) -> Vec<(u32, String)> {
     let owner = format!("{OWNER_ENV}=");
@@ -22,8 +22,20 @@ pub fn mentioning(needle: &str) -> Vec<(u32, String)> {
         })
         .collect();
     let jails: Vec<u32> = found.iter().filter(|f| f.2).map(|f| f.0).collect();
+    let is_slirp = |cmdline: &str| {
+        cmdline
+            .split(' ')
+            .next()
+            .is_some_and(|program| program.ends_with("slirp4netns"))
+    };
+    // A jail's network helper (slirp4netns, which carries the owner too)
+    // is part of its jail while one runs; alone, it is a leftover.
+    let bwraps = found
+        .iter()
+        .any(|(_, cmdline, jail)| *jail && !is_slirp(cmdline));
     found
         .into_iter()
+        .filter(|(_, cmdline, jail)| !(*jail && bwraps && is_slirp(cmdline)))
         .filter(|(pid, _, jail)| !*jail || !parent_of(*pid).is_some_and(|p| jails.contains(&p)))
         .filter(|(pid, cmdline, jail)| !*jail || !pool_jail_waits(*pid, cmdline))
         .map(|(pid, cmdline, _)| (pid, cmdline))

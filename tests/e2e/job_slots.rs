@@ -54,7 +54,8 @@ async fn an_upload_turns_ready_while_four_long_jobs_hold_every_job_slot() {
         job_concurrency: 4,
         ..WorkerConfig::default()
     };
-    let p = Platform::start_with(50, config).await;
+    // Its functions call the test's beacon on loopback.
+    let p = Platform::start_sharing_loopback(50, config).await;
     let beacon = Beacon::start().await;
     let (code, body) = p
         .call(

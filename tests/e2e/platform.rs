@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sless_api::{AppState, Auth};
+use sless_sandbox::Network;
 use sless_testkit::{TestDb, TestS3, scratch_dir};
 use sless_workers::local::{LocalDriver, LocalDriverConfig};
 use sless_workers::{Reconciler, Worker, WorkerConfig};
@@ -37,6 +38,17 @@ impl Platform {
 
     /// `start`, with a worker of `config`.
     pub async fn start_with(keep: usize, config: WorkerConfig) -> Platform {
+        Platform::start_on(keep, config, Network::Outbound).await
+    }
+
+    /// [`Platform::start_with`] whose functions share the host's network,
+    /// for a test whose functions call back to it on loopback (a
+    /// [`crate::support::Beacon`]); isolation is tested elsewhere.
+    pub async fn start_sharing_loopback(keep: usize, config: WorkerConfig) -> Platform {
+        Platform::start_on(keep, config, Network::Host).await
+    }
+
+    async fn start_on(keep: usize, config: WorkerConfig, network: Network) -> Platform {
         let db = TestDb::new().await;
         let s3 = TestS3::new().await;
         let mut state = AppState::new(db.pool.clone(), s3.blobs(), Auth::hs256(SECRET, None, None));
@@ -49,6 +61,7 @@ impl Platform {
             stop.clone(),
         ));
         let mut cfg = LocalDriverConfig::new(scratch_dir("history-driver"));
+        cfg.network = network;
         if let Ok(python) = std::env::var("SLESS_PYTHON") {
             cfg.python = python;
         }

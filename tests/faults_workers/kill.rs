@@ -38,6 +38,8 @@ async fn f1_killed_workers_item_finishes_elsewhere_and_its_late_writes_are_fence
             ("SLESS_LEASE_SECS", "2"),
             ("SLESS_SWEEP_SECS", "0.5"),
             ("SLESS_WORKER_CONCURRENCY", concurrency),
+            // Its functions call the test's beacon on loopback.
+            ("SLESS_SANDBOX_NETWORK", "host"),
         ]
     };
     let (env1, env2) = (env("1"), env("4"));
