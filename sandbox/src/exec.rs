@@ -12,8 +12,7 @@ use std::process::Command;
 use crate::cgroup::Cgroup;
 use crate::keeper::{self, Rlimit};
 use crate::{
-    Jail, Mount, Network, OWNER_ENV, Result, SLIRP4NETNS_PACKAGE, Sandbox, SandboxError, View,
-    args, io_error, network,
+    Jail, Mount, Network, OWNER_ENV, Result, Sandbox, SandboxError, View, args, io_error, network,
 };
 
 /// A jail ready to spawn: `command` runs it; once it is spawned (or failed
@@ -239,18 +238,7 @@ pub(crate) fn prepare(sandbox: &Sandbox, jail: &Jail) -> Result<Prepared> {
     }
     let inner = &sandbox.inner;
     let slirp4netns = match jail.network {
-        Network::Outbound => {
-            Some(
-                inner
-                    .slirp4netns
-                    .clone()
-                    .map_err(|searched| SandboxError::Missing {
-                        tool: "slirp4netns",
-                        package: SLIRP4NETNS_PACKAGE,
-                        searched,
-                    })?,
-            )
-        }
+        Network::Outbound => Some(sandbox.slirp4netns()?.to_path_buf()),
         Network::Host | Network::Loopback => None,
     };
     let mut keep: Vec<OwnedFd> = Vec::new();

@@ -376,6 +376,19 @@ impl Sandbox {
             .map_or(LimitsMechanism::Rlimits, cgroup::Hierarchy::mechanism)
     }
 
+    /// slirp4netns, which jails of [`Network::Outbound`] need: where it
+    /// is, or [`SandboxError::Missing`] naming its package.
+    pub fn slirp4netns(&self) -> Result<&Path> {
+        self.inner
+            .slirp4netns
+            .as_deref()
+            .map_err(|searched| SandboxError::Missing {
+                tool: "slirp4netns",
+                package: SLIRP4NETNS_PACKAGE,
+                searched: searched.clone(),
+            })
+    }
+
     /// The path of bwrap.
     pub fn bwrap(&self) -> &Path {
         &self.inner.bwrap

@@ -301,6 +301,13 @@ impl LocalDriver {
                 sandbox
                     .check()
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
+                if cfg.network == Network::Outbound {
+                    // Refused at start, naming the package, not at the
+                    // first deploy.
+                    sandbox
+                        .slirp4netns()
+                        .map_err(|e| std::io::Error::other(e.to_string()))?;
+                }
                 let toolchain =
                     Toolchain::resolve(&cfg.python, &cfg.node, &cfg.npm, cfg.env_value("PATH"))?;
                 Some(Arc::new(Jails {
