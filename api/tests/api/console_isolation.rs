@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use sless_api::console::session::on_loopback;
 use tower::ServiceExt;
 
-use super::{BROWSER, Browser, Got, SESSION};
+use super::{BROWSER, Browser, Got, SESSION, with_function};
 use crate::api::support::*;
 
 const ALICE: &str = "alice";
@@ -354,14 +354,6 @@ async fn a_sign_in_link_opened_by_another_page_signs_nobody_in() {
         "{}",
         typed.text
     );
-}
-
-async fn with_function(env: &Env, sub: &str, name: &str, files: &[(&str, &[u8])]) {
-    let created = env.create(sub, name).await;
-    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
-    let up = env.upload(sub, name, &zip_of(files)).await;
-    assert_eq!(up.status, StatusCode::ACCEPTED, "{:?}", up.body);
-    env.catch_up().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

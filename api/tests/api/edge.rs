@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sless_api::{AppState, Auth};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::proxy::{Upstream, deployed};
@@ -54,14 +53,7 @@ async fn seen_by_function(addr: &str, path: &str, fields: &[(&str, String)]) -> 
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
-    let mut tcp = TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut raw))
-        .await
-        .expect("an answer within 10 s")
-        .unwrap();
-    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let raw = raw_exchange(addr, &head).await;
     let (status, body) = raw.split_once("\r\n\r\n").expect("an HTTP answer");
     assert!(status.starts_with("HTTP/1.1 200 "), "{raw}");
     let echoed: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{raw}"));

@@ -5,7 +5,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, oneshot};
 
@@ -38,19 +37,12 @@ async fn serving_with(
 /// Sends a GET of `path` with `extra` header fields (`X-Extra-N: v`) on a
 /// fresh connection and reads the whole answer (the request asks to close).
 async fn get_with_headers(addr: &str, path: &str, extra: usize) -> (u16, String, String) {
-    let mut tcp = TcpStream::connect(addr).await.unwrap();
     let mut head = format!("GET {path} HTTP/1.1\r\nHost: sless\r\nConnection: close\r\n");
     for i in 0..extra {
         head.push_str(&format!("X-Extra-{i}: v\r\n"));
     }
     head.push_str("\r\n");
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut raw))
-        .await
-        .expect("an answer within 10 s")
-        .unwrap();
-    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let raw = raw_exchange(addr, &head).await;
     let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP answer");
     let status = head
         .split(' ')

@@ -426,3 +426,20 @@ pub fn handler_zip(greeting: &str) -> Vec<u8> {
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
+
+/// Sends `head` (a request's head, ending in an empty line) on a fresh
+/// connection to `addr` and reads the whole answer, within 10 s.
+pub async fn raw_exchange(addr: &str, head: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tcp.read_to_end(&mut raw),
+    )
+    .await
+    .expect("an answer within 10 s")
+    .unwrap();
+    String::from_utf8_lossy(&raw).into_owned()
+}
