@@ -267,15 +267,11 @@ fn everything_a_program_starts_ends_with_it() {
         "the daemon ran: {}",
         ran.stderr
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !processes_mentioning(&marker).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the daemon outlived its program: {:?}",
-            processes_mentioning(&marker)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(
+        "the daemon ends with its program",
+        Duration::from_secs(5),
+        || processes_mentioning(&marker).is_empty(),
+    );
 }
 
 #[test]
@@ -298,20 +294,18 @@ fn a_jail_dies_with_the_thread_that_spawned_it() {
         let pid = sandboxed.sandbox_pid();
         // The thread ends once the program runs.
         running_as_tenant(&mut sandboxed);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while processes_mentioning(&marker2).is_empty() {
-            assert!(Instant::now() < deadline, "the program never ran");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        eventually("the program runs", Duration::from_secs(5), || {
+            !processes_mentioning(&marker2).is_empty()
+        });
         (pid, sandboxed, child)
     });
     let (pid, _sandboxed, mut bwrap) = spawned.join().unwrap();
     assert!(pid.is_some());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !processes_mentioning(&marker).is_empty() {
-        assert!(Instant::now() < deadline, "the jail outlived its spawner");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(
+        "the jail ends with its spawner",
+        Duration::from_secs(5),
+        || processes_mentioning(&marker).is_empty(),
+    );
     let status = bwrap.wait().unwrap();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(
@@ -402,6 +396,16 @@ fn running_as_tenant(sandboxed: &mut Sandboxed) -> u32 {
             Instant::now() < deadline,
             "the program never ran as the tenant"
         );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits until `done`, checking every 5 ms; fails naming `what` after
+/// `within`.
+fn eventually(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -519,14 +523,10 @@ fn a_keeper_holds_none_of_its_owners_heap() {
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     };
     // The keeper lets go right after it started bwrap, before it waits.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while rss_kib() >= 32 << 10 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let rss = rss_kib();
-    assert!(
-        rss < 32 << 10,
-        "the keeper holds {rss} KiB of its owner's 128 MiB"
+    eventually(
+        "the keeper holds less than 32 MiB of its owner's 128 MiB",
+        Duration::from_secs(10),
+        || rss_kib() < 32 << 10,
     );
     assert_eq!(heap[heap.len() - 1], 7, "the owner's memory is its own");
     sandboxed.kill();
