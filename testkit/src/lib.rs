@@ -187,6 +187,7 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+pub mod kube;
 pub mod kube_api;
 pub mod processes;
 pub mod zips;

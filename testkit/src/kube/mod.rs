@@ -1,0 +1,15 @@
+//! Kubernetes for tests, the real one: a control plane built from the
+//! upstream modules ([`ControlPlane`]), a node that plays the kubelet's part
+//! through the API ([`TestNode`]), and a proxy in front of the API server
+//! that records what a client asked and injects the faults only a test can
+//! make ([`KubeProxy`]).
+
+mod control_plane;
+mod kubelet_logs;
+mod node;
+mod pki;
+mod proxy;
+
+pub use control_plane::ControlPlane;
+pub use node::{NODE_NAME, Outcome, PodView, TestNode};
+pub use proxy::{KubeProxy, Request};
