@@ -10,6 +10,7 @@ mod api;
 mod append;
 mod cold;
 mod console;
+mod control_plane;
 mod cpu;
 mod jail;
 mod lag;
@@ -77,6 +78,9 @@ enum Command {
     /// function reconciled, replay, database size and memory, for 100,
     /// 1,000 and 10,000 functions in one namespace and over 100.
     Scale(scale::ScaleArgs),
+    /// The tests' Kubernetes control plane: `scripts/ensure-kubernetes`
+    /// when it is built, and a start to ready, several times.
+    ControlPlane(control_plane::ControlPlaneArgs),
 }
 
 /// The server benchmarks run on, and the fresh databases made on it. The
@@ -245,6 +249,7 @@ fn main() -> anyhow::Result<()> {
             Command::UploadReady(args) => upload::run(&server, args).await,
             Command::UploadAccept(args) => accept::run(&server, args).await,
             Command::Jail(args) => jail::run(args),
+            Command::ControlPlane(args) => control_plane::run(args),
             Command::ColdStart(args) => cold::run(&server, args).await,
             Command::Scale(args) => scale::run(&server, args).await,
         };

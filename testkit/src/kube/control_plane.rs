@@ -58,45 +58,90 @@ pub struct ControlPlane {
 
 static PLANE: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
 
+/// A control plane that stops when dropped ([`ControlPlane::start`]).
+pub struct OwnedControlPlane {
+    plane: ControlPlane,
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    keeper: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::ops::Deref for OwnedControlPlane {
+    type Target = ControlPlane;
+    fn deref(&self) -> &ControlPlane {
+        &self.plane
+    }
+}
+
+impl Drop for OwnedControlPlane {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(keeper) = self.keeper.take() {
+            let _ = keeper.join();
+        }
+    }
+}
+
+/// Starts the programs on a thread of their own, which holds them (they die
+/// with it: PR_SET_PDEATHSIG) until `stop` says so or, without one, for the
+/// rest of the process.
+fn launch(
+    stop: Option<std::sync::mpsc::Receiver<()>>,
+) -> Result<(ControlPlane, std::thread::JoinHandle<()>), String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let keeper = std::thread::Builder::new()
+        .name("kube-control-plane".into())
+        .spawn(move || match std::panic::catch_unwind(start) {
+            Ok((plane, held)) => {
+                tx.send(Ok(plane)).ok();
+                match stop {
+                    Some(stop) => {
+                        let _ = stop.recv();
+                        drop(held);
+                    }
+                    None => loop {
+                        std::thread::park();
+                    },
+                }
+            }
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                tx.send(Err(message)).ok();
+            }
+        })
+        .map_err(|e| format!("a thread for the control plane: {e}"))?;
+    let plane = rx
+        .recv()
+        .unwrap_or_else(|_| Err("the control plane's thread ended".into()))?;
+    Ok((plane, keeper))
+}
+
 impl ControlPlane {
     /// The control plane of this process, started on first use. Panics
     /// (with the tail of the failing program's log) when it cannot start,
     /// in every test that asks: it is started once.
     pub fn shared() -> &'static ControlPlane {
-        let plane = PLANE.get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            // The programs die with the thread that started them
-            // (PR_SET_PDEATHSIG): this one lives as long as the process.
-            std::thread::Builder::new()
-                .name("kube-control-plane".into())
-                .spawn(move || {
-                    let started = std::panic::catch_unwind(start);
-                    match started {
-                        Ok((plane, children)) => {
-                            tx.send(Ok(plane)).ok();
-                            let _children = children;
-                            loop {
-                                std::thread::park();
-                            }
-                        }
-                        Err(panic) => {
-                            let message = panic
-                                .downcast_ref::<String>()
-                                .cloned()
-                                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                                .unwrap_or_default();
-                            tx.send(Err(message)).ok();
-                        }
-                    }
-                })
-                .expect("a thread for the control plane");
-            rx.recv()
-                .unwrap_or_else(|_| Err("the control plane's thread ended".into()))
-        });
+        let plane = PLANE.get_or_init(|| launch(None).map(|(plane, _)| plane));
         match plane {
             Ok(plane) => plane,
             Err(message) => panic!("starting the Kubernetes control plane: {message}"),
         }
+    }
+
+    /// A control plane of its own, stopped and its directory removed when
+    /// it is dropped (a benchmark of starts uses it; tests share
+    /// [`ControlPlane::shared`]).
+    pub fn start() -> Result<OwnedControlPlane, String> {
+        let (stop, stopped) = std::sync::mpsc::channel();
+        let (plane, keeper) = launch(Some(stopped))?;
+        Ok(OwnedControlPlane {
+            plane,
+            stop: Some(stop),
+            keeper: Some(keeper),
+        })
     }
 
     /// `https://127.0.0.1:{port}`.
@@ -349,12 +394,22 @@ fn remove_when_done(dir: &Path, pids: &[u32]) -> Child {
         .expect("starting the control plane's reaper")
 }
 
-/// What the keeper thread holds until the process ends.
+/// What the keeper thread holds until the control plane stops.
 struct Held {
     _programs: Vec<Program>,
     /// Never waited for: it outlives this process. Its stdin closes when
     /// this process ends.
     _reaper: Child,
+}
+
+impl Drop for Held {
+    /// Stops the programs; the reaper then removes their directory.
+    fn drop(&mut self) {
+        for p in self._programs.iter_mut().rev() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
 }
 
 fn start() -> (ControlPlane, Held) {

@@ -10,6 +10,6 @@ mod node;
 mod pki;
 mod proxy;
 
-pub use control_plane::ControlPlane;
+pub use control_plane::{ControlPlane, OwnedControlPlane};
 pub use node::{NODE_NAME, Outcome, PodView, TestNode};
 pub use proxy::{KubeProxy, Request};
