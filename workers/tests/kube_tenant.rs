@@ -76,6 +76,14 @@ impl Tenant {
             Err(e) => panic!("creating a pod: {e}"),
         }
     }
+
+    /// Creates `pod`, which the server must refuse: the status it gave.
+    async fn refused(&self, pod: Value) -> kube::core::Status {
+        match self.create(pod).await {
+            Ok(pod) => panic!("pod {} was admitted in {}", pod.name_any(), self.ns),
+            Err(status) => status,
+        }
+    }
 }
 
 /// A pod Pod Security `restricted` admits, with no resources of its own.
@@ -256,10 +264,7 @@ async fn the_quota_refuses_memory_and_pods_beyond_it() {
     let big = compliant_but("big", |p| {
         p["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "2Gi"}})
     });
-    let status = t
-        .create(big)
-        .await
-        .expect_err("a pod over the memory quota");
+    let status = t.refused(big).await;
     assert_eq!(status.code, 403, "{status:?}");
     assert!(
         status.message.contains("exceeded quota: sless-quota")
@@ -273,10 +278,7 @@ async fn the_quota_refuses_memory_and_pods_beyond_it() {
         let pod = t.create(compliant(&format!("small-{i}"))).await;
         assert!(pod.is_ok(), "pod {i} within the quota: {pod:?}");
     }
-    let status = t
-        .create(compliant("one-too-many"))
-        .await
-        .expect_err("a pod beyond the quota's count");
+    let status = t.refused(compliant("one-too-many")).await;
     assert_eq!(status.code, 403, "{status:?}");
     assert!(
         status.message.contains("exceeded quota: sless-quota") && status.message.contains("pods=3"),
@@ -406,19 +408,49 @@ async fn the_tenant_objects_are_on_the_server_as_written_and_a_second_ensure_cha
         .into_iter()
         .map(|p| (p.name_any(), p))
         .collect();
-    let written: Vec<String> = rendered
+    // docs/kubernetes.md: deny all, then DNS, the proxy in, and (the
+    // default) egress out of the cluster; nothing else.
+    let mut written: Vec<String> = rendered
         .network_policies
         .iter()
         .map(|p| p.name_any())
         .collect();
+    written.sort();
+    assert_eq!(
+        written,
+        [
+            "sless-allow-dns",
+            "sless-allow-egress",
+            "sless-allow-proxy",
+            "sless-deny-all"
+        ],
+        "the network policies the driver wrote"
+    );
     assert_eq!(
         on_server.keys().cloned().collect::<Vec<_>>(),
-        {
-            let mut w = written.clone();
-            w.sort();
-            w
-        },
+        written,
         "the namespace's network policies"
+    );
+    assert_eq!(
+        serde_json::to_value(&on_server["sless-deny-all"].spec).unwrap(),
+        json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        "the default deny: every pod, both ways, no rule"
+    );
+    assert_eq!(
+        serde_json::to_value(&on_server["sless-allow-proxy"].spec).unwrap(),
+        json!({
+            "podSelector": {"matchLabels": {"sless.dev/component": "function"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{
+                "from": [{
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "sless"}},
+                    "podSelector": {"matchLabels": {
+                        "app.kubernetes.io/name": "sless", "app.kubernetes.io/component": "api"}},
+                }],
+                "ports": [{"protocol": "TCP", "port": 8080}],
+            }],
+        }),
+        "functions are reached only by the API's pods, on the function port"
     );
     for policy in &rendered.network_policies {
         let name = policy.name_any();

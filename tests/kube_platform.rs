@@ -1,0 +1,638 @@
+//! sless on a real Kubernetes control plane (testkit's: kube-apiserver with
+//! RBAC and the production admission plugins, the controllers and the
+//! scheduler, and a test node that plays the kubelet through the API).
+//!
+//! `sless api`, `sless projector` and `sless worker` run as processes of
+//! the built binary outside the cluster. The worker (`SLESS_DRIVER=kubernetes`)
+//! reaches the cluster with `KUBECONFIG` as the ServiceAccount `sless`, with
+//! what `deploy/base` grants it and nothing more, under its admission
+//! policy. The test node plays kaniko (it fetches the build context from the
+//! presigned URL its Secret hands it and reports a digest of what it
+//! "pushed"), the function's pods and a job's pod. A user, through the API,
+//! creates a function and uploads it, adds a cron trigger, runs a job, and
+//! deletes the function; what the cluster then holds is checked at each step.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use reqwest::Method;
+use serde_json::{Value, json};
+use sless_testkit::kube::{ControlPlane, Outcome, PodView, TestNode};
+use sless_testkit::{TestDb, TestS3, eventually, scratch_dir};
+use support::{Client, Proc, sless_on, zip_files};
+
+const SECRET: &str = "kube-platform-test-secret-of-32-bytes-or-more";
+const REGISTRY: &str = "registry.test/sless";
+/// How long any one step may take: a build, a rollout, a removal.
+const DEADLINE: Duration = Duration::from_secs(120);
+const SYSTEM: &str = "sless";
+const BUILDS: &str = "sless-builds";
+const PUSH_SECRET: &str = "sless-registry-push";
+const PULL_SECRET: &str = "sless-registry-pull";
+/// The copy of the pull Secret in each tenant namespace: the namespace's own.
+const TENANT_PULL_SECRET: &str = "sless-pull";
+/// sless's ServiceAccount, as the API server names it.
+const SLESS: &str = "system:serviceaccount:sless:sless";
+/// The variable kaniko's `--context` is expanded from.
+const CONTEXT_URL_ENV: &str = "SLESS_CONTEXT_URL";
+
+/// What `deploy/base` installs cluster-wide (its namespaces, the
+/// ServiceAccount, RBAC and the admission policy), and the registry
+/// Secrets an operator makes: once per test process.
+fn install(plane: &ControlPlane) {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base");
+        for file in ["namespaces", "serviceaccount", "rbac", "admission"] {
+            let path = base.join(format!("{file}.yaml"));
+            plane.kubectl_ok(
+                &["apply", "--server-side", "-f", path.to_str().unwrap()],
+                None,
+            );
+        }
+        for (ns, name) in [(BUILDS, PUSH_SECRET), (SYSTEM, PULL_SECRET)] {
+            let yaml = plane.kubectl_ok(
+                &[
+                    "-n",
+                    ns,
+                    "create",
+                    "secret",
+                    "docker-registry",
+                    name,
+                    "--docker-server=registry.test",
+                    "--docker-username=sless",
+                    "--docker-password=not-a-real-one",
+                    "--dry-run=client",
+                    "-o",
+                    "yaml",
+                ],
+                None,
+            );
+            plane.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&yaml));
+        }
+    });
+}
+
+/// A kubeconfig of the ServiceAccount `sless`: a TokenRequest token and
+/// the cluster's CA, as a worker outside the cluster would be given.
+fn worker_kubeconfig(plane: &ControlPlane, dir: &Path) -> PathBuf {
+    use base64::Engine;
+    let token = plane.kubectl_ok(
+        &["-n", SYSTEM, "create", "token", "sless", "--duration=24h"],
+        None,
+    );
+    let path = dir.join("worker.kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    \
+             certificate-authority-data: {}\nusers:\n- name: sless\n  user:\n    token: {}\n\
+             contexts:\n- name: sless\n  context:\n    cluster: test\n    user: sless\n    \
+             namespace: {SYSTEM}\ncurrent-context: sless\n",
+            plane.url(),
+            base64::engine::general_purpose::STANDARD.encode(plane.ca_pem()),
+            token.trim(),
+        ),
+    )
+    .unwrap();
+    let me = plane.kubectl_ok(
+        &[
+            "--kubeconfig",
+            path.to_str().unwrap(),
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+        None,
+    );
+    assert_eq!(me, SLESS, "the worker's kubeconfig");
+    path
+}
+
+/// What the test's kaniko did with a build pod.
+#[derive(Debug, Clone)]
+struct Pushed {
+    /// `--destination`: the tag it pushed.
+    destination: String,
+    /// Its termination message: `sha256:` and the sha256 of the context
+    /// it fetched.
+    digest: String,
+    /// The files of the context.
+    files: BTreeSet<String>,
+}
+
+/// Runs `f` to its end on a runtime of its own, on a thread of its own:
+/// a play runs on the test node's runtime, which it must not block on.
+fn off_thread<T: Send + 'static>(
+    f: impl Future<Output = Result<T, String>> + Send + 'static,
+) -> Result<T, String> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?
+            .block_on(f)
+    })
+    .join()
+    .map_err(|_| "the play's thread panicked".to_owned())?
+}
+
+/// `key` of the Secret `name` in the pod's namespace, once it exists: the
+/// driver creates a run's Secret after its Job (owned by it), and a
+/// kubelet waits for it before it starts the container.
+fn wait_for_secret(pod: &PodView, name: &str, key: &str) -> Result<Vec<u8>, String> {
+    let secrets: Api<Secret> = Api::namespaced(ControlPlane::shared().admin(), pod.namespace());
+    let (name, key) = (name.to_owned(), key.to_owned());
+    off_thread(async move {
+        let what = format!("Secret {name}");
+        let wait = eventually(&what, DEADLINE, || async {
+            let secret = secrets.get_opt(&name).await.ok()??;
+            Some(secret.data?.get(&key)?.0.clone())
+        });
+        tokio::time::timeout(DEADLINE, wait)
+            .await
+            .map_err(|_| format!("no Secret {name} with {key}"))
+    })
+}
+
+/// The value of `var` in the build pod: as the pod resolved it, or, when
+/// its Secret came after the pod, from the Secret once it is there.
+fn env_of(pod: &PodView, var: &str) -> Result<String, String> {
+    if let Some(v) = pod.env(var) {
+        return Ok(v.to_owned());
+    }
+    let from = pod
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.env.as_ref())
+        .and_then(|env| env.iter().find(|e| e.name == var))
+        .and_then(|e| e.value_from.as_ref()?.secret_key_ref.clone())
+        .ok_or_else(|| format!("{var} is not taken from a Secret"))?;
+    let bytes = wait_for_secret(pod, &from.name, &from.key)?;
+    String::from_utf8(bytes).map_err(|e| e.to_string())
+}
+
+/// The test's kaniko: fetches the context from the URL `--context` is
+/// expanded from, checks it is a gzipped tar with a Dockerfile, and
+/// "pushes" it: the digest is the sha256 of the context.
+fn kaniko(pod: &PodView) -> Result<Pushed, String> {
+    let flag = |name: &str| {
+        pod.flag(name)
+            .map(str::to_owned)
+            .ok_or_else(|| format!("no --{name}"))
+    };
+    let context = flag("context")?;
+    if context != format!("$({CONTEXT_URL_ENV})") {
+        return Err(format!("--context={context}: not from {CONTEXT_URL_ENV}"));
+    }
+    let digest_file = flag("digest-file")?;
+    if digest_file != "/dev/termination-log" {
+        return Err(format!("--digest-file={digest_file}"));
+    }
+    let destination = flag("destination")?;
+    let url = env_of(pod, CONTEXT_URL_ENV)?;
+    let bytes = off_thread(async move {
+        let res = reqwest::get(&url).await.map_err(|e| e.to_string())?;
+        let status = res.status();
+        let body = res.bytes().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!("GET {url}: {status}"));
+        }
+        Ok(body.to_vec())
+    })?;
+    let mut tar = Vec::new();
+    flate2::read::GzDecoder::new(bytes.as_slice())
+        .read_to_end(&mut tar)
+        .map_err(|e| format!("the context is not gzip: {e}"))?;
+    let mut files = BTreeSet::new();
+    for entry in tar::Archive::new(tar.as_slice())
+        .entries()
+        .map_err(|e| format!("the context is not a tar: {e}"))?
+    {
+        let entry = entry.map_err(|e| format!("the context is not a tar: {e}"))?;
+        let path = entry.path().map_err(|e| e.to_string())?;
+        files.insert(path.to_string_lossy().into_owned());
+    }
+    if !files.contains("Dockerfile") {
+        return Err(format!("no Dockerfile in the context: {files:?}"));
+    }
+    Ok(Pushed {
+        destination,
+        digest: format!("sha256:{}", sless_domain::archive::sha256_hex(&bytes)),
+        files,
+    })
+}
+
+/// A job's pod: prints the input it finds in the event file
+/// `SLESS_JOB_EVENT_FILE` names, mounted from the run's Secret.
+fn job(pod: &PodView) -> Outcome {
+    let read = || -> Result<Vec<u8>, String> {
+        let path = pod
+            .env("SLESS_JOB_EVENT_FILE")
+            .ok_or("no SLESS_JOB_EVENT_FILE")?;
+        if let Some(bytes) = pod.file(path) {
+            return Ok(bytes.to_vec());
+        }
+        let (dir, key) = path.rsplit_once('/').ok_or("a file name")?;
+        let spec = pod.pod.spec.as_ref().ok_or("a pod spec")?;
+        let mount = spec.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == dir)
+            .ok_or_else(|| format!("nothing mounted at {dir}"))?;
+        let secret = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .and_then(|v| v.secret.as_ref()?.secret_name.clone())
+            .ok_or_else(|| format!("{dir} is not a Secret's"))?;
+        wait_for_secret(pod, &secret, key)
+    };
+    match read()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).map_err(|e| e.to_string()))
+    {
+        Ok(event) => Outcome::succeeds(&format!("input {}\n", event["json"])),
+        Err(e) => Outcome::fails(&format!("the test's job: {e}\n")),
+    }
+}
+
+/// The platform's processes, a user of it, and the cluster.
+struct Platform {
+    client: Client,
+    kube: kube::Client,
+    /// The user's namespace, on sless and on the cluster.
+    ns: String,
+    dir: PathBuf,
+    _procs: Vec<Proc>,
+    _db: TestDb,
+    _s3: TestS3,
+}
+
+impl Platform {
+    async fn start(sub: &str) -> Platform {
+        let plane = ControlPlane::shared();
+        install(plane);
+        let db = TestDb::new().await;
+        let s3 = TestS3::new().await;
+        let dir = scratch_dir("kube-platform");
+        let kubeconfig = worker_kubeconfig(plane, &dir);
+        eprintln!("the platform's logs: {}", dir.display());
+
+        let mut api = sless_on(&db.url, &s3);
+        api.env("SLESS_JWT_SECRET", SECRET)
+            .args(["api", "--listen", "127.0.0.1:0"]);
+        let mut projector = sless_on(&db.url, &s3);
+        projector.arg("projector");
+        let mut worker = sless_on(&db.url, &s3);
+        worker
+            .arg("worker")
+            .env("SLESS_DATA_DIR", dir.join("worker"))
+            .env("SLESS_DRIVER", "kubernetes")
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .env("SLESS_KUBE_REGISTRY", REGISTRY)
+            .env("SLESS_KUBE_REGISTRY_PULL_SECRET", PULL_SECRET)
+            .env("RUST_LOG", "info");
+        let procs = vec![
+            Proc::spawn(api, &dir.join("api.log")),
+            Proc::spawn(projector, &dir.join("projector.log")),
+            Proc::spawn(worker, &dir.join("worker.log")),
+        ];
+        let log = dir.join("api.log");
+        let url = eventually("sless api to listen", DEADLINE, || async {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.lines()
+                .find_map(|l| l.split("sless api listening on ").nth(1))
+                .map(|u| u.trim().to_owned())
+        })
+        .await;
+        let ns = sless_domain::Namespace::for_subject(sub).to_string();
+        Platform {
+            client: Client {
+                url,
+                fn_url: String::new(),
+                token: sless_api::issue_hs256(SECRET.as_bytes(), sub, Duration::from_secs(3600)),
+                namespace: ns.clone(),
+                http: reqwest::Client::new(),
+            },
+            kube: plane.admin(),
+            ns,
+            dir,
+            _procs: procs,
+            _db: db,
+            _s3: s3,
+        }
+    }
+
+    /// The last lines of each process's log.
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for name in ["api", "projector", "worker"] {
+            let text =
+                std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!(
+                "--- {name}.log:\n{}\n",
+                lines[lines.len().saturating_sub(30)..].join("\n")
+            ));
+        }
+        out
+    }
+
+    /// Waits for `check` (a deadline of [`DEADLINE`]), showing the
+    /// processes' logs when it never comes.
+    async fn wait<T, Fut>(&self, what: &str, check: impl FnMut() -> Fut) -> T
+    where
+        Fut: Future<Output = Option<T>>,
+    {
+        let started = Instant::now();
+        let waiting = eventually(what, DEADLINE + Duration::from_secs(5), check);
+        match tokio::time::timeout(DEADLINE, waiting).await {
+            Ok(v) => {
+                eprintln!("{what}: {:?}", started.elapsed());
+                v
+            }
+            Err(_) => panic!(
+                "timed out after {DEADLINE:?} waiting for {what}\n{}",
+                self.logs()
+            ),
+        }
+    }
+
+    /// `method` on `/v1/namespaces/{ns}{path}` as the user: the status and
+    /// the JSON answer.
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let c = &self.client;
+        let mut req = c.http.request(method, c.v1(path)).bearer_auth(&c.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.unwrap();
+        let status = res.status().as_u16();
+        let text = res.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    fn api<K>(&self, ns: &str) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.kube.clone(), ns)
+    }
+
+    /// The names of the objects of kind `K` in `ns` that `selector` matches.
+    async fn names<K>(&self, ns: &str, selector: &str) -> Vec<String>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        self.api::<K>(ns)
+            .list(&ListParams::default().labels(selector))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|o| o.name_any())
+            .collect()
+    }
+
+    /// What of the function `name` is left on the cluster: its objects in
+    /// the tenant namespace (all of them: nothing else lives there but the
+    /// namespace's own pull Secret) and its build in the build namespace.
+    async fn left_of(&self, name: &str) -> Vec<String> {
+        let ns = self.ns.as_str();
+        let mut left = Vec::new();
+        let mut add = |kind: &str, names: Vec<String>| {
+            left.extend(names.into_iter().map(|n| format!("{kind} {n}")));
+        };
+        add("deployment", self.names::<Deployment>(ns, "").await);
+        add("service", self.names::<Service>(ns, "").await);
+        add("replicaset", self.names::<ReplicaSet>(ns, "").await);
+        add("pod", self.names::<Pod>(ns, "").await);
+        add("cronjob", self.names::<CronJob>(ns, "").await);
+        add("job", self.names::<Job>(ns, "").await);
+        let secrets = self.names::<Secret>(ns, "").await;
+        add(
+            "secret",
+            secrets
+                .into_iter()
+                .filter(|s| s != TENANT_PULL_SECRET)
+                .collect(),
+        );
+        let build = format!("sless.dev/namespace={ns},sless.dev/function={name}");
+        add("build job", self.names::<Job>(BUILDS, &build).await);
+        add("build pod", self.names::<Pod>(BUILDS, &build).await);
+        add("build secret", self.names::<Secret>(BUILDS, &build).await);
+        left
+    }
+}
+
+/// The whole life of a function on the cluster: built by kaniko from the
+/// context in S3, run by the digest kaniko reported, served, fired by a
+/// CronJob, run as a Job; deleted, and nothing of it left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_is_built_served_run_and_removed_by_a_worker_outside_the_cluster() {
+    let started = Instant::now();
+    let p = Platform::start("kube-platform").await;
+    let ns = p.ns.clone();
+    let node = TestNode::shared();
+    let pushed: Arc<Mutex<Vec<Result<Pushed, String>>>> = Arc::default();
+    let seen = pushed.clone();
+    node.play(
+        &format!("sless.dev/component=build,sless.dev/namespace={ns}"),
+        move |pod| {
+            let result = kaniko(pod);
+            seen.lock().unwrap().push(result.clone());
+            match result {
+                Ok(p) => Outcome::succeeds(&format!("pushed {}\n", p.destination))
+                    .with_termination_message(&p.digest),
+                Err(e) => Outcome::fails(&format!("the test's kaniko: {e}\n")),
+            }
+        },
+    );
+    node.play_all(
+        &format!("sless.dev/component=function,sless.dev/namespace={ns}"),
+        Outcome::serves(),
+    );
+    node.play(
+        &format!("sless.dev/component=job,sless.dev/namespace={ns}"),
+        job,
+    );
+
+    // Create and upload.
+    let (status, body) = p
+        .call(
+            Method::POST,
+            "/functions",
+            Some(json!({"name": "hello", "runtime": "python3.11", "entrypoint": "handler.handle"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let handler = "def handle(event):\n    return 'hello from the cluster'\n";
+    let res = p
+        .client
+        .upload("hello", zip_files(&[("handler.py", handler)]))
+        .await;
+    assert_eq!(res.status(), 202);
+    let f = p
+        .wait("hello to be Ready", || async {
+            let f = p.client.function("hello").await;
+            assert_ne!(f["phase"], "Failed", "{f}\n{}", p.logs());
+            (f["phase"] == "Ready").then_some(f)
+        })
+        .await;
+    assert_eq!(f["deployed_version"], 1, "{f}");
+
+    // kaniko fetched the context from S3 and pushed the version's tag once.
+    let builds = pushed.lock().unwrap().clone();
+    assert_eq!(builds.len(), 1, "{builds:?}");
+    let build = builds[0].clone().unwrap();
+    let repository = format!("{REGISTRY}/{ns}-hello");
+    assert!(
+        build.destination.starts_with(&format!("{repository}:v1-")),
+        "{build:?}"
+    );
+    assert!(build.files.contains("handler.py"), "{build:?}");
+
+    // The Deployment runs the image by the digest kaniko reported, with
+    // the namespace's pull Secret; its Service is there.
+    let image = format!("{repository}@{}", build.digest);
+    let deployment = p.api::<Deployment>(&ns).get("hello").await.unwrap();
+    let pod_spec = deployment.spec.unwrap().template.spec.unwrap();
+    assert_eq!(
+        pod_spec.containers[0].image.as_deref(),
+        Some(image.as_str())
+    );
+    let pull: Vec<String> = pod_spec
+        .image_pull_secrets
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(pull, [TENANT_PULL_SECRET]);
+    assert!(
+        p.api::<Secret>(&ns)
+            .get_opt(TENANT_PULL_SECRET)
+            .await
+            .unwrap()
+            .is_some(),
+        "the pull Secret copied into {ns}"
+    );
+    let service = p.api::<Service>(&ns).get("hello").await.unwrap();
+    let ports: Vec<i32> = service
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .map(|p| p.port)
+        .collect();
+    assert_eq!(ports, [8080]);
+    // The build's Job stays for its TTL; the Secret with the context's
+    // address went as soon as it ended.
+    let build_selector = format!("sless.dev/namespace={ns},sless.dev/function=hello");
+    assert_eq!(
+        p.names::<Job>(BUILDS, &build_selector).await.len(),
+        1,
+        "the build's Job"
+    );
+    assert_eq!(
+        p.names::<Secret>(BUILDS, &build_selector).await,
+        Vec::<String>::new(),
+        "the build's context Secret"
+    );
+
+    // A cron trigger is a CronJob of the same image.
+    let (status, body) = p
+        .call(
+            Method::POST,
+            "/triggers",
+            Some(
+                json!({"name": "nightly", "function": "hello", "type": "cron",
+                "schedule": "0 3 * * *", "timezone": "Europe/Paris"}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let cronjobs = p.api::<CronJob>(&ns);
+    let cronjob = p
+        .wait("the CronJob of the trigger", || async {
+            cronjobs.get_opt("cron-nightly").await.unwrap()
+        })
+        .await;
+    let spec = cronjob.spec.unwrap();
+    assert_eq!(spec.schedule, "0 3 * * *");
+    assert_eq!(spec.time_zone.as_deref(), Some("Europe/Paris"));
+    let job_pod = spec.job_template.spec.unwrap().template.spec.unwrap();
+    assert_eq!(job_pod.containers[0].image.as_deref(), Some(image.as_str()));
+
+    // A job runs as a Job of the same image, its input in a Secret.
+    let (status, body) = p
+        .call(
+            Method::POST,
+            "/jobs",
+            Some(json!({"name": "once", "function": "hello", "input": {"n": 7}})),
+        )
+        .await;
+    assert!(status == 201 || status == 202, "{status} {body}");
+    let run = p
+        .wait("the job to succeed", || async {
+            let (_, run) = p.call(Method::GET, "/jobs/once", None).await;
+            assert_ne!(run["status"], "Failed", "{run}\n{}", p.logs());
+            (run["status"] == "Succeeded").then_some(run)
+        })
+        .await;
+    assert_eq!(run["stdout"]["text"], "input {\"n\":7}\n", "{run}");
+    let runs = p.names::<Job>(&ns, "sless.dev/job=once").await;
+    assert_eq!(runs.len(), 1, "the job's Job: {runs:?}");
+
+    // Everything is there to be removed.
+    let before = p.left_of("hello").await;
+    for kind in [
+        "deployment",
+        "service",
+        "replicaset",
+        "pod",
+        "cronjob",
+        "job",
+        "secret",
+        "build job",
+        "build pod",
+    ] {
+        assert!(
+            before.iter().any(|o| o.starts_with(&format!("{kind} "))),
+            "no {kind} before the delete: {before:?}"
+        );
+    }
+
+    let (status, body) = p.call(Method::DELETE, "/functions/hello", None).await;
+    assert_eq!(status, 202, "{body}");
+    p.wait("nothing of hello left on the cluster", || async {
+        p.left_of("hello").await.is_empty().then_some(())
+    })
+    .await;
+    let f = p.client.function("hello").await;
+    assert!(f["phase"] == "Deleted" || f["status"] == 404, "{f}");
+    eprintln!("the whole life on the cluster took {:?}", started.elapsed());
+}
