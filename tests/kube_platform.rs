@@ -286,8 +286,25 @@ struct Platform {
 
 impl Platform {
     async fn start(sub: &str) -> Platform {
+        let started = Instant::now();
         let plane = ControlPlane::shared();
+        eprintln!("control plane: {:?}", started.elapsed());
         install(plane);
+        // RBAC is read from the API server's cache: the worker's first
+        // requests wait until it has the grants.
+        eventually(
+            "RBAC to grant sless what deploy/base says",
+            DEADLINE,
+            || async {
+                let out = plane.kubectl_run(
+                    &["auth", "can-i", "create", "namespaces", "--as", SLESS],
+                    None,
+                );
+                out.status.success().then_some(())
+            },
+        )
+        .await;
+        eprintln!("deploy/base installed: {:?}", started.elapsed());
         let db = TestDb::new().await;
         let s3 = TestS3::new().await;
         let dir = scratch_dir("kube-platform");
@@ -323,6 +340,7 @@ impl Platform {
                 .map(|u| u.trim().to_owned())
         })
         .await;
+        eprintln!("the platform started: {:?}", started.elapsed());
         let ns = sless_domain::Namespace::for_subject(sub).to_string();
         Platform {
             client: Client {
