@@ -374,21 +374,27 @@ impl Platform {
         out
     }
 
-    /// Waits for `check` (a deadline of [`DEADLINE`]), showing the
-    /// processes' logs when it never comes.
-    async fn wait<T, Fut>(&self, what: &str, check: impl FnMut() -> Fut) -> T
+    /// Waits for `check` to be `Ok` (a deadline of [`DEADLINE`]); when it
+    /// never is, says what it said last and shows the processes' logs.
+    async fn wait<T, Fut>(&self, what: &str, mut check: impl FnMut() -> Fut) -> T
     where
-        Fut: Future<Output = Option<T>>,
+        Fut: Future<Output = Result<T, String>>,
     {
         let started = Instant::now();
-        let waiting = eventually(what, DEADLINE + Duration::from_secs(5), check);
+        let last = Mutex::new(String::new());
+        let waiting = eventually(what, DEADLINE + Duration::from_secs(5), || {
+            let seen = check();
+            let last = &last;
+            async move { seen.await.map_err(|e| *last.lock().unwrap() = e).ok() }
+        });
         match tokio::time::timeout(DEADLINE, waiting).await {
             Ok(v) => {
                 eprintln!("{what}: {:?}", started.elapsed());
                 v
             }
             Err(_) => panic!(
-                "timed out after {DEADLINE:?} waiting for {what}\n{}",
+                "timed out after {DEADLINE:?} waiting for {what}; last seen: {}\n{}",
+                last.lock().unwrap(),
                 self.logs()
             ),
         }
@@ -517,7 +523,11 @@ async fn a_function_is_built_served_run_and_removed_by_a_worker_outside_the_clus
         .wait("hello to be Ready", || async {
             let f = p.client.function("hello").await;
             assert_ne!(f["phase"], "Failed", "{f}\n{}", p.logs());
-            (f["phase"] == "Ready").then_some(f)
+            if f["phase"] == "Ready" {
+                Ok(f)
+            } else {
+                Err(f.to_string())
+            }
         })
         .await;
     assert_eq!(f["deployed_version"], 1, "{f}");
@@ -596,7 +606,8 @@ async fn a_function_is_built_served_run_and_removed_by_a_worker_outside_the_clus
     let cronjobs = p.api::<CronJob>(&ns);
     let cronjob = p
         .wait("the CronJob of the trigger", || async {
-            cronjobs.get_opt("cron-nightly").await.unwrap()
+            let cronjob = cronjobs.get_opt("cron-nightly").await.unwrap();
+            cronjob.ok_or_else(|| "no CronJob cron-nightly".to_owned())
         })
         .await;
     let spec = cronjob.spec.unwrap();
@@ -618,7 +629,11 @@ async fn a_function_is_built_served_run_and_removed_by_a_worker_outside_the_clus
         .wait("the job to succeed", || async {
             let (_, run) = p.call(Method::GET, "/jobs/once", None).await;
             assert_ne!(run["status"], "Failed", "{run}\n{}", p.logs());
-            (run["status"] == "Succeeded").then_some(run)
+            if run["status"] == "Succeeded" {
+                Ok(run)
+            } else {
+                Err(run.to_string())
+            }
         })
         .await;
     assert_eq!(run["stdout"]["text"], "input {\"n\":7}\n", "{run}");
@@ -647,7 +662,12 @@ async fn a_function_is_built_served_run_and_removed_by_a_worker_outside_the_clus
     let (status, body) = p.call(Method::DELETE, "/functions/hello", None).await;
     assert_eq!(status, 202, "{body}");
     p.wait("nothing of hello left on the cluster", || async {
-        p.left_of("hello").await.is_empty().then_some(())
+        let left = p.left_of("hello").await;
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{left:?}"))
+        }
     })
     .await;
     let f = p.client.function("hello").await;
