@@ -23,6 +23,9 @@ use super::kubelet_logs::LogServer;
 /// The name of the node every pod is scheduled to.
 pub const NODE_NAME: &str = "sless-test-node";
 
+/// How often pods that could not start are tried again.
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// What a pod's container does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -253,18 +256,34 @@ impl TestNode {
         let config = watcher::Config::default().fields(&format!("spec.nodeName={NODE_NAME}"));
         let mut started: HashSet<String> = HashSet::new();
         let mut waiting: HashMap<String, Pod> = HashMap::new();
+        // Pods that cannot start yet are tried again on every event and
+        // every tick: a test may say what they do after they were created,
+        // and a Secret they need may come after them.
+        let mut tick = tokio::time::interval(RETRY_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let mut stream = watcher(pods.clone(), config.clone()).boxed();
-            while let Some(event) = stream.next().await {
-                let pods = match event {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => vec![p],
-                    Ok(_) => Vec::new(),
-                    Err(_) => continue,
+            loop {
+                let seen = tokio::select! {
+                    event = stream.next() => match event {
+                        Some(event) => Some(event),
+                        None => break,
+                    },
+                    _ = tick.tick() => None,
                 };
-                // Pods no play matched yet are tried again on every event:
-                // a test may say what they do after they were created.
+                match seen {
+                    Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => {
+                        waiting.insert(p.metadata.uid.clone().unwrap_or_default(), p);
+                    }
+                    Some(Ok(watcher::Event::Delete(p))) => {
+                        let uid = p.metadata.uid.clone().unwrap_or_default();
+                        waiting.remove(&uid);
+                        started.remove(&uid);
+                    }
+                    Some(_) | None => {}
+                }
                 let again: Vec<Pod> = waiting.drain().map(|(_, p)| p).collect();
-                for pod in pods.into_iter().chain(again) {
+                for pod in again {
                     self.on_pod(&client, pod, &mut started, &mut waiting).await;
                 }
             }
@@ -298,7 +317,12 @@ impl TestNode {
             waiting.insert(uid, pod);
             return;
         };
-        let view = view(client, pod.clone()).await;
+        // The kubelet does not start a container whose Secrets are not
+        // there yet (CreateContainerConfigError, a volume not mounted).
+        let Ok(view) = view(client, pod.clone()).await else {
+            waiting.insert(uid, pod);
+            return;
+        };
         let outcome = play(&view);
         let container = view.container().map(|c| c.name.clone()).unwrap_or_default();
         self.logs.put(&ns, &name, &container, outcome.log());
@@ -441,24 +465,22 @@ fn status(pod: &Pod, container: &str, outcome: &Outcome) -> Value {
     }})
 }
 
-/// What the pod's first container sees.
-async fn view(client: &kube::Client, pod: Pod) -> PodView {
+/// What the pod's first container sees; `Err` naming a Secret (or a key
+/// of one) it needs that is not there yet.
+async fn view(client: &kube::Client, pod: Pod) -> Result<PodView, String> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let secret = |name: String| {
         let secrets = secrets.clone();
         async move {
-            secrets
-                .get_opt(&name)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|s| s.data)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect::<BTreeMap<String, Vec<u8>>>()
+            secrets.get_opt(&name).await.ok().flatten().map(|s| {
+                s.data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect::<BTreeMap<String, Vec<u8>>>()
+            })
         }
     };
     let pod_json = serde_json::to_value(&pod).unwrap_or_default();
@@ -471,10 +493,13 @@ async fn view(client: &kube::Client, pod: Pod) -> PodView {
                 Some(expand(v, &env))
             } else if let Some(from) = &e.value_from {
                 if let Some(r) = &from.secret_key_ref {
-                    secret(r.name.clone())
+                    let value = secret(r.name.clone())
                         .await
-                        .get(&r.key)
-                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                        .and_then(|data| data.get(&r.key).cloned());
+                    if value.is_none() && r.optional != Some(true) {
+                        return Err(format!("secret {}, key {}", r.name, r.key));
+                    }
+                    value.map(|v| String::from_utf8_lossy(&v).into_owned())
                 } else if let Some(r) = &from.config_map_key_ref {
                     maps.get_opt(&r.name)
                         .await
@@ -505,7 +530,13 @@ async fn view(client: &kube::Client, pod: Pod) -> PodView {
                 );
             };
             if let Some(s) = &volume.secret {
-                let data = secret(s.secret_name.clone().unwrap_or_default()).await;
+                let name = s.secret_name.clone().unwrap_or_default();
+                let Some(data) = secret(name.clone()).await else {
+                    if s.optional == Some(true) {
+                        continue;
+                    }
+                    return Err(format!("secret {name}"));
+                };
                 match &s.items {
                     Some(items) => {
                         for i in items {
@@ -534,7 +565,7 @@ async fn view(client: &kube::Client, pod: Pod) -> PodView {
             }
         }
     }
-    PodView { pod, env, files }
+    Ok(PodView { pod, env, files })
 }
 
 /// A pod field as `fieldRef.fieldPath` names it: `metadata.name`,

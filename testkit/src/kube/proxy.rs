@@ -1,8 +1,9 @@
 //! A proxy in front of the real API server: plain HTTP on loopback for the
 //! client under test, forwarded with another client's identity (a
-//! ServiceAccount's token, say), every request recorded, and the faults a
-//! real server makes only when it wants to: an error answer to the next
-//! requests of a path, and the end of every open watch.
+//! ServiceAccount's token, say), every request recorded with the status of
+//! its answer, and the faults a real server makes only when it wants to: an
+//! error answer to the next requests of a path, and the end of every open
+//! watch.
 
 use std::sync::{Arc, Mutex};
 
@@ -23,6 +24,17 @@ pub struct Request {
     pub content_type: Option<String>,
     /// The `fieldManager` query parameter.
     pub field_manager: Option<String>,
+    /// The status of the answer (an injected fault's, or the API server's);
+    /// `None` while none came.
+    pub status: Option<u16>,
+}
+
+impl Request {
+    /// Whether the answer was `403 Forbidden`: refused by the authorizer,
+    /// or by admission (Pod Security, an admission policy).
+    pub fn is_forbidden(&self) -> bool {
+        self.status == Some(403)
+    }
 }
 
 impl Request {
@@ -56,7 +68,9 @@ struct Fault {
 
 #[derive(Default)]
 struct Shared {
-    requests: Mutex<Vec<Request>>,
+    /// Each request with its number, counted from the proxy's start.
+    requests: Mutex<Vec<(u64, Request)>>,
+    received: std::sync::atomic::AtomicU64,
     faults: Mutex<Vec<Fault>>,
 }
 
@@ -121,7 +135,8 @@ impl KubeProxy {
 
     /// What was asked so far, in order.
     pub fn requests(&self) -> Vec<Request> {
-        self.shared.requests.lock().unwrap().clone()
+        let requests = self.shared.requests.lock().unwrap();
+        requests.iter().map(|(_, r)| r.clone()).collect()
     }
 
     pub fn clear_requests(&self) {
@@ -178,8 +193,25 @@ async fn forward(State(proxy): State<Proxy>, req: AxumRequest) -> Response {
             .split('&')
             .find_map(|p| p.strip_prefix("fieldManager="))
             .map(str::to_owned),
+        status: None,
     };
-    proxy.shared.requests.lock().unwrap().push(recorded.clone());
+    let number = proxy
+        .shared
+        .received
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    proxy
+        .shared
+        .requests
+        .lock()
+        .unwrap()
+        .push((number, recorded.clone()));
+    let answered = |code: u16| {
+        let mut requests = proxy.shared.requests.lock().unwrap();
+        // Gone when the requests were cleared in the meantime.
+        if let Some((_, r)) = requests.iter_mut().find(|(n, _)| *n == number) {
+            r.status = Some(code);
+        }
+    };
 
     let fault = {
         let mut faults = proxy.shared.faults.lock().unwrap();
@@ -196,6 +228,7 @@ async fn forward(State(proxy): State<Proxy>, req: AxumRequest) -> Response {
             })
     };
     if let Some(code) = fault {
+        answered(code);
         let status = serde_json::json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": format!("injected by the test proxy: {code} on {} {}", recorded.method, recorded.path),
@@ -210,7 +243,10 @@ async fn forward(State(proxy): State<Proxy>, req: AxumRequest) -> Response {
 
     let bytes = match body.collect().await {
         Ok(b) => b.to_bytes(),
-        Err(e) => return error(format!("reading the request: {e}")),
+        Err(e) => {
+            answered(502);
+            return error(format!("reading the request: {e}"));
+        }
     };
     let mut upstream = http::Request::builder().method(parts.method.clone()).uri(
         parts
@@ -226,13 +262,20 @@ async fn forward(State(proxy): State<Proxy>, req: AxumRequest) -> Response {
     }
     let upstream = match upstream.body(kube::client::Body::from(bytes.to_vec())) {
         Ok(r) => r,
-        Err(e) => return error(format!("forwarding: {e}")),
+        Err(e) => {
+            answered(502);
+            return error(format!("forwarding: {e}"));
+        }
     };
     let answer = match proxy.upstream.send(upstream).await {
         Ok(a) => a,
-        Err(e) => return error(format!("the API server: {e}")),
+        Err(e) => {
+            answered(502);
+            return error(format!("the API server: {e}"));
+        }
     };
     let (head, body) = answer.into_parts();
+    answered(head.status.as_u16());
     let mut cut = proxy.cut.subscribe();
     let ended = async move {
         let _ = cut.changed().await;
