@@ -1,6 +1,7 @@
-//! The Kubernetes driver against an in-memory API server
-//! (`sless_testkit::kube_api`) that plays the cluster's controllers, and a
-//! real S3 server for build contexts.
+//! The Kubernetes driver against a real API server, controllers and
+//! scheduler (`sless_testkit::kube`), as sless's ServiceAccount with what
+//! `deploy/` grants it, and a real S3 server for build contexts. The test
+//! node plays the kubelet and kaniko (see `kube_driver/cluster.rs`).
 
 #[path = "kube_driver/cluster.rs"]
 mod cluster;
@@ -16,67 +17,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde_json::Value;
-use sless_domain::{FunctionKey, FunctionName, Namespace, Runtime};
-use sless_testkit::TestS3;
-use sless_testkit::kube_api::{FakeKube, Outcome};
+use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{LimitRange, ResourceQuota, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use sless_domain::{FunctionKey, Runtime};
+use sless_testkit::kube::Outcome;
 use sless_workers::driver::{Artifact, BuildRequest, DeployRequest, Driver, DriverError};
-use sless_workers::kube::KubeDriver;
 
-pub use cluster::{NS, REGISTRY, digest_of, kaniko, kaniko_push};
-
-pub struct Cluster {
-    pub fake: FakeKube,
-    pub driver: KubeDriver,
-    pub s3: TestS3,
-}
-
-impl Cluster {
-    pub async fn start() -> Cluster {
-        let fake = cluster::fake_cluster().await;
-        let s3 = TestS3::new().await;
-        let driver = cluster::driver(&fake, s3.blobs());
-        Cluster { fake, driver, s3 }
-    }
-
-    pub fn path(&self, group: &str, plural: &str, ns: &str, name: &str) -> String {
-        let base = if group.is_empty() {
-            "/api/v1".to_owned()
-        } else {
-            format!("/apis/{group}")
-        };
-        format!("{base}/namespaces/{ns}/{plural}/{name}")
-    }
-
-    pub fn objects(&self, group: &str, plural: &str, ns: &str, selector: &str) -> Vec<Value> {
-        let base = if group.is_empty() {
-            "/api/v1".to_owned()
-        } else {
-            format!("/apis/{group}")
-        };
-        self.fake
-            .list(&format!("{base}/namespaces/{ns}/{plural}"), selector)
-    }
-
-    /// Every write the driver made was a server-side apply by `sless`, or a
-    /// create, delete or status-free patch.
-    pub fn assert_writes_are_ours(&self) {
-        cluster::assert_rbac_allows_every_request(&self.fake);
-        for r in self.fake.requests() {
-            let apply = r.content_type.as_deref() == Some("application/apply-patch+yaml");
-            if apply {
-                assert_eq!(r.field_manager.as_deref(), Some("sless"), "{r:?}");
-            }
-        }
-    }
-}
-
-pub fn key(name: &str) -> FunctionKey {
-    FunctionKey::new(
-        Namespace::parse(NS).unwrap(),
-        FunctionName::parse(name).unwrap(),
-    )
-}
+pub use cluster::{BUILD_NS, Cluster, REGISTRY, digest_of, kaniko_push};
 
 pub fn sha(n: u8) -> String {
     format!("{n:02x}").repeat(32)
@@ -85,7 +35,7 @@ pub fn sha(n: u8) -> String {
 pub async fn build_req(c: &Cluster, k: &FunctionKey, version: u32, n: u8) -> BuildRequest {
     let context = format!("context {n}").into_bytes();
     let context_key = format!("contexts/{}.tar.gz", sha(n));
-    c.s3.blobs()
+    c.blobs
         .put(&context_key, context.clone(), "application/gzip")
         .await
         .unwrap();
@@ -116,35 +66,37 @@ pub fn deploy_req(k: &FunctionKey, version: u32, image: &str) -> DeployRequest {
     }
 }
 
-/// The tag a build of context `n` as `version` pushes.
-fn tag_of(n: u8, version: u32) -> String {
-    format!("{REGISTRY}/{NS}-hello:v{version}-{}", &sha(n)[..8])
+/// The tag a build of context `n` as `version` of `hello` pushes.
+fn tag_of(c: &Cluster, n: u8, version: u32) -> String {
+    format!("{REGISTRY}/{}-hello:v{version}-{}", c.ns, &sha(n)[..8])
 }
 
 /// What such a build's artifact is: its repository pinned by the digest
 /// the push reported.
-fn image_of(n: u8, version: u32) -> String {
-    format!("{REGISTRY}/{NS}-hello@{}", digest_of(&tag_of(n, version)))
+fn image_of(c: &Cluster, n: u8, version: u32) -> String {
+    format!(
+        "{REGISTRY}/{}-hello@{}",
+        c.ns,
+        digest_of(&tag_of(c, n, version))
+    )
 }
 
 #[tokio::test]
 async fn a_build_runs_kaniko_with_the_context_behind_a_presigned_url_and_is_not_repeated() {
     let c = Cluster::start().await;
-    kaniko(&c.fake);
-    let k = key("hello");
+    c.kaniko();
+    let k = c.key("hello");
     let req = build_req(&c, &k, 1, 1).await;
     let artifact = c.driver.build(req.clone()).await.unwrap();
-    assert_eq!(artifact.reference, image_of(1, 1));
+    assert_eq!(artifact.reference, image_of(&c, 1, 1));
     // kaniko's log is the build's log.
     let log = req.log.text();
-    assert!(log.contains(&format!("Pushed {}", tag_of(1, 1))), "{log:?}");
-
-    let jobs = c.objects(
-        "batch/v1",
-        "jobs",
-        "sless-builds",
-        "sless.dev/component=build",
+    assert!(
+        log.contains(&format!("Pushed {}", tag_of(&c, 1, 1))),
+        "{log:?}"
     );
+
+    let jobs = c.builds().await;
     assert_eq!(jobs.len(), 1, "{jobs:#?}");
     let spec = serde_json::to_string(&jobs[0]["spec"]).unwrap();
     assert!(
@@ -152,12 +104,12 @@ async fn a_build_runs_kaniko_with_the_context_behind_a_presigned_url_and_is_not_
         "no URL in the Job: {spec}"
     );
     assert!(
-        spec.contains(&format!("--destination={}", tag_of(1, 1))),
+        spec.contains(&format!("--destination={}", tag_of(&c, 1, 1))),
         "{spec}"
     );
     // Only create and delete touched Secrets (all the build Role allows).
     let secret_writes: Vec<_> = c
-        .fake
+        .proxy
         .requests()
         .into_iter()
         .filter(|r| r.path.contains("/secrets") && r.is_write())
@@ -165,24 +117,27 @@ async fn a_build_runs_kaniko_with_the_context_behind_a_presigned_url_and_is_not_
         .collect();
     assert_eq!(secret_writes, ["DELETE", "POST", "DELETE"]);
     // The context Secret is gone once the build ended.
-    let secrets = c.objects("", "secrets", "sless-builds", "sless.dev/component=build");
+    let secrets = c
+        .list::<Secret>(BUILD_NS, &c.mine("sless.dev/component=build"))
+        .await;
     assert!(secrets.is_empty(), "{secrets:#?}");
 
     // What the Secret held fetches the context, with no credentials.
-    let url =
-        c.s3.blobs()
-            .presigned_get(&req.context_key, Duration::from_secs(60))
-            .await
-            .unwrap();
+    let url = c
+        .blobs
+        .presigned_get(&req.context_key, Duration::from_secs(60))
+        .await
+        .unwrap();
     let fetched = reqwest::get(&url).await.unwrap();
     assert_eq!(fetched.status(), 200);
     assert_eq!(
         fetched.bytes().await.unwrap().as_ref(),
         req.context.as_slice()
     );
+    c.assert_writes_are_ours();
 
     // A rollback names the image the log recorded and starts nothing.
-    c.fake.clear_requests();
+    c.proxy.clear_requests();
     let again = c
         .driver
         .build(BuildRequest {
@@ -193,27 +148,25 @@ async fn a_build_runs_kaniko_with_the_context_behind_a_presigned_url_and_is_not_
         .await
         .unwrap();
     assert_eq!(again, artifact);
-    assert!(c.fake.requests().is_empty(), "{:#?}", c.fake.requests());
-    c.assert_writes_are_ours();
+    assert!(c.proxy.requests().is_empty(), "{:#?}", c.proxy.requests());
 }
 
+/// The real Job controller retries a failed build pod once
+/// (`backoffLimit: 1`) after its pod-failure backoff of 10 s, so this test
+/// takes that long.
 #[tokio::test]
 async fn a_failed_build_reports_the_reason_and_the_log_tail() {
     let c = Cluster::start().await;
     let broken = Arc::new(AtomicBool::new(true));
     let still_broken = broken.clone();
-    c.fake
-        .complete_jobs_with("sless.dev/component=build", move |container| {
-            if still_broken.load(Ordering::SeqCst) {
-                Outcome::failed(
-                    "BackoffLimitExceeded",
-                    "step 3/4\nERROR: No matching distribution found for nosuchpkg",
-                )
-            } else {
-                kaniko_push(container)
-            }
-        });
-    let k = key("hello");
+    c.play("sless.dev/component=build", move |pod| {
+        if still_broken.load(Ordering::SeqCst) {
+            Outcome::fails("step 3/4\nERROR: No matching distribution found for nosuchpkg")
+        } else {
+            kaniko_push(pod)
+        }
+    });
+    let k = c.key("hello");
     let req = build_req(&c, &k, 1, 2).await;
     let log = req.log.clone();
     let err = c.driver.build(req).await.unwrap_err();
@@ -231,74 +184,53 @@ async fn a_failed_build_reports_the_reason_and_the_log_tail() {
     broken.store(false, Ordering::SeqCst);
     let again = c.driver.build(build_req(&c, &k, 1, 2).await).await;
     assert!(again.is_ok(), "{again:?}");
-    assert_eq!(
-        c.objects(
-            "batch/v1",
-            "jobs",
-            "sless-builds",
-            "sless.dev/component=build"
-        )
-        .len(),
-        1
-    );
+    assert_eq!(c.builds().await.len(), 1);
     c.assert_writes_are_ours();
 }
 
 #[tokio::test]
 async fn a_deploy_applies_a_deployment_and_service_and_waits_for_the_rollout() {
     let c = Cluster::start().await;
-    c.fake.roll_out_deployments_after(
-        "sless.dev/component=function",
-        Duration::from_millis(300),
-        Outcome::succeeded(""),
-    );
-    let k = key("hello");
+    c.serve_functions();
+    let k = c.key("hello");
+    let ns = c.ns.as_str();
     assert_eq!(c.driver.status(&k).await, None);
-    let image = image_of(1, 1);
+    let image = image_of(&c, 1, 1);
     let d = c.driver.deploy(deploy_req(&k, 1, &image)).await.unwrap();
     assert_eq!(
         d.endpoint,
-        format!("http://hello.{NS}.svc.cluster.local:8080")
+        format!("http://hello.{ns}.svc.cluster.local:8080")
     );
     assert_eq!(c.driver.status(&k).await, Some(d.clone()));
 
     // The namespace was ensured on the way.
-    let ns = c.fake.get(&format!("/api/v1/namespaces/{NS}")).unwrap();
+    let namespace = c.namespace().await.unwrap();
     assert_eq!(
-        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
         "restricted"
     );
-    let deployment = c
-        .fake
-        .get(&c.path("apps/v1", "deployments", NS, "hello"))
-        .unwrap();
+    let deployment = c.get::<K8sDeployment>(ns, "hello").await.unwrap();
     let env =
         serde_json::to_string(&deployment["spec"]["template"]["spec"]["containers"][0]["env"])
             .unwrap();
     assert!(env.contains("costs $$(HOME)"), "{env}");
-    assert!(c.fake.get(&c.path("", "services", NS, "hello")).is_some());
+    assert!(c.get::<Service>(ns, "hello").await.is_some());
     // A watch, not a polling loop: a handful of GETs at most.
     let gets = c
-        .fake
+        .proxy
         .requests()
         .iter()
         .filter(|r| r.method == "GET" && !r.is_watch())
         .count();
-    assert!(gets < 12, "{gets} GETs: {:#?}", c.fake.requests());
+    assert!(gets < 12, "{gets} GETs: {:#?}", c.proxy.requests());
 
     // Disabled trigger: scaled to zero, kept; deploying again scales back.
     c.driver.stop(&k).await.unwrap();
-    let deployment = c
-        .fake
-        .get(&c.path("apps/v1", "deployments", NS, "hello"))
-        .unwrap();
+    let deployment = c.get::<K8sDeployment>(ns, "hello").await.unwrap();
     assert_eq!(deployment["spec"]["replicas"], 0);
     assert_eq!(c.driver.status(&k).await, None);
     assert_eq!(c.driver.deploy(deploy_req(&k, 1, &image)).await.unwrap(), d);
-    let deployment = c
-        .fake
-        .get(&c.path("apps/v1", "deployments", NS, "hello"))
-        .unwrap();
+    let deployment = c.get::<K8sDeployment>(ns, "hello").await.unwrap();
     assert_eq!(deployment["spec"]["replicas"], 1);
     c.assert_writes_are_ours();
 }
@@ -310,12 +242,11 @@ async fn a_rollout_that_cannot_pull_or_keeps_crashing_fails_the_deploy() {
         ("CrashLoopBackOff", "Traceback: boom"),
     ] {
         let c = Cluster::start().await;
-        c.fake
-            .roll_out_deployments("sless.dev/component=function", Outcome::failed(reason, log));
-        let k = key("hello");
+        c.play_all("sless.dev/component=function", Outcome::waits(reason, log));
+        let k = c.key("hello");
         let err = c
             .driver
-            .deploy(deploy_req(&k, 2, &image_of(1, 2)))
+            .deploy(deploy_req(&k, 2, &image_of(&c, 1, 2)))
             .await
             .unwrap_err();
         let DriverError::Deploy { message, log_tail } = err else {
@@ -325,29 +256,33 @@ async fn a_rollout_that_cannot_pull_or_keeps_crashing_fails_the_deploy() {
         assert!(message.contains("nothing to roll back to"), "{message}");
         assert!(log_tail.contains(log), "{reason}: {log_tail}");
         assert_eq!(c.driver.status(&k).await, None);
+        c.assert_writes_are_ours();
     }
 }
 
 #[tokio::test]
 async fn ensuring_a_namespace_twice_changes_nothing_the_second_time() {
     let c = Cluster::start().await;
-    let ns = Namespace::parse(NS).unwrap();
-    c.driver.ensure_namespace(&ns).await.unwrap();
-    let before = c.fake.resource_version();
-    let objects = |c: &Cluster| {
+    let ns = c.ns.as_str();
+    c.driver.ensure_namespace(&c.ns).await.unwrap();
+    // The quota controller writes the quota's status once; what is measured
+    // is what the driver does.
+    c.quota_counted().await;
+    let before = c.versions().await;
+    let objects = || async {
         [
-            c.objects("networking.k8s.io/v1", "networkpolicies", NS, ""),
-            c.objects("", "resourcequotas", NS, ""),
-            c.objects("", "limitranges", NS, ""),
-            c.objects("rbac.authorization.k8s.io/v1", "rolebindings", NS, ""),
+            c.list::<NetworkPolicy>(ns, "").await,
+            c.list::<ResourceQuota>(ns, "").await,
+            c.list::<LimitRange>(ns, "").await,
+            c.list::<RoleBinding>(ns, "").await,
         ]
     };
-    let first = objects(&c);
+    let first = objects().await;
     assert!(first.iter().all(|o| !o.is_empty()), "{first:#?}");
-    c.driver.ensure_namespace(&ns).await.unwrap();
-    assert_eq!(objects(&c), first);
+    c.driver.ensure_namespace(&c.ns).await.unwrap();
+    assert_eq!(objects().await, first);
     assert_eq!(
-        c.fake.resource_version(),
+        c.versions().await,
         before,
         "a second ensure changed something"
     );
@@ -357,11 +292,11 @@ async fn ensuring_a_namespace_twice_changes_nothing_the_second_time() {
 #[tokio::test]
 async fn removing_a_function_deletes_everything_it_owned() {
     let c = Cluster::start().await;
-    c.fake
-        .roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
-    kaniko(&c.fake);
-    let k = key("hello");
-    let other = key("other");
+    c.serve_functions();
+    c.kaniko();
+    let k = c.key("hello");
+    let other = c.key("other");
+    let ns = c.ns.as_str();
     let image = c.driver.build(build_req(&c, &k, 1, 3).await).await.unwrap();
     c.driver
         .deploy(deploy_req(&k, 1, &image.reference))
@@ -375,18 +310,20 @@ async fn removing_a_function_deletes_everything_it_owned() {
 
     c.driver.remove(&k).await.unwrap();
     c.driver.remove(&k).await.unwrap();
-    for (group, plural, ns) in [
-        ("apps/v1", "deployments", NS),
-        ("", "services", NS),
-        ("batch/v1", "cronjobs", NS),
-        ("batch/v1", "jobs", NS),
-        ("batch/v1", "jobs", "sless-builds"),
-    ] {
-        let left = c.objects(group, plural, ns, "sless.dev/function=hello");
-        assert!(left.is_empty(), "{plural} left: {left:#?}");
+    let of_hello = "sless.dev/function=hello";
+    let left = [
+        c.list::<K8sDeployment>(ns, of_hello).await,
+        c.list::<Service>(ns, of_hello).await,
+        c.list::<CronJob>(ns, of_hello).await,
+        c.list::<Job>(ns, of_hello).await,
+        c.list::<Job>(BUILD_NS, &c.mine(of_hello)).await,
+    ];
+    for objects in left {
+        assert!(objects.is_empty(), "left: {objects:#?}");
     }
     assert!(
         c.driver.status(&other).await.is_some(),
         "another function was touched"
     );
+    c.assert_writes_are_ours();
 }

@@ -1,7 +1,8 @@
 //! The reconciler driving the Kubernetes driver: the same events that run
-//! a function locally build it with kaniko and roll it out on a cluster
-//! (an in-memory API server playing the controllers), and a rollback
-//! deploys the image already built.
+//! a function locally build it with kaniko and roll it out on a cluster (a
+//! real control plane, the test node playing the kubelet and kaniko; see
+//! `kube_driver/cluster.rs`), and a rollback deploys the image already
+//! built.
 
 #[path = "kube_driver/cluster.rs"]
 mod cluster;
@@ -9,34 +10,42 @@ mod support;
 
 use std::sync::Arc;
 
+use cluster::{BUILD_NS, Cluster, DEADLINE, REGISTRY, gone, name_of, template_image};
+use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use kube::api::{Api, PostParams};
 use serde_json::Value;
 use sless_domain::trigger::{self, Schedule, TriggerEvent, TriggerKind, TriggerSpec};
 use sless_domain::{FunctionEvent, Phase, TriggerName};
 use sless_store::eventlog::{self, Metadata, NewEvent};
-use sless_testkit::TestS3;
-use sless_testkit::kube_api::Outcome;
+use sless_testkit::kube::Outcome;
+use sless_testkit::{TestS3, eventually};
+use sless_workers::kube::KubeSettings;
 use sless_workers::kube::cron_runs::Recorded;
 use support::{Harness, handler};
 
+/// A cluster for one test and a harness whose worker drives it, reading
+/// build contexts from the harness's S3 server.
+async fn harness() -> (Cluster, Harness<sless_workers::kube::KubeDriver>) {
+    let s3 = TestS3::new().await;
+    let c = Cluster::with(s3.blobs(), KubeSettings::new(REGISTRY)).await;
+    let h = Harness::with_driver(s3, Arc::new(c.driver.clone())).await;
+    (c, h)
+}
+
 fn image_of(deployment: &Value) -> String {
-    deployment["spec"]["template"]["spec"]["containers"][0]["image"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    template_image(deployment).to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn uploads_build_and_roll_out_and_a_rollback_reuses_its_image() {
-    let fake = cluster::fake_cluster().await;
-    cluster::kaniko(&fake);
-    fake.roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
-    let s3 = TestS3::new().await;
-    let driver = Arc::new(cluster::driver(&fake, s3.blobs()));
-    let h = Harness::with_driver(s3, driver).await;
-    let key = Harness::key("hello");
+    let (c, h) = harness().await;
+    c.kaniko();
+    c.serve_functions();
+    let key = c.key("hello");
     let ns = key.namespace.as_str();
-    let builds = || fake.list("/apis/batch/v1/namespaces/sless-builds/jobs", "");
-    let deployment = || fake.get(&format!("/apis/apps/v1/namespaces/{ns}/deployments/hello"));
+    let builds = || c.builds();
+    let deployment = || c.get::<K8sDeployment>(ns, "hello");
 
     h.create(&key).await;
     h.upload(&key, 1, &[("handler.py", &handler("v1"))], true)
@@ -48,7 +57,7 @@ async fn uploads_build_and_roll_out_and_a_rollback_reuses_its_image() {
         state.endpoint.as_deref(),
         Some(format!("http://hello.{ns}.svc.cluster.local:8080").as_str())
     );
-    let v1 = image_of(&deployment().unwrap());
+    let v1 = image_of(&deployment().await.unwrap());
     // What runs is what the build recorded: the image pinned by its digest.
     assert!(v1.contains("@sha256:"), "{v1}");
     assert_eq!(state.artifacts.get(&1), Some(&v1));
@@ -61,15 +70,13 @@ async fn uploads_build_and_roll_out_and_a_rollback_reuses_its_image() {
         (state.phase, state.deployed_version),
         (Phase::Ready, Some(2))
     );
-    assert_ne!(image_of(&deployment().unwrap()), v1);
-    assert_eq!(builds().len(), 2);
+    assert_ne!(image_of(&deployment().await.unwrap()), v1);
+    assert_eq!(builds().await.len(), 2);
 
     // Finished builds are gone after their TTL; the log still knows.
-    for job in builds() {
-        let name = job["metadata"]["name"].as_str().unwrap();
-        fake.delete(&format!(
-            "/apis/batch/v1/namespaces/sless-builds/jobs/{name}"
-        ));
+    for job in builds().await {
+        c.delete::<Job>(BUILD_NS, name_of(&job)).await;
+        gone::<Job>(&c, BUILD_NS, name_of(&job)).await;
     }
     h.append(
         &key,
@@ -83,27 +90,24 @@ async fn uploads_build_and_roll_out_and_a_rollback_reuses_its_image() {
         (state.phase, state.deployed_version),
         (Phase::Ready, Some(1))
     );
-    assert_eq!(image_of(&deployment().unwrap()), v1);
-    assert!(
-        builds().is_empty(),
-        "the rollback built again: {:#?}",
-        builds()
-    );
+    assert_eq!(image_of(&deployment().await.unwrap()), v1);
+    let rebuilt = builds().await;
+    assert!(rebuilt.is_empty(), "the rollback built again: {rebuilt:#?}");
 
     // Converged: reconciling again writes nothing to the cluster.
-    let before = fake.resource_version();
+    let before = c.versions().await;
     sless_store::queue::enqueue_reconcile(&h.db.pool, &key.queue_key())
         .await
         .unwrap();
     h.worker.run_once(10).await.unwrap();
-    assert_eq!(fake.resource_version(), before);
+    assert_eq!(c.versions().await, before);
 
     h.append(&key, &[FunctionEvent::FunctionDeleted {}], true)
         .await;
     h.worker.run_once(10).await.unwrap();
-    assert!(deployment().is_none());
-    assert!(builds().is_empty());
-    cluster::assert_rbac_allows_every_request(&fake);
+    assert!(deployment().await.is_none());
+    assert!(builds().await.is_empty());
+    c.assert_writes_are_ours();
 }
 
 /// Appends a trigger event and asks for a reconcile of `function`, as the
@@ -127,15 +131,37 @@ async fn trigger_event<D: sless_workers::Driver>(
     tx.commit().await.unwrap();
 }
 
+/// A Job of the CronJob as its controller starts one (the real controller
+/// fires on its schedule only, 03:00 here): the CronJob's template, the
+/// tick in `batch.kubernetes.io/cronjob-scheduled-timestamp`, named
+/// `{cronjob}-{minutes since the epoch}` and owned by the CronJob, as
+/// `kubectl create job --from=cronjob/...` makes it.
+fn job_of(cronjob: &Value, scheduled: &str) -> Job {
+    let at = chrono::DateTime::parse_from_rfc3339(scheduled).unwrap();
+    let template = &cronjob["spec"]["jobTemplate"];
+    let mut annotations = template["metadata"]["annotations"].clone();
+    annotations["batch.kubernetes.io/cronjob-scheduled-timestamp"] = scheduled.into();
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": format!("{}-{}", name_of(cronjob), at.timestamp() / 60),
+            "namespace": cronjob["metadata"]["namespace"],
+            "labels": template["metadata"]["labels"],
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob",
+                "name": name_of(cronjob), "uid": cronjob["metadata"]["uid"],
+                "controller": true, "blockOwnerDeletion": true}],
+        },
+        "spec": template["spec"],
+    }))
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
-    let fake = cluster::fake_cluster().await;
-    cluster::kaniko(&fake);
-    fake.roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
-    let s3 = TestS3::new().await;
-    let driver = Arc::new(cluster::driver(&fake, s3.blobs()));
-    let h = Harness::with_driver(s3, driver.clone()).await;
-    let key = Harness::key("hello");
+    let (c, h) = harness().await;
+    c.kaniko();
+    c.serve_functions();
+    let key = c.key("hello");
     let ns = key.namespace.as_str().to_owned();
     h.create(&key).await;
     h.upload(&key, 1, &[("handler.py", &handler("v1"))], true)
@@ -161,33 +187,32 @@ async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
     )
     .await;
     h.worker.run_once(10).await.unwrap();
-    let cronjob_path = format!("/apis/batch/v1/namespaces/{ns}/cronjobs/cron-nightly");
-    let cronjob = fake.get(&cronjob_path).expect("the trigger's CronJob");
+    let cronjob = c
+        .get::<CronJob>(&ns, "cron-nightly")
+        .await
+        .expect("the trigger's CronJob");
     assert_eq!(cronjob["spec"]["schedule"], "0 3 * * *");
     let template = &cronjob["spec"]["jobTemplate"];
     assert_eq!(
         template["spec"]["template"]["spec"]["containers"][0]["image"],
-        image_of(
-            &fake
-                .get(&format!("/apis/apps/v1/namespaces/{ns}/deployments/hello"))
-                .unwrap()
-        )
+        image_of(&c.get::<K8sDeployment>(&ns, "hello").await.unwrap())
     );
 
-    // The CronJob controller starts a Job for 03:00 on 2026-12-01 (Paris).
+    // The CronJob's Job for 03:00 on 2026-12-01 (Paris); its pod prints
+    // the result and exits.
     let scheduled = "2026-12-01T02:00:00Z";
-    let job_path = format!("/apis/batch/v1/namespaces/{ns}/jobs/cron-nightly-29411160");
-    let mut job = template.clone();
-    job["apiVersion"] = "batch/v1".into();
-    job["kind"] = "Job".into();
-    job["metadata"]["name"] = "cron-nightly-29411160".into();
-    job["metadata"]["namespace"] = ns.clone().into();
-    job["metadata"]["annotations"] =
-        serde_json::json!({"batch.kubernetes.io/cronjob-scheduled-timestamp": scheduled});
-    let job = fake.put_object(&job_path, job);
-    let recorder = driver.cron_run_recorder(h.db.pool.clone());
-    let as_job =
-        |v: &Value| serde_json::from_value::<k8s_openapi::api::batch::v1::Job>(v.clone()).unwrap();
+    let first = job_of(&cronjob, scheduled);
+    assert_eq!(
+        first.metadata.name.as_deref(),
+        Some("cron-nightly-29934840")
+    );
+    c.play_all(
+        "batch.kubernetes.io/job-name=cron-nightly-29934840",
+        Outcome::succeeds("{\"done\": 1}\n"),
+    );
+    let jobs = Api::<Job>::namespaced(c.admin.clone(), &ns);
+    let created = jobs.create(&PostParams::default(), &first).await.unwrap();
+    let recorder = c.driver.cron_run_recorder(h.db.pool.clone());
     let stream = format!(
         "cron/{ns}/nightly/{}",
         chrono::DateTime::parse_from_rfc3339(scheduled)
@@ -195,8 +220,7 @@ async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
             .timestamp()
     );
     // Two workers see it at once: one records it.
-    let seen = as_job(&job);
-    let (a, b) = tokio::join!(recorder.record(&seen), recorder.record(&seen));
+    let (a, b) = tokio::join!(recorder.record(&created), recorder.record(&created));
     let started = [a.unwrap(), b.unwrap()];
     assert_eq!(
         started
@@ -220,39 +244,24 @@ async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
     };
     assert_eq!(types(&h).await, ["JobRequested", "JobStarted"]);
 
-    // It ends: its pod printed the result.
-    let t = "2026-12-01T02:00:07Z";
-    fake.set_pod_log(&ns, "cron-nightly-29411160-abcde", "{\"done\": 1}\n");
-    let mut pod = serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "cron-nightly-29411160-abcde", "namespace": ns,
-            "labels": template["spec"]["template"]["metadata"]["labels"],
-            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "cron-nightly-29411160",
-                                 "uid": job["metadata"]["uid"], "controller": true}]},
-        "spec": template["spec"]["template"]["spec"],
-    });
-    pod["status"] = serde_json::json!({"phase": "Succeeded", "containerStatuses": [{
-        "name": "function", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
-        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": t, "finishedAt": t}}}]});
-    fake.put_object(
-        &format!("/api/v1/namespaces/{ns}/pods/cron-nightly-29411160-abcde"),
-        pod,
-    );
-    let done = fake
-        .set_status(
-            &job_path,
-            serde_json::json!({"startTime": scheduled, "completionTime": t, "succeeded": 1,
-                "conditions": [{"type": "Complete", "status": "True", "reason": "CompletionsReached"}]}),
-        )
-        .unwrap();
+    // It ends.
+    let done = eventually("the run to complete", DEADLINE, || async {
+        let job = jobs.get(&created.metadata.name.clone()?).await.ok()?;
+        let complete = job
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Complete" && c.status == "True");
+        complete.then_some(job)
+    })
+    .await;
     assert_eq!(
-        recorder.record(&as_job(&done)).await.unwrap(),
+        recorder.record(&done).await.unwrap(),
         Recorded::Finished(stream.clone())
     );
-    assert_eq!(
-        recorder.record(&as_job(&done)).await.unwrap(),
-        Recorded::Nothing
-    );
+    assert_eq!(recorder.record(&done).await.unwrap(), Recorded::Nothing);
     assert_eq!(
         types(&h).await,
         ["JobRequested", "JobStarted", "JobSucceeded"]
@@ -267,7 +276,8 @@ async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
     assert_eq!(origins, ["cron"]);
 
     // Running, the recorder finds the namespace (the read model names it)
-    // and records a run it sees through its watch.
+    // and records a run it sees through its watch (this one's pod stays
+    // Pending: no play matches it).
     sqlx::query(
         "insert into triggers (namespace, name, function, kind, schedule, timezone, enabled,
                                active_since, stream_version, created_at, updated_at)
@@ -280,26 +290,18 @@ async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let running = tokio::spawn(recorder.clone().run(stop));
     let next = "2026-12-02T02:00:00Z";
-    let mut second = template.clone();
-    second["apiVersion"] = "batch/v1".into();
-    second["kind"] = "Job".into();
-    second["metadata"]["name"] = "cron-nightly-29412600".into();
-    second["metadata"]["namespace"] = ns.clone().into();
-    second["metadata"]["annotations"] =
-        serde_json::json!({"batch.kubernetes.io/cronjob-scheduled-timestamp": next});
-    fake.put_object(
-        &format!("/apis/batch/v1/namespaces/{ns}/jobs/cron-nightly-29412600"),
-        second,
-    );
+    jobs.create(&PostParams::default(), &job_of(&cronjob, next))
+        .await
+        .unwrap();
     let next_stream = format!(
         "cron/{ns}/nightly/{}",
         chrono::DateTime::parse_from_rfc3339(next)
             .unwrap()
             .timestamp()
     );
-    sless_testkit::eventually(
+    eventually(
         "the running recorder to record the next tick",
-        std::time::Duration::from_secs(20),
+        DEADLINE,
         || async {
             let events = eventlog::read_stream(&h.db.pool, &next_stream)
                 .await
@@ -321,36 +323,28 @@ async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
     )
     .await;
     h.worker.run_once(10).await.unwrap();
-    assert!(fake.get(&cronjob_path).is_none());
-    cluster::assert_rbac_allows_every_request(&fake);
+    assert!(c.get::<CronJob>(&ns, "cron-nightly").await.is_none());
+    c.assert_writes_are_ours();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_rollout_is_rolled_back_and_the_log_records_what_still_serves() {
-    let fake = cluster::fake_cluster().await;
-    cluster::kaniko(&fake);
+    let (c, h) = harness().await;
+    c.kaniko();
     // Version 2's image cannot be pulled.
-    fake.roll_out_deployments_with("sless.dev/component=function", |d| {
-        match d["spec"]["template"]["metadata"]["labels"]["sless.dev/version"].as_str() {
-            Some("2") => Outcome::failed("ImagePullBackOff", ""),
-            _ => Outcome::succeeded(""),
+    c.play("sless.dev/component=function", |pod| {
+        match pod.label("sless.dev/version") {
+            Some("2") => Outcome::waits("ImagePullBackOff", ""),
+            _ => Outcome::serves(),
         }
     });
-    let s3 = TestS3::new().await;
-    let driver = Arc::new(cluster::driver(&fake, s3.blobs()));
-    let h = Harness::with_driver(s3, driver).await;
-    let key = Harness::key("hello");
-    let deployment = || {
-        fake.get(&format!(
-            "/apis/apps/v1/namespaces/{}/deployments/hello",
-            key.namespace
-        ))
-    };
+    let key = c.key("hello");
+    let deployment = || c.get::<K8sDeployment>(key.namespace.as_str(), "hello");
     h.create(&key).await;
     h.upload(&key, 1, &[("handler.py", &handler("v1"))], true)
         .await;
     h.worker.run_once(10).await.unwrap();
-    let v1 = image_of(&deployment().unwrap());
+    let v1 = image_of(&deployment().await.unwrap());
     let endpoint = h.state(&key).await.endpoint;
 
     h.upload(&key, 2, &[("handler.py", &handler("v2"))], true)
@@ -384,17 +378,17 @@ async fn a_failed_rollout_is_rolled_back_and_the_log_records_what_still_serves()
         "{error}"
     );
     assert!(error.contains("ImagePullBackOff"), "{error}");
-    assert_eq!(image_of(&deployment().unwrap()), v1);
+    assert_eq!(image_of(&deployment().await.unwrap()), v1);
 
     // It waits for a new upload: reconciling again changes nothing.
-    let before = fake.resource_version();
+    let before = c.versions().await;
     sless_store::queue::enqueue_reconcile(&h.db.pool, &key.queue_key())
         .await
         .unwrap();
     h.worker.run_once(10).await.unwrap();
-    assert_eq!(fake.resource_version(), before);
+    assert_eq!(c.versions().await, before);
     assert_eq!(h.events(&key).await.len(), events.len());
-    cluster::assert_rbac_allows_every_request(&fake);
+    c.assert_writes_are_ours();
 }
 
 /// Scaling to zero on a cluster: the Deployment goes to 0 replicas, and
@@ -402,25 +396,20 @@ async fn a_failed_rollout_is_rolled_back_and_the_log_records_what_still_serves()
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_function_scaled_to_zero_has_no_replicas_until_a_call_scales_it_up() {
     use sless_domain::function::FunctionCommand;
-    let fake = cluster::fake_cluster().await;
-    cluster::kaniko(&fake);
-    fake.roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
-    let s3 = TestS3::new().await;
-    let driver = Arc::new(cluster::driver(&fake, s3.blobs()));
-    let h = Harness::with_driver(s3, driver).await;
-    let key = Harness::key("napper");
+    let (c, h) = harness().await;
+    c.kaniko();
+    c.serve_functions();
+    let key = c.key("napper");
     let ns = key.namespace.as_str();
-    let replicas = || {
-        fake.get(&format!("/apis/apps/v1/namespaces/{ns}/deployments/napper"))
-            .unwrap()["spec"]["replicas"]
-            .as_i64()
+    let replicas = || async {
+        c.get::<K8sDeployment>(ns, "napper").await.unwrap()["spec"]["replicas"].as_i64()
     };
     h.create(&key).await;
     h.upload(&key, 1, &[("handler.py", &handler("v1"))], true)
         .await;
     h.worker.run_once(10).await.unwrap();
     assert_eq!(h.state(&key).await.phase, Phase::Ready);
-    assert_eq!(replicas(), Some(1));
+    assert_eq!(replicas().await, Some(1));
 
     let ask = |command: FunctionCommand| {
         sless_store::scaling::decide_and_enqueue(&h.db.pool, &key, command, Metadata::default())
@@ -435,7 +424,7 @@ async fn a_function_scaled_to_zero_has_no_replicas_until_a_call_scales_it_up() {
     let state = h.state(&key).await;
     assert!(state.idle);
     assert_eq!((state.phase, state.endpoint), (Phase::Ready, None));
-    assert_eq!(replicas(), Some(0));
+    assert_eq!(replicas().await, Some(0));
 
     let up = ask(FunctionCommand::Activate {
         reason: "a call".into(),
@@ -458,6 +447,31 @@ async fn a_function_scaled_to_zero_has_no_replicas_until_a_call_scales_it_up() {
         state.endpoint.as_deref(),
         Some(format!("http://napper.{ns}.svc.cluster.local:8080").as_str())
     );
-    assert_eq!(replicas(), Some(1));
-    cluster::assert_rbac_allows_every_request(&fake);
+    assert_eq!(replicas().await, Some(1));
+    c.assert_writes_are_ours();
+}
+
+/// A function deleted before anything of it ran, in a tenant namespace
+/// sless never set up (where its ServiceAccount holds no permission yet):
+/// there is nothing to remove, and removing it converges at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_function_deleted_before_it_ran_is_removed_at_once() {
+    let (c, h) = harness().await;
+    let key = c.key("brief");
+    h.create(&key).await;
+    h.append(&key, &[FunctionEvent::FunctionDeleted {}], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+    let dead: i64 = sqlx::query_scalar("select count(*) from work_dead")
+        .fetch_one(&h.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (support::pending(&h.db.pool).await, dead),
+        (0, 0),
+        "the reconcile failed: {:?}",
+        h.events(&key).await
+    );
+    assert!(c.namespace().await.is_none(), "a namespace was made for it");
+    c.assert_writes_are_ours();
 }

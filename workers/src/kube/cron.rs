@@ -8,10 +8,10 @@ use kube::ResourceExt;
 use kube::api::Api;
 use sless_domain::FunctionKey;
 
-use super::Inner;
 use super::api::{self, apply, infra, selector};
 use super::render::cron::{CronSpec, cron_job};
 use super::render::{COMPONENT_CRON, function_labels};
+use super::{Inner, tenant};
 use crate::driver::{CronRequest, DriverError};
 
 pub(super) async fn sync(
@@ -19,6 +19,11 @@ pub(super) async fn sync(
     key: &FunctionKey,
     triggers: Vec<CronRequest>,
 ) -> Result<(), DriverError> {
+    // No namespace, no CronJob to delete (and none to look for: sless may
+    // not look into a namespace it has not ensured).
+    if triggers.is_empty() && !tenant::exists(inner, &key.namespace).await? {
+        return Ok(());
+    }
     let ns = key.namespace.as_str();
     let cronjobs = Api::<CronJob>::namespaced(inner.client.clone(), ns);
     let mut wanted = BTreeSet::new();

@@ -23,7 +23,7 @@ use super::render::pod::CONTAINER;
 use super::render::{
     ANNOTATION_IMAGE, COMPONENT_FUNCTION, LABEL_VERSION, function_labels, names, versioned_labels,
 };
-use super::rollback;
+use super::{rollback, tenant};
 use crate::driver::{Artifact, DeployRequest, Deployment, DriverError};
 
 /// Waiting reasons of a container that will not get better by waiting.
@@ -234,6 +234,9 @@ fn hopeless(pod: &Pod) -> Option<(String, String)> {
 
 /// What serves the function, when its rollout is complete and available.
 pub(super) async fn status(inner: &Inner, key: &FunctionKey) -> Option<Deployment> {
+    if !tenant::exists(inner, &key.namespace).await.ok()? {
+        return None;
+    }
     let ns = key.namespace.as_str();
     let d = Api::<K8sDeployment>::namespaced(inner.client.clone(), ns)
         .get_opt(&names::function_name(key))
@@ -269,6 +272,9 @@ pub(super) async fn scale_to_zero(
     inner: &Inner,
     key: &sless_domain::FunctionKey,
 ) -> Result<(), DriverError> {
+    if !tenant::exists(inner, &key.namespace).await? {
+        return Ok(());
+    }
     let ns = key.namespace.as_str();
     let name = names::function_name(key);
     let deployments = Api::<K8sDeployment>::namespaced(inner.client.clone(), ns);
@@ -284,7 +290,8 @@ pub(super) async fn scale_to_zero(
 }
 
 /// Deletes everything of the function: Deployment, Service, CronJobs, the
-/// Jobs of its runs, and its builds.
+/// Jobs of its runs (none of which there is when its namespace is not), and
+/// its builds.
 pub(super) async fn remove(
     inner: &Inner,
     key: &sless_domain::FunctionKey,
@@ -293,21 +300,23 @@ pub(super) async fn remove(
     let name = names::function_name(key);
     let client = inner.client.clone();
     let what = |kind: &str| format!("deleting the {kind} of {ns}/{name}");
-    api::delete(&Api::<K8sDeployment>::namespaced(client.clone(), ns), &name)
-        .await
-        .map_err(infra(what("deployment")))?;
-    api::delete(&Api::<Service>::namespaced(client.clone(), ns), &name)
-        .await
-        .map_err(infra(what("service")))?;
     let mut of_function: BTreeMap<String, String> = function_labels(key, COMPONENT_FUNCTION);
     of_function.remove(super::render::LABEL_COMPONENT);
     let all = selector(&of_function);
-    api::delete_matching(&Api::<CronJob>::namespaced(client.clone(), ns), &all)
-        .await
-        .map_err(infra(what("cron jobs")))?;
-    api::delete_matching(&Api::<Job>::namespaced(client.clone(), ns), &all)
-        .await
-        .map_err(infra(what("jobs")))?;
+    if tenant::exists(inner, &key.namespace).await? {
+        api::delete(&Api::<K8sDeployment>::namespaced(client.clone(), ns), &name)
+            .await
+            .map_err(infra(what("deployment")))?;
+        api::delete(&Api::<Service>::namespaced(client.clone(), ns), &name)
+            .await
+            .map_err(infra(what("service")))?;
+        api::delete_matching(&Api::<CronJob>::namespaced(client.clone(), ns), &all)
+            .await
+            .map_err(infra(what("cron jobs")))?;
+        api::delete_matching(&Api::<Job>::namespaced(client.clone(), ns), &all)
+            .await
+            .map_err(infra(what("jobs")))?;
+    }
     api::delete_matching(
         &Api::<Job>::namespaced(client, &inner.settings.build_namespace),
         &all,

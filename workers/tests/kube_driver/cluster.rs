@@ -1,120 +1,405 @@
 #![allow(dead_code)]
-//! An in-memory cluster as installing `deploy/` leaves it, and a
-//! Kubernetes driver pointed at it.
+//! The cluster as installing `deploy/` leaves it, on the real control plane
+//! of this test process (`sless_testkit::kube`), and a Kubernetes driver
+//! that reaches it as sless's ServiceAccount through a recording proxy: the
+//! API server's RBAC authorizer and `deploy/`'s admission policy judge
+//! every request the driver makes, and Pod Security every pod it asks for.
+//!
+//! The tests of a binary share the control plane, its node and
+//! `sless-builds`: each works in a tenant namespace of its own and says
+//! what the node does with the pods of that namespace only.
 
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{
+    LimitRange, Namespace as K8sNamespace, Pod, ResourceQuota, Secret, Service,
+};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::Resource;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 use sless_domain::archive::sha256_hex;
+use sless_domain::{FunctionKey, FunctionName, Namespace};
 use sless_store::blobs::BlobStore;
-use sless_testkit::kube_api::{ContainerView, FakeKube, Outcome};
+use sless_testkit::TestS3;
+use sless_testkit::eventually;
+use sless_testkit::kube::{ControlPlane, KubeProxy, Outcome, PodView, TestNode};
 use sless_workers::kube::{KubeDriver, KubeSettings};
+use tokio::sync::OnceCell;
 
-pub const NS: &str = "sless-00000000000000aa";
 pub const REGISTRY: &str = "registry.test/sless";
+/// The namespaces `deploy/` makes.
+pub const SYSTEM_NS: &str = "sless";
+pub const BUILD_NS: &str = "sless-builds";
+/// How long the cluster may take to do what a test waits for.
+pub const DEADLINE: Duration = Duration::from_secs(60);
 
-/// The API server, with the namespaces `deploy/` creates (`sless`, and
-/// `sless-builds` for builds) and the registry push Secret an operator
-/// puts in the build namespace (docs/kubernetes.md).
-pub async fn fake_cluster() -> FakeKube {
-    let fake = FakeKube::start().await;
-    for ns in ["sless", "sless-builds"] {
-        fake.put_object(
-            &format!("/api/v1/namespaces/{ns}"),
-            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        );
-    }
-    fake.put_object(
-        "/api/v1/namespaces/sless-builds/secrets/sless-registry-push",
-        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
-            "type": "kubernetes.io/dockerconfigjson",
-            "stringData": {".dockerconfigjson": "{\"auths\": {}}"}}),
-    );
-    fake
+/// What an operator adds to `deploy/` (docs/kubernetes.md, "Installing"):
+/// the registry push Secret kaniko pushes with, and the pull Secret the
+/// driver copies into tenant namespaces when told to.
+const OPERATOR_SECRETS: &str = r#"
+apiVersion: v1
+kind: Secret
+metadata: {name: sless-registry-push, namespace: sless-builds}
+type: kubernetes.io/dockerconfigjson
+stringData: {.dockerconfigjson: '{"auths": {"registry.test": {"auth": "cHVzaDpwdXNo"}}}'}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: sless-registry-pull, namespace: sless}
+type: kubernetes.io/dockerconfigjson
+stringData: {.dockerconfigjson: '{"auths": {"registry.test": {"auth": "cHVsbDpwdWxs"}}}'}
+"#;
+
+static INSTALLED: OnceCell<String> = OnceCell::const_new();
+
+/// Installs what `deploy/base` installs cluster-wide (the namespaces, the
+/// ServiceAccount, RBAC, the admission policy), once per test process;
+/// returns a token of the ServiceAccount `sless`.
+pub async fn installed() -> &'static str {
+    INSTALLED.get_or_init(install).await
 }
 
-/// The digest the fake registry gives a push to `destination`.
+async fn install() -> String {
+    let plane = ControlPlane::shared();
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base");
+    let apply = ["apply", "--server-side", "--field-manager=sless-install"];
+    for file in [
+        "namespaces.yaml",
+        "serviceaccount.yaml",
+        "rbac.yaml",
+        "admission.yaml",
+    ] {
+        let path = base.join(file);
+        let path = path.to_str().expect("a UTF-8 path");
+        plane.kubectl_ok(&[&apply[..], &["-f", path]].concat(), None);
+    }
+    plane.kubectl_ok(&[&apply[..], &["-f", "-"]].concat(), Some(OPERATOR_SECRETS));
+    let token = plane
+        .kubectl_ok(
+            &[
+                "-n",
+                SYSTEM_NS,
+                "create",
+                "token",
+                "sless",
+                "--duration=24h",
+            ],
+            None,
+        )
+        .trim()
+        .to_owned();
+    // The API server loads RBAC and admission policies a moment after they
+    // are written: ready once the policy refuses, to sless, a namespace not
+    // named sless-* (so RBAC let the request through to admission).
+    let client = kube::Client::try_from(plane.token_config(&token)).unwrap();
+    let namespaces = Api::<K8sNamespace>::all(client);
+    let outside: K8sNamespace =
+        serde_json::from_value(json!({"metadata": {"name": "not-sless"}})).unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    eventually(
+        "deploy/'s RBAC and admission policy to judge sless",
+        DEADLINE,
+        || async {
+            let refused = namespaces.create(&dry_run, &outside).await.err()?;
+            refused
+                .to_string()
+                .contains("sless may only create or change namespaces named sless-*")
+                .then_some(())
+        },
+    )
+    .await;
+    token
+}
+
+/// One test's view of the cluster: its tenant namespace, the driver (as
+/// sless's ServiceAccount, through `proxy`), and an administrator to look.
+pub struct Cluster {
+    /// The test's own tenant namespace (not created: `ensure` does that).
+    pub ns: Namespace,
+    pub driver: KubeDriver,
+    pub proxy: KubeProxy,
+    pub admin: kube::Client,
+    pub node: &'static TestNode,
+    /// Where build contexts are.
+    pub blobs: BlobStore,
+    _s3: Option<TestS3>,
+}
+
+impl Cluster {
+    /// A driver with default settings and registry [`REGISTRY`], and an S3
+    /// server of its own for build contexts.
+    pub async fn start() -> Cluster {
+        let s3 = TestS3::new().await;
+        let mut c = Cluster::with(s3.blobs(), KubeSettings::new(REGISTRY)).await;
+        c._s3 = Some(s3);
+        c
+    }
+
+    /// A driver with `settings`, reading build contexts from `blobs`.
+    pub async fn with(blobs: BlobStore, settings: KubeSettings) -> Cluster {
+        let node = TestNode::shared();
+        let token = installed().await;
+        let plane = ControlPlane::shared();
+        let upstream = kube::Client::try_from(plane.token_config(token)).unwrap();
+        let proxy = KubeProxy::start(upstream).await;
+        let driver = KubeDriver::new(proxy.client(), settings, blobs.clone());
+        let ns = Namespace::parse(&format!("sless-{:016x}", rand::random::<u64>())).unwrap();
+        Cluster {
+            ns,
+            driver,
+            proxy,
+            admin: plane.admin(),
+            node,
+            blobs,
+            _s3: None,
+        }
+    }
+
+    pub fn key(&self, name: &str) -> FunctionKey {
+        FunctionKey::new(self.ns.clone(), FunctionName::parse(name).unwrap())
+    }
+
+    /// A selector of this test's objects (in its namespace, and its builds
+    /// in the build namespace), with `more` (`k=v,...`) when not empty.
+    pub fn mine(&self, more: &str) -> String {
+        let ns = format!("sless.dev/namespace={}", self.ns);
+        if more.is_empty() {
+            ns
+        } else {
+            format!("{ns},{more}")
+        }
+    }
+
+    /// The node does `f` with this test's pods that `selector` matches.
+    pub fn play(&self, selector: &str, f: impl Fn(&PodView) -> Outcome + Send + Sync + 'static) {
+        self.node.play(&self.mine(selector), f);
+    }
+
+    pub fn play_all(&self, selector: &str, outcome: Outcome) {
+        self.node.play_all(&self.mine(selector), outcome);
+    }
+
+    /// Builds of this test push as kaniko does ([`kaniko_push`]).
+    pub fn kaniko(&self) {
+        self.play("sless.dev/component=build", kaniko_push);
+    }
+
+    /// Served functions of this test start and become ready.
+    pub fn serve_functions(&self) {
+        self.play_all("sless.dev/component=function", Outcome::serves());
+    }
+
+    /// An object as the administrator reads it.
+    pub async fn get<K>(&self, ns: &str, name: &str) -> Option<Value>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + Serialize
+            + DeserializeOwned,
+    {
+        let found = Api::<K>::namespaced(self.admin.clone(), ns)
+            .get_opt(name)
+            .await
+            .unwrap();
+        found.map(|o| serde_json::to_value(o).unwrap())
+    }
+
+    /// The objects of a kind in `ns` that `selector` matches.
+    pub async fn list<K>(&self, ns: &str, selector: &str) -> Vec<Value>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + Serialize
+            + DeserializeOwned,
+    {
+        Api::<K>::namespaced(self.admin.clone(), ns)
+            .list(&ListParams::default().labels(selector))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|o| serde_json::to_value(o).unwrap())
+            .collect()
+    }
+
+    /// The tenant namespace as the administrator reads it.
+    pub async fn namespace(&self) -> Option<Value> {
+        let found = Api::<K8sNamespace>::all(self.admin.clone())
+            .get_opt(self.ns.as_str())
+            .await
+            .unwrap();
+        found.map(|o| serde_json::to_value(o).unwrap())
+    }
+
+    /// Deletes an object as an operator (or a Job's TTL) would, leaving
+    /// what it owns to the garbage collector.
+    pub async fn delete<K>(&self, ns: &str, name: &str)
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + DeserializeOwned,
+    {
+        Api::<K>::namespaced(self.admin.clone(), ns)
+            .delete(name, &DeleteParams::background())
+            .await
+            .unwrap();
+    }
+
+    /// This test's build Jobs.
+    pub async fn builds(&self) -> Vec<Value> {
+        self.list::<Job>(BUILD_NS, &self.mine("sless.dev/component=build"))
+            .await
+    }
+
+    /// The `resourceVersion` of every object of this test: its namespace,
+    /// what is in it, and its builds. Equal before and after a step: the
+    /// step changed nothing on the cluster.
+    pub async fn versions(&self) -> BTreeMap<String, String> {
+        let ns = self.ns.as_str();
+        let mut all = BTreeMap::new();
+        let mut add = |kind: &str, objects: Vec<Value>| {
+            for o in objects {
+                all.insert(
+                    format!("{kind} {}", o["metadata"]["name"].as_str().unwrap()),
+                    o["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned(),
+                );
+            }
+        };
+        add("Namespace", self.namespace().await.into_iter().collect());
+        add("Deployment", self.list::<Deployment>(ns, "").await);
+        add("ReplicaSet", self.list::<ReplicaSet>(ns, "").await);
+        add("Service", self.list::<Service>(ns, "").await);
+        add("Pod", self.list::<Pod>(ns, "").await);
+        add("Job", self.list::<Job>(ns, "").await);
+        add("CronJob", self.list::<CronJob>(ns, "").await);
+        add("Secret", self.list::<Secret>(ns, &self.mine("")).await);
+        add("NetworkPolicy", self.list::<NetworkPolicy>(ns, "").await);
+        add("ResourceQuota", self.list::<ResourceQuota>(ns, "").await);
+        add("LimitRange", self.list::<LimitRange>(ns, "").await);
+        add("RoleBinding", self.list::<RoleBinding>(ns, "").await);
+        add("Build", self.builds().await);
+        add(
+            "BuildPod",
+            self.list::<Pod>(BUILD_NS, &self.mine("sless.dev/component=build"))
+                .await,
+        );
+        all
+    }
+
+    /// Waits until the quota controller has counted what the tenant
+    /// namespace holds: it writes the quota's status once after `ensure`.
+    pub async fn quota_counted(&self) {
+        eventually("the quota's status", DEADLINE, || async {
+            let quota = self
+                .get::<ResourceQuota>(self.ns.as_str(), "sless-quota")
+                .await?;
+            quota["status"].get("used").map(|_| ())
+        })
+        .await;
+    }
+
+    /// What the API server answered the driver's requests allows no doubt:
+    /// nothing was refused (RBAC or admission: a 403 is the test's failure,
+    /// whatever the driver made of it), and every server-side apply was by
+    /// the field manager `sless`.
+    pub fn assert_writes_are_ours(&self) {
+        let requests = self.proxy.requests();
+        let refused: Vec<_> = requests.iter().filter(|r| r.is_forbidden()).collect();
+        assert!(
+            refused.is_empty(),
+            "the cluster refused sless's ServiceAccount: {refused:#?}"
+        );
+        for r in requests.iter().filter(|r| r.is_apply()) {
+            assert_eq!(r.field_manager.as_deref(), Some("sless"), "{r:?}");
+        }
+    }
+}
+
+/// The image a Deployment's template runs.
+pub fn template_image(d: &Value) -> &str {
+    d["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// The name of an object.
+pub fn name_of(o: &Value) -> &str {
+    o["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+/// The digest the registry gives a push to `destination`.
 pub fn digest_of(destination: &str) -> String {
     format!("sha256:{}", sha256_hex(destination.as_bytes()))
 }
 
-/// Plays kaniko for every build: it reads its context's address from its
-/// Secret (the pod starts only once that exists), pushes to its
-/// `--destination`, and writes the digest to its termination message
-/// (`--digest-file`), as kaniko does.
-pub fn kaniko(fake: &FakeKube) {
-    fake.complete_jobs_with("sless.dev/component=build", kaniko_push);
-}
-
-/// What a kaniko container that pushes makes of what it sees.
-pub fn kaniko_push(c: &ContainerView) -> Outcome {
-    let context = c.env("SLESS_CONTEXT_URL").unwrap_or_default();
-    let Some(destination) = c
+/// What a kaniko container that pushes does with what it sees: it reads
+/// its context's address from its Secret (the node starts it only once
+/// that exists), pushes to its `--destination`, and writes the digest to
+/// its termination message (`--digest-file`).
+pub fn kaniko_push(pod: &PodView) -> Outcome {
+    let context = pod.env("SLESS_CONTEXT_URL").unwrap_or_default();
+    let Some(destination) = pod
         .flag("destination")
         .filter(|_| context.starts_with("http"))
     else {
-        return Outcome::failed(
-            "BackoffLimitExceeded",
-            &format!("kaniko: no context or destination: {c:?}"),
-        );
+        return Outcome::fails(&format!(
+            "kaniko: no context ({context:?}) or destination in {}",
+            pod.name()
+        ));
     };
-    Outcome::succeeded(&format!("Pushed {destination}\n"))
+    Outcome::succeeds(&format!("Pushed {destination}\n"))
         .with_termination_message(&digest_of(destination))
 }
 
-/// The driver, with default settings and registry [`REGISTRY`], reading
-/// build contexts from `blobs`.
-pub fn driver(fake: &FakeKube, blobs: BlobStore) -> KubeDriver {
-    let config = kube::Config::new(fake.url().parse().unwrap());
-    let client = kube::Client::try_from(config).unwrap();
-    KubeDriver::new(client, KubeSettings::new(REGISTRY), blobs)
+/// Waits until the object `ns/name` is gone (deleted, or collected).
+pub async fn gone<K>(c: &Cluster, ns: &str, name: &str)
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    eventually(&format!("{ns}/{name} to go"), DEADLINE, || async {
+        c.get::<K>(ns, name).await.is_none().then_some(())
+    })
+    .await;
 }
 
-/// Every request the driver made is one the ServiceAccount's RBAC rules
-/// (`sless_workers::kube::rbac`, what `deploy/` grants) allow.
-pub fn assert_rbac_allows_every_request(fake: &FakeKube) {
-    use sless_workers::kube::rbac::{Scope, allows};
-    let mut refused = Vec::new();
-    for r in fake.requests() {
-        let parts: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
-        // /api/v1/... or /apis/{group}/{version}/...
-        let (group, rest) = match parts.as_slice() {
-            ["api", _, rest @ ..] => ("", rest),
-            ["apis", group, _, rest @ ..] => (*group, rest),
-            _ => panic!("not an API path: {r:?}"),
-        };
-        let (ns, rest) = match rest {
-            ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(*ns), rest),
-            _ => (None, rest),
-        };
-        let (resource, name) = match rest {
-            [plural] => (plural.to_string(), None),
-            [plural, name] => (plural.to_string(), Some(*name)),
-            [plural, name, sub] => (format!("{plural}/{sub}"), Some(*name)),
-            _ => panic!("unexpected path: {r:?}"),
-        };
-        let verb = match (r.method.as_str(), name) {
-            ("GET", _) if r.is_watch() => "watch",
-            ("GET", Some(_)) => "get",
-            ("GET", None) => "list",
-            ("POST", _) => "create",
-            ("PUT", _) => "update",
-            ("PATCH", _) => "patch",
-            ("DELETE", Some(_)) => "delete",
-            ("DELETE", None) => "deletecollection",
-            _ => panic!("unexpected method: {r:?}"),
-        };
-        let scope = match ns {
-            None => Scope::Cluster,
-            Some("sless") => Scope::System,
-            Some("sless-builds") => Scope::Build,
-            Some(_) => Scope::Tenant,
-        };
-        let ok = allows(Scope::Cluster, group, &resource, verb, name)
-            || allows(scope, group, &resource, verb, name);
-        if !ok {
-            refused.push(format!("{verb} {group}/{resource} {name:?} in {ns:?}"));
-        }
-    }
-    assert!(
-        refused.is_empty(),
-        "not allowed by deploy/'s RBAC: {refused:#?}"
-    );
+/// The names of objects.
+pub fn names(objects: &[Value]) -> Vec<String> {
+    let mut names: Vec<String> = objects.iter().map(|o| name_of(o).to_owned()).collect();
+    names.sort();
+    names
+}
+
+/// `obj` is owned by `owner` (its uid).
+pub fn owned_by(obj: &Value, owner: &Value) -> bool {
+    obj["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|refs| refs.iter().any(|r| r["uid"] == owner["metadata"]["uid"]))
+}
+
+/// A typed object from JSON.
+pub fn typed<K: DeserializeOwned>(v: &Value) -> K {
+    serde_json::from_value(v.clone()).unwrap()
 }

@@ -1,21 +1,22 @@
-//! A build's artifact is the digest kaniko reported for its push: what
-//! runs can never be moved by a later push of the tag.
+//! Builds are pinned by digest: the artifact of a build is the image
+//! reference with the digest kaniko reported for its push: what runs can
+//! never be moved by a later push of the tag.
 
-use sless_testkit::kube_api::Outcome;
+use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
+use sless_testkit::kube::Outcome;
 use sless_workers::driver::{Artifact, BuildRequest, Driver, DriverError};
 
-use super::{Cluster, NS, REGISTRY, build_req, deploy_req, digest_of, kaniko, key, sha};
+use super::{Cluster, REGISTRY, build_req, deploy_req, digest_of, sha};
 
 #[tokio::test]
 async fn the_deployment_runs_the_digest_kaniko_reported() {
     let c = Cluster::start().await;
-    kaniko(&c.fake);
-    c.fake
-        .roll_out_deployments("sless.dev/component=function", Outcome::succeeded(""));
-    let k = key("hello");
+    c.kaniko();
+    c.serve_functions();
+    let k = c.key("hello");
     let artifact = c.driver.build(build_req(&c, &k, 1, 7).await).await.unwrap();
-    let tag = format!("{REGISTRY}/{NS}-hello:v1-{}", &sha(7)[..8]);
-    let pinned = format!("{REGISTRY}/{NS}-hello@{}", digest_of(&tag));
+    let tag = format!("{REGISTRY}/{}-hello:v1-{}", c.ns, &sha(7)[..8]);
+    let pinned = format!("{REGISTRY}/{}-hello@{}", c.ns, digest_of(&tag));
     assert_eq!(artifact.reference, pinned);
 
     c.driver
@@ -23,8 +24,8 @@ async fn the_deployment_runs_the_digest_kaniko_reported() {
         .await
         .unwrap();
     let deployment = c
-        .fake
-        .get(&c.path("apps/v1", "deployments", NS, "hello"))
+        .get::<K8sDeployment>(c.ns.as_str(), "hello")
+        .await
         .unwrap();
     let template = &deployment["spec"]["template"];
     assert_eq!(template["spec"]["containers"][0]["image"], pinned.as_str());
@@ -59,20 +60,29 @@ async fn a_build_without_a_digest_or_with_a_garbled_one_is_a_build_failure() {
             "\"sha256:abc123\", which is not an image digest",
         ),
     ];
-    for (n, (case, message, expected)) in cases.into_iter().enumerate() {
-        let c = Cluster::start().await;
-        let outcome = Outcome::succeeded("Pushed it\n");
+    let c = Cluster::start().await;
+    for (n, (_, message, _)) in cases.iter().enumerate() {
+        let outcome = Outcome::succeeds("Pushed it\n");
         let outcome = match message {
             Some(m) => outcome.with_termination_message(m),
             None => outcome,
         };
-        c.fake.complete_jobs("sless.dev/component=build", outcome);
-        let k = key("hello");
-        let err = c
-            .driver
-            .build(build_req(&c, &k, 1, 10 + n as u8).await)
-            .await
-            .unwrap_err();
+        // Each case's build has a context of its own (`sha(10 + n)`).
+        let build = format!("sless.dev/build=v1-{}", &sha(10 + n as u8)[..8]);
+        c.play_all(&format!("sless.dev/component=build,{build}"), outcome);
+    }
+    // The cases' builds run side by side.
+    let k = c.key("hello");
+    let builds = cases.iter().enumerate().map(|(n, _)| {
+        let (c, k) = (&c, &k);
+        async move {
+            let req = build_req(c, k, 1, 10 + n as u8).await;
+            c.driver.build(req).await
+        }
+    });
+    let ended = futures_util::future::join_all(builds).await;
+    for ((case, _, expected), ended) in cases.into_iter().zip(ended) {
+        let err = ended.unwrap_err();
         let DriverError::Build { message, log_tail } = err else {
             panic!("{case}: {err:?}");
         };
@@ -81,4 +91,5 @@ async fn a_build_without_a_digest_or_with_a_garbled_one_is_a_build_failure() {
         assert!(message.contains("succeeded"), "{case}: {message}");
         assert_eq!(log_tail, "Pushed it\n", "{case}");
     }
+    c.assert_writes_are_ours();
 }

@@ -1,36 +1,31 @@
 //! A failed rollout puts the Deployment back to what served before it.
 
-use serde_json::Value;
-use sless_testkit::kube_api::Outcome;
+use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
+use k8s_openapi::api::core::v1::Pod;
+use sless_testkit::kube::Outcome;
 use sless_workers::driver::{Driver, DriverError};
 
-use super::{Cluster, NS, deploy_req, image_of, key};
+use super::cluster::template_image;
+use super::{Cluster, deploy_req, image_of};
 
-/// The image of a Deployment's template.
-fn template_image(d: &Value) -> &str {
-    d["spec"]["template"]["spec"]["containers"][0]["image"]
-        .as_str()
-        .unwrap_or_default()
-}
-
-/// Rollouts of `bad` cannot pull it; every other image rolls out.
+/// Pods of `bad` cannot pull it; every other image starts and serves.
 fn cluster_that_cannot_pull(c: &Cluster, bad: String) {
-    c.fake
-        .roll_out_deployments_with("sless.dev/component=function", move |d| {
-            if template_image(d) == bad {
-                Outcome::failed("ImagePullBackOff", "")
-            } else {
-                Outcome::succeeded("")
-            }
-        });
+    c.play("sless.dev/component=function", move |pod| {
+        if pod.image() == bad {
+            Outcome::waits("ImagePullBackOff", "")
+        } else {
+            Outcome::serves()
+        }
+    });
 }
 
 #[tokio::test]
 async fn a_failed_rollout_puts_the_deployment_back_to_the_version_that_served() {
     let c = Cluster::start().await;
-    let (good, bad) = (image_of(1, 1), image_of(2, 2));
+    let (good, bad) = (image_of(&c, 1, 1), image_of(&c, 2, 2));
     cluster_that_cannot_pull(&c, bad.clone());
-    let k = key("hello");
+    let k = c.key("hello");
+    let ns = c.ns.as_str();
     let v1 = c.driver.deploy(deploy_req(&k, 1, &good)).await.unwrap();
 
     let err = c.driver.deploy(deploy_req(&k, 2, &bad)).await.unwrap_err();
@@ -44,10 +39,7 @@ async fn a_failed_rollout_puts_the_deployment_back_to_the_version_that_served() 
     assert!(!message.contains("nothing to roll back to"), "{message}");
 
     // The template is version 1's again, and version 1 is what serves.
-    let d = c
-        .fake
-        .get(&c.path("apps/v1", "deployments", NS, "hello"))
-        .unwrap();
+    let d = c.get::<K8sDeployment>(ns, "hello").await.unwrap();
     assert_eq!(template_image(&d), good);
     assert_eq!(
         d["spec"]["template"]["metadata"]["labels"]["sless.dev/version"],
@@ -59,10 +51,17 @@ async fn a_failed_rollout_puts_the_deployment_back_to_the_version_that_served() 
         good.as_str()
     );
     assert_eq!(c.driver.status(&k).await, Some(v1));
-    let pods = c.objects("", "pods", NS, "sless.dev/function=hello");
-    assert!(!pods.is_empty());
+    // What serves: the pods not on their way out (the failed version's pod
+    // is being deleted, by the Deployment controller and the node).
+    let pods = c.list::<Pod>(ns, "sless.dev/function=hello").await;
+    let serving: Vec<_> = pods
+        .iter()
+        .filter(|p| p["metadata"].get("deletionTimestamp").is_none())
+        .collect();
+    assert!(!serving.is_empty(), "{pods:#?}");
     assert!(
-        pods.iter()
+        serving
+            .iter()
             .all(|p| p["spec"]["containers"][0]["image"] == good.as_str()),
         "{pods:#?}"
     );
@@ -72,9 +71,9 @@ async fn a_failed_rollout_puts_the_deployment_back_to_the_version_that_served() 
 #[tokio::test]
 async fn a_first_deploy_that_fails_has_nothing_to_roll_back_to() {
     let c = Cluster::start().await;
-    let bad = image_of(1, 1);
+    let bad = image_of(&c, 1, 1);
     cluster_that_cannot_pull(&c, bad.clone());
-    let k = key("hello");
+    let k = c.key("hello");
     let err = c.driver.deploy(deploy_req(&k, 1, &bad)).await.unwrap_err();
     let DriverError::Deploy { message, .. } = err else {
         panic!("{err:?}");
@@ -88,7 +87,7 @@ async fn a_first_deploy_that_fails_has_nothing_to_roll_back_to() {
 
     // Stopped (scaled to zero), nothing serves either: a failed deploy of
     // another version leaves it as it was.
-    let good = image_of(2, 2);
+    let good = image_of(&c, 2, 2);
     c.driver.deploy(deploy_req(&k, 2, &good)).await.unwrap();
     c.driver.stop(&k).await.unwrap();
     let err = c.driver.deploy(deploy_req(&k, 3, &bad)).await.unwrap_err();

@@ -3,13 +3,17 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::Secret;
 use sless_domain::archive::sha256_hex;
 use sless_domain::job::{self, JobSpec, MAX_INPUT_BYTES};
 use sless_domain::{FunctionKey, FunctionName, Runtime};
-use sless_testkit::kube_api::Outcome;
+use sless_testkit::eventually;
+use sless_testkit::kube::Outcome;
 use sless_workers::driver::{Artifact, CronRequest, Driver, JobRequest};
 
-use super::{Cluster, NS, key};
+use super::Cluster;
+use super::cluster::{DEADLINE, gone, names, owned_by};
 
 fn cron(trigger: &str, schedule: &str, image: &str) -> CronRequest {
     CronRequest {
@@ -36,10 +40,10 @@ pub async fn sync_cron(c: &Cluster, k: &FunctionKey, triggers: &[&str], image: &
     c.driver.sync_cron(k, wanted).await.unwrap();
 }
 
-fn job_req(k: &FunctionKey, name: &str) -> JobRequest {
+pub fn job_req(k: &FunctionKey, name: &str) -> JobRequest {
     JobRequest {
         key: k.clone(),
-        run: format!("job/{NS}/{name}"),
+        run: format!("job/{}/{name}", k.namespace),
         version: 1,
         runtime: Runtime::Python311,
         entrypoint: "handler.handle".into(),
@@ -56,7 +60,8 @@ fn job_req(k: &FunctionKey, name: &str) -> JobRequest {
 #[tokio::test]
 async fn cron_triggers_become_cron_jobs_that_follow_the_triggers() {
     let c = Cluster::start().await;
-    let k = key("hello");
+    let k = c.key("hello");
+    let ns = c.ns.as_str();
     let image = "registry.test/sless/x:v1-00000000";
     c.driver
         .sync_cron(
@@ -68,20 +73,9 @@ async fn cron_triggers_become_cron_jobs_that_follow_the_triggers() {
         )
         .await
         .unwrap();
-    let names = |c: &Cluster| {
-        let mut n: Vec<String> = c
-            .objects("batch/v1", "cronjobs", NS, "sless.dev/function=hello")
-            .iter()
-            .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
-            .collect();
-        n.sort();
-        n
-    };
-    assert_eq!(names(&c), ["cron-hourly", "cron-nightly"]);
-    let nightly = c
-        .fake
-        .get(&c.path("batch/v1", "cronjobs", NS, "cron-nightly"))
-        .unwrap();
+    let names = || async { names(&c.list::<CronJob>(ns, "sless.dev/function=hello").await) };
+    assert_eq!(names().await, ["cron-hourly", "cron-nightly"]);
+    let nightly = c.get::<CronJob>(ns, "cron-nightly").await.unwrap();
     assert_eq!(nightly["spec"]["concurrencyPolicy"], "Forbid");
     assert_eq!(nightly["spec"]["timeZone"], "Europe/Paris");
 
@@ -96,38 +90,36 @@ async fn cron_triggers_become_cron_jobs_that_follow_the_triggers() {
         )
         .await
         .unwrap();
-    let nightly = c
-        .fake
-        .get(&c.path("batch/v1", "cronjobs", NS, "cron-nightly"))
-        .unwrap();
+    let nightly = c.get::<CronJob>(ns, "cron-nightly").await.unwrap();
     assert_eq!(nightly["spec"]["schedule"], "30 4 * * *");
     // Deleted (or disabled): its CronJob goes, the other stays.
     c.driver
         .sync_cron(&k, vec![cron("hourly", "@hourly", image)])
         .await
         .unwrap();
-    assert_eq!(names(&c), ["cron-hourly"]);
+    assert_eq!(names().await, ["cron-hourly"]);
     c.driver.sync_cron(&k, vec![]).await.unwrap();
-    assert!(names(&c).is_empty());
+    assert!(names().await.is_empty());
     c.assert_writes_are_ours();
 }
 
+/// The slow run is ended by the Job controller at its deadline
+/// (`activeDeadlineSeconds`, the run's timeout of 2 s): its pod serves,
+/// never exiting on its own.
 #[tokio::test]
 async fn a_job_run_reports_its_exit_and_its_pod_log() {
     let c = Cluster::start().await;
-    c.fake.complete_jobs(
+    c.play_all(
         "sless.dev/job=good",
-        Outcome::succeeded("working\n{\"done\": true}\n"),
+        Outcome::succeeds("working\n{\"done\": true}\n"),
     );
-    c.fake.complete_jobs(
+    c.play_all(
         "sless.dev/job=bad",
-        Outcome::failed("BackoffLimitExceeded", "Traceback\nValueError: no"),
+        Outcome::fails("Traceback\nValueError: no"),
     );
-    c.fake.complete_jobs(
-        "sless.dev/job=slow",
-        Outcome::failed("DeadlineExceeded", "still going"),
-    );
-    let k = key("hello");
+    c.play_all("sless.dev/job=slow", Outcome::serves());
+    let k = c.key("hello");
+    let ns = c.ns.as_str();
 
     let out = c.driver.run_job(job_req(&k, "good")).await.unwrap();
     assert_eq!(out.exit_code, Some(0));
@@ -137,7 +129,7 @@ async fn a_job_run_reports_its_exit_and_its_pod_log() {
         "{:?}",
         out.stdout
     );
-    let job = &c.objects("batch/v1", "jobs", NS, "sless.dev/job=good")[0];
+    let job = &c.list::<Job>(ns, "sless.dev/job=good").await[0];
     assert!(job["metadata"]["labels"].get("job-name").is_none());
     let env =
         serde_json::to_string(&job["spec"]["template"]["spec"]["containers"][0]["env"]).unwrap();
@@ -151,49 +143,51 @@ async fn a_job_run_reports_its_exit_and_its_pod_log() {
         out.stdout
     );
 
-    let out = c.driver.run_job(job_req(&k, "slow")).await.unwrap();
-    assert!(out.timed_out);
+    let slow = JobRequest {
+        timeout: Duration::from_secs(2),
+        ..job_req(&k, "slow")
+    };
+    let out = c.driver.run_job(slow).await.unwrap();
+    assert!(out.timed_out, "{out:?}");
     c.assert_writes_are_ours();
 }
 
 #[tokio::test]
 async fn a_cancelled_run_deletes_its_job() {
     let c = Cluster::start().await;
-    let k = key("hello");
-    // Nothing completes this Job: the run waits until it is dropped.
+    let k = c.key("hello");
+    let ns = c.ns.as_str();
+    // No play: the run's pod stays Pending, and the run waits until it is
+    // dropped.
     let driver = c.driver.clone();
     let run = tokio::spawn(async move { driver.run_job(job_req(&k, "forever")).await });
-    sless_testkit::eventually("the run's Job", Duration::from_secs(10), || async {
-        (!c.objects("batch/v1", "jobs", NS, "sless.dev/job=forever")
-            .is_empty())
-        .then_some(())
+    eventually("the run's Job", DEADLINE, || async {
+        (!c.list::<Job>(ns, "sless.dev/job=forever").await.is_empty()).then_some(())
     })
     .await;
     run.abort();
     assert!(run.await.unwrap_err().is_cancelled());
-    sless_testkit::eventually(
-        "the cancelled run's Job to go",
-        Duration::from_secs(10),
-        || async {
-            c.objects("batch/v1", "jobs", NS, "sless.dev/job=forever")
-                .is_empty()
-                .then_some(())
-        },
-    )
+    eventually("the cancelled run's Job to go", DEADLINE, || async {
+        c.list::<Job>(ns, "sless.dev/job=forever")
+            .await
+            .is_empty()
+            .then_some(())
+    })
     .await;
+    c.assert_writes_are_ours();
 }
 
 #[tokio::test]
 async fn a_jobs_input_just_under_the_api_limit_arrives_whole_through_its_secret() {
     let c = Cluster::start().await;
     // What the container reads from the file SLESS_JOB_EVENT_FILE names.
-    c.fake.complete_jobs_with("sless.dev/job=big", |container| {
-        let Some(path) = container.env("SLESS_JOB_EVENT_FILE") else {
-            return Outcome::failed("BackoffLimitExceeded", "no SLESS_JOB_EVENT_FILE");
+    c.play("sless.dev/job=big", |pod| {
+        let Some(path) = pod.env("SLESS_JOB_EVENT_FILE") else {
+            return Outcome::fails("no SLESS_JOB_EVENT_FILE");
         };
-        match container.file(path) {
-            Some(data) => Outcome::succeeded(&format!("{} {}\n", data.len(), sha256_hex(data))),
-            None => Outcome::failed("BackoffLimitExceeded", &format!("nothing at {path}")),
+        match pod.file(path) {
+            Some(data) => Outcome::succeeds(&format!("{} {}\n", data.len(), sha256_hex(data))),
+            None => Outcome::fails(&format!("nothing at {path}")),
         }
     });
     // Quotes and backslashes: every one is escaped again in the event's
@@ -218,7 +212,8 @@ async fn a_jobs_input_just_under_the_api_limit_arrives_whole_through_its_secret(
     let bytes = serde_json::to_vec(&event).unwrap();
     assert!(bytes.len() > 3 * MAX_INPUT_BYTES, "{} bytes", bytes.len());
 
-    let k = key("hello");
+    let k = c.key("hello");
+    let ns = c.ns.as_str();
     let out = c
         .driver
         .run_job(JobRequest {
@@ -234,21 +229,21 @@ async fn a_jobs_input_just_under_the_api_limit_arrives_whole_through_its_secret(
     );
 
     // The event is in a Secret owned by the Job, not in the Job.
-    let jobs = c.objects("batch/v1", "jobs", NS, "sless.dev/job=big");
+    let jobs = c.list::<Job>(ns, "sless.dev/job=big").await;
     let text = serde_json::to_string(&jobs[0]).unwrap();
     assert!(
         text.len() < MAX_INPUT_BYTES,
         "the Job holds the event: {} bytes",
         text.len()
     );
-    let secrets = c.objects("", "secrets", NS, "sless.dev/job=big");
+    let secrets = c.list::<Secret>(ns, "sless.dev/job=big").await;
     assert_eq!(secrets.len(), 1, "{secrets:#?}");
-    let owner = &secrets[0]["metadata"]["ownerReferences"][0];
-    assert_eq!(owner["uid"], jobs[0]["metadata"]["uid"]);
+    assert!(owned_by(&secrets[0], &jobs[0]), "{secrets:#?}");
     assert_eq!(secrets[0]["immutable"], true);
     c.assert_writes_are_ours();
 
-    // Deleted with its Job (its TTL, or a cancelled run).
-    c.fake.delete(&c.path("batch/v1", "jobs", NS, "job-big"));
-    assert!(c.objects("", "secrets", NS, "sless.dev/job=big").is_empty());
+    // Deleted with its Job (its TTL, or a cancelled run): the garbage
+    // collector takes it.
+    c.delete::<Job>(ns, "job-big").await;
+    gone::<Secret>(&c, ns, secrets[0]["metadata"]["name"].as_str().unwrap()).await;
 }
