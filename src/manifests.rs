@@ -86,7 +86,7 @@ pub fn objects() -> Vec<(&'static str, Vec<Value>)> {
         ("namespaces.yaml", namespaces(&l)),
         ("serviceaccount.yaml", service_account(&l)),
         ("rbac.yaml", rbac::objects(&l)),
-        ("admission.yaml", rbac::admission_policy(&l)),
+        ("admission.yaml", rbac::admission_policies(&l)),
         ("api.yaml", workloads::api(&l)),
         ("worker.yaml", workloads::worker(&l)),
         ("projector.yaml", workloads::projector(&l)),

@@ -636,38 +636,48 @@ fn rbac_is_least_privilege() {
             "sless never deletes a namespace: {r}"
         );
     }
-    // The admission policy holds those cluster-wide writes to sless-* and is
-    // bound to deny.
-    let policy = &of_kind(&d, "ValidatingAdmissionPolicy")[0];
-    let spec = &policy["spec"];
-    assert_eq!(spec["failurePolicy"], "Fail");
-    assert!(
-        spec["matchConditions"][0]["expression"]
-            .as_str()
-            .unwrap()
-            .contains("system:serviceaccount:sless:sless")
-    );
-    let checks = spec["validations"].to_string();
-    assert!(
-        checks.contains("request.name.startsWith('sless-')"),
-        "{checks}"
-    );
-    assert!(
-        checks.contains("request.namespace.startsWith('sless-')"),
-        "{checks}"
-    );
-    let matched: Vec<&str> = spec["matchConstraints"]["resourceRules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| str_list(&r["resources"]))
-        .collect();
-    for resource in ["namespaces", "rolebindings"] {
+    // The admission policies hold those cluster-wide writes to sless-*, one
+    // kind each (an expression is type-checked against every kind its policy
+    // matches), and are bound to deny. tests/kube_deploy.rs holds them
+    // against a real API server.
+    let policies = of_kind(&d, "ValidatingAdmissionPolicy");
+    let mut matched = Vec::new();
+    for policy in &policies {
+        let spec = &policy["spec"];
+        assert_eq!(spec["failurePolicy"], "Fail");
+        assert!(
+            spec["matchConditions"][0]["expression"]
+                .as_str()
+                .unwrap()
+                .contains("system:serviceaccount:sless:sless")
+        );
+        let rules = spec["matchConstraints"]["resourceRules"]
+            .as_array()
+            .unwrap();
+        assert_eq!(rules.len(), 1, "{}: one kind", policy["metadata"]["name"]);
+        let resources = str_list(&rules[0]["resources"]);
+        assert_eq!(
+            resources.len(),
+            1,
+            "{}: one kind",
+            policy["metadata"]["name"]
+        );
+        let checks = spec["validations"].to_string();
+        match resources[0] {
+            "namespaces" => assert!(checks.contains("request.name.startsWith('sless-')")),
+            "rolebindings" => assert!(checks.contains("request.namespace.startsWith('sless-')")),
+            _ => {}
+        }
+        matched.extend(resources);
+        let binding = of_kind(&d, "ValidatingAdmissionPolicyBinding")
+            .into_iter()
+            .find(|b| b["spec"]["policyName"] == policy["metadata"]["name"])
+            .unwrap();
+        assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    }
+    for resource in ["namespaces", "rolebindings", "secrets"] {
         assert!(matched.contains(&resource), "{resource} in {matched:?}");
     }
-    let binding = &of_kind(&d, "ValidatingAdmissionPolicyBinding")[0];
-    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
-    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
     // The rules as data are the rules of the objects.
     let in_objects: usize = objects(&d)
         .iter()
