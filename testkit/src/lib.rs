@@ -188,6 +188,5 @@ where
     }
 }
 pub mod kube;
-pub mod kube_api;
 pub mod processes;
 pub mod zips;
