@@ -1,6 +1,6 @@
 //! `deploy/` applied to a real Kubernetes API server (testkit's control
 //! plane): the example overlay applies server-side and a second apply
-//! changes nothing; the admission policy compiles and holds sless's
+//! changes nothing; the admission policies type-check and hold sless's
 //! ServiceAccount to its namespaces; RBAC grants that ServiceAccount what
 //! `RULES` says and nothing else; and sless's own pods are admitted under
 //! Pod Security `restricted`.
@@ -382,7 +382,8 @@ impl Drop for TypeChecker {
 /// The status of `policy` once the type checker has written it for its
 /// present generation.
 async fn type_checked(policy: &str) -> Value {
-    eventually(&format!("{policy}'s type checking"), DEADLINE, || async {
+    let what = format!("{policy}'s type checking (by a TypeChecker)");
+    eventually(&what, DEADLINE, || async {
         let object = get_json(&format!("get validatingadmissionpolicy {policy}"));
         let status = &object["status"];
         (status["typeChecking"].is_object()
@@ -393,7 +394,7 @@ async fn type_checked(policy: &str) -> Value {
 }
 
 #[tokio::test]
-async fn the_admission_policy_compiles_and_holds_sless_to_its_namespaces() {
+async fn the_admission_policies_type_check_and_hold_sless_to_its_namespaces() {
     use Want::{Allowed, Denied, Eventually};
     use Who::{Admin, Sless};
     let plane = ControlPlane::shared();
