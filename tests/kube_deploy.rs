@@ -352,9 +352,11 @@ struct TypeChecker {
 
 impl TypeChecker {
     fn start() -> TypeChecker {
+        use std::os::unix::process::CommandExt;
         let plane = ControlPlane::shared();
         let kubeconfig = plane.kubeconfig().to_str().unwrap();
-        let child = std::process::Command::new(plane.bin().join("kube-controller-manager"))
+        let mut command = std::process::Command::new(plane.bin().join("kube-controller-manager"));
+        command
             .args([
                 format!("--kubeconfig={kubeconfig}"),
                 format!("--authentication-kubeconfig={kubeconfig}"),
@@ -365,9 +367,16 @@ impl TypeChecker {
                 "--controllers=validatingadmissionpolicy-status-controller".into(),
             ])
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("starting kube-controller-manager");
+            .stderr(std::process::Stdio::null());
+        // SAFETY: prctl is async-signal-safe; the child dies with the test's
+        // thread, should the test process be killed before `drop` runs.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = command.spawn().expect("starting kube-controller-manager");
         TypeChecker { child }
     }
 }
