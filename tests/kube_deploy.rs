@@ -149,7 +149,6 @@ fn fingerprint(o: &Value) -> Value {
 async fn the_example_overlay_applies_server_side_and_a_second_apply_changes_nothing() {
     let plane = ControlPlane::shared();
     let installed = installed();
-    let _checker = TypeChecker::start();
     assert!(
         !installed.stderr.contains("Warning"),
         "the apply warned:\n{}",
@@ -342,56 +341,11 @@ fn request(who: Who, args: &str, stdin: Option<String>, want: Want, what: &'stat
 
 const APPLY: &str = "apply --server-side --field-manager=sless -f -";
 
-/// The controller that type-checks admission policies and writes what it
-/// found to their status (`validatingadmissionpolicy-status-controller`),
-/// which testkit's control plane does not run: a controller manager of its
-/// own, started by a test and stopped when it ends.
-struct TypeChecker {
-    child: std::process::Child,
-}
-
-impl TypeChecker {
-    fn start() -> TypeChecker {
-        use std::os::unix::process::CommandExt;
-        let plane = ControlPlane::shared();
-        let kubeconfig = plane.kubeconfig().to_str().unwrap();
-        let mut command = std::process::Command::new(plane.bin().join("kube-controller-manager"));
-        command
-            .args([
-                format!("--kubeconfig={kubeconfig}"),
-                format!("--authentication-kubeconfig={kubeconfig}"),
-                format!("--authorization-kubeconfig={kubeconfig}"),
-                "--bind-address=127.0.0.1".into(),
-                "--secure-port=0".into(),
-                "--leader-elect=false".into(),
-                "--controllers=validatingadmissionpolicy-status-controller".into(),
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        // SAFETY: prctl is async-signal-safe; the child dies with the test's
-        // thread, should the test process be killed before `drop` runs.
-        unsafe {
-            command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let child = command.spawn().expect("starting kube-controller-manager");
-        TypeChecker { child }
-    }
-}
-
-impl Drop for TypeChecker {
-    fn drop(&mut self) {
-        self.child.kill().ok();
-        self.child.wait().ok();
-    }
-}
-
-/// The status of `policy` once the type checker has written it for its
-/// present generation.
+/// The status of `policy` once the controller that type-checks admission
+/// policies (`validatingadmissionpolicy-status-controller`) has written it
+/// for its present generation.
 async fn type_checked(policy: &str) -> Value {
-    let what = format!("{policy}'s type checking (by a TypeChecker)");
+    let what = format!("{policy}'s type checking");
     eventually(&what, DEADLINE, || async {
         let object = get_json(&format!("get validatingadmissionpolicy {policy}"));
         let status = &object["status"];
@@ -408,7 +362,6 @@ async fn the_admission_policies_type_check_and_hold_sless_to_its_namespaces() {
     use Who::{Admin, Sless};
     let plane = ControlPlane::shared();
     installed();
-    let _checker = TypeChecker::start();
     // Each policy type-checks against the kind it matches.
     for policy in POLICIES {
         let status = type_checked(policy).await;

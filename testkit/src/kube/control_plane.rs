@@ -31,7 +31,8 @@ const ADMISSION_PLUGINS: &str = "NamespaceLifecycle,LimitRanger,ServiceAccount,\
     RuntimeClass,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook,\
     ResourceQuota";
 
-/// The controllers the tests need: what sless's objects depend on. The
+/// The controllers the tests need: what sless's objects depend on, and the
+/// one that type-checks admission policies into their status. The
 /// node-lifecycle controller is left out: a test node has no heartbeat to
 /// keep (testkit's [`TestNode`](super::TestNode) plays a kubelet through the
 /// API).
@@ -40,7 +41,7 @@ const CONTROLLERS: &str = "deployment-controller,replicaset-controller,job-contr
     serviceaccount-controller,serviceaccount-token-controller,\
     root-ca-certificate-publisher-controller,resourcequota-controller,\
     ttl-after-finished-controller,endpointslice-controller,disruption-controller,\
-    pod-garbage-collector-controller";
+    pod-garbage-collector-controller,validatingadmissionpolicy-status-controller";
 
 /// The control plane of this test process.
 pub struct ControlPlane {
