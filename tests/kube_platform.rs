@@ -273,6 +273,10 @@ impl Platform {
             .env("SLESS_KUBE_REGISTRY", REGISTRY)
             .env("SLESS_KUBE_REGISTRY_PULL_SECRET", PULL_SECRET)
             .env("RUST_LOG", "info");
+        for cmd in [&mut api, &mut projector, &mut worker] {
+            // Logs a failure shows: plain text.
+            cmd.env("NO_COLOR", "1");
+        }
         let procs = vec![
             Proc::spawn(api, &dir.join("api.log")),
             Proc::spawn(projector, &dir.join("projector.log")),
