@@ -327,3 +327,18 @@ async fn removing_a_function_deletes_everything_it_owned() {
     );
     c.assert_writes_are_ours();
 }
+
+/// A reconcile and a job of the same version may build it at once (they
+/// are different work items): one kaniko Job runs, and both get its image.
+#[tokio::test]
+async fn two_builds_of_one_version_at_once_share_one_kaniko_job() {
+    let c = Cluster::start().await;
+    c.kaniko();
+    let k = c.key("hello");
+    let (a, b) = (build_req(&c, &k, 1, 4).await, build_req(&c, &k, 1, 4).await);
+    let (a, b) = tokio::join!(c.driver.build(a), c.driver.build(b));
+    assert_eq!(a.unwrap().reference, image_of(&c, 4, 1));
+    assert_eq!(b.unwrap().reference, image_of(&c, 4, 1));
+    assert_eq!(c.builds().await.len(), 1);
+    c.assert_writes_are_ours();
+}
