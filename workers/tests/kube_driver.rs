@@ -3,6 +3,8 @@
 //! `deploy/` grants it, and a real S3 server for build contexts. The test
 //! node plays the kubelet and kaniko (see `kube_driver/cluster.rs`).
 
+#[path = "kube_driver/admission.rs"]
+mod admission;
 #[path = "kube_driver/cluster.rs"]
 mod cluster;
 #[path = "kube_driver/digests.rs"]

@@ -10,6 +10,11 @@
 //! cluster's pods, Services and nodes usually are, and link-local, where a
 //! cloud's metadata endpoint hands out node credentials). Pods of one
 //! tenant never reach another tenant's, nor each other.
+//!
+//! Egress is allowed to IPv4 addresses only (`0.0.0.0/0`): every IPv6
+//! address is denied. An IPv6 range among the denied ones is so already,
+//! and is left out of the policy, whose exceptions the API server takes
+//! only inside its block.
 
 use std::collections::BTreeMap;
 
@@ -132,6 +137,12 @@ pub fn tenant_objects(settings: &KubeSettings, ns: &Namespace) -> TenantObjects 
         ),
     ];
     if settings.function_egress {
+        let except: Vec<String> = settings
+            .egress_denied_cidrs
+            .iter()
+            .filter(|cidr| !cidr.contains(':'))
+            .cloned()
+            .collect();
         network_policies.push(policy(
             ns,
             EGRESS_POLICY,
@@ -142,8 +153,7 @@ pub fn tenant_objects(settings: &KubeSettings, ns: &Namespace) -> TenantObjects 
                 to: Some(vec![NetworkPolicyPeer {
                     ip_block: Some(IPBlock {
                         cidr: "0.0.0.0/0".to_owned(),
-                        except: (!settings.egress_denied_cidrs.is_empty())
-                            .then(|| settings.egress_denied_cidrs.clone()),
+                        except: (!except.is_empty()).then_some(except),
                     }),
                     ..NetworkPolicyPeer::default()
                 }]),

@@ -137,6 +137,42 @@ fn network_policies_deny_everything_but_dns_the_proxy_and_the_internet() {
     assert!(except.contains(&"10.0.0.0/8".to_owned()));
 }
 
+/// Egress goes to IPv4 addresses only: an IPv6 range to deny is denied
+/// already, and an exception outside `0.0.0.0/0` would make the API server
+/// refuse the policy.
+#[test]
+fn denied_ipv6_ranges_are_left_out_of_the_ipv4_block() {
+    let mut s = settings();
+    s.egress_denied_cidrs = ["10.0.0.0/8", "fd00::/8", "169.254.169.254/32"]
+        .map(String::from)
+        .to_vec();
+    let t = tenant_objects(&s, &ns());
+    let egress = find(&t.network_policies, EGRESS_POLICY)
+        .spec
+        .as_ref()
+        .unwrap();
+    let to = egress.egress.as_ref().unwrap()[0].to.as_ref().unwrap();
+    assert_eq!(to.len(), 1);
+    let block = to[0].ip_block.as_ref().unwrap();
+    assert_eq!(block.cidr, "0.0.0.0/0");
+    assert_eq!(
+        block.except.as_deref(),
+        Some(&["10.0.0.0/8".to_owned(), "169.254.169.254/32".to_owned()][..])
+    );
+
+    s.egress_denied_cidrs = vec!["fd00::/8".to_owned()];
+    let t = tenant_objects(&s, &ns());
+    let egress = find(&t.network_policies, EGRESS_POLICY)
+        .spec
+        .as_ref()
+        .unwrap();
+    let block = egress.egress.as_ref().unwrap()[0].to.as_ref().unwrap()[0]
+        .ip_block
+        .as_ref()
+        .unwrap();
+    assert_eq!(block.except, None);
+}
+
 #[test]
 fn without_function_egress_only_dns_leaves_the_namespace() {
     let mut s = settings();
