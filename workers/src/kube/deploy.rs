@@ -192,14 +192,27 @@ fn rollout(d: &K8sDeployment, generation: i64, replicas: i32) -> Rollout {
     let Some(status) = d.status.as_ref() else {
         return Rollout::Going;
     };
-    for c in status.conditions.iter().flatten() {
+    let conditions = status.conditions.iter().flatten();
+    // Pods the cluster would not create (the tenant's quota, admission):
+    // the Deployment controller says so in this condition, and only here.
+    let refused = conditions
+        .clone()
+        .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")
+        .map(|c| {
+            format!(
+                "; the cluster refused its pods: {}",
+                c.message.as_deref().unwrap_or_default()
+            )
+        });
+    for c in conditions {
         if c.type_ == "Progressing"
             && c.status == "False"
             && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
         {
             return Rollout::Stuck(format!(
-                "the rollout stopped progressing: {}",
-                c.message.clone().unwrap_or_default()
+                "the rollout stopped progressing: {}{}",
+                c.message.clone().unwrap_or_default(),
+                refused.unwrap_or_default()
             ));
         }
     }

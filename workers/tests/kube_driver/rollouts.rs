@@ -4,9 +4,10 @@ use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::core::v1::Pod;
 use sless_testkit::kube::Outcome;
 use sless_workers::driver::{Driver, DriverError};
+use sless_workers::kube::{KubeSettings, TenantQuota};
 
 use super::cluster::template_image;
-use super::{Cluster, deploy_req, image_of};
+use super::{Cluster, REGISTRY, deploy_req, image_of};
 
 /// Pods of `bad` cannot pull it; every other image starts and serves.
 fn cluster_that_cannot_pull(c: &Cluster, bad: String) {
@@ -92,5 +93,41 @@ async fn a_first_deploy_that_fails_has_nothing_to_roll_back_to() {
     c.driver.stop(&k).await.unwrap();
     let err = c.driver.deploy(deploy_req(&k, 3, &bad)).await.unwrap_err();
     assert!(err.to_string().contains("nothing to roll back to"), "{err}");
+    c.assert_writes_are_ours();
+}
+
+/// The tenant's quota (ResourceQuota admission) refuses the pods of a new
+/// function: its deploy fails at the rollout's deadline, saying why.
+#[tokio::test]
+async fn a_rollout_whose_pods_the_quota_refuses_fails_saying_so() {
+    let defaults = KubeSettings::new(REGISTRY);
+    let c = Cluster::start_with(KubeSettings {
+        rollout_timeout_secs: 2,
+        quota: TenantQuota {
+            pods: 1,
+            ..defaults.quota.clone()
+        },
+        ..defaults
+    })
+    .await;
+    c.serve_functions();
+    let (first, second) = (c.key("hello"), c.key("other"));
+    let image = image_of(&c, 1, 1);
+    let serving = c
+        .driver
+        .deploy(deploy_req(&first, 1, &image))
+        .await
+        .unwrap();
+    let err = c
+        .driver
+        .deploy(deploy_req(&second, 1, &image))
+        .await
+        .unwrap_err();
+    let DriverError::Deploy { message, .. } = err else {
+        panic!("{err:?}");
+    };
+    assert!(message.contains("exceeded quota: sless-quota"), "{message}");
+    assert!(message.contains("nothing to roll back to"), "{message}");
+    assert_eq!(c.driver.status(&first).await, Some(serving));
     c.assert_writes_are_ours();
 }
