@@ -9,6 +9,8 @@ mod admission;
 mod cluster;
 #[path = "kube_driver/digests.rs"]
 mod digests;
+#[path = "kube_driver/faults.rs"]
+mod faults;
 #[path = "kube_driver/rollouts.rs"]
 mod rollouts;
 #[path = "kube_driver/runs.rs"]

@@ -156,7 +156,9 @@ impl KubeProxy {
     }
 
     /// Ends every watch (and every other response still streaming) now, as
-    /// an API server does when it restarts or a load balancer times out.
+    /// an API server does when it restarts or a load balancer times out:
+    /// every request received so far whose answer is still coming, or has
+    /// not started yet, gets its body ended.
     pub fn end_watches(&self) {
         self.cut.send_modify(|n| *n += 1);
     }
@@ -178,6 +180,9 @@ fn reason_of(code: u16) -> &'static str {
 }
 
 async fn forward(State(proxy): State<Proxy>, req: AxumRequest) -> Response {
+    // From its arrival: a watch asked for before `end_watches` is ended by
+    // it, even when the API server's answer comes after.
+    let mut cut = proxy.cut.subscribe();
     let (parts, body) = req.into_parts();
     let query = parts.uri.query().unwrap_or_default().to_owned();
     let recorded = Request {
@@ -276,7 +281,6 @@ async fn forward(State(proxy): State<Proxy>, req: AxumRequest) -> Response {
     };
     let (head, body) = answer.into_parts();
     answered(head.status.as_u16());
-    let mut cut = proxy.cut.subscribe();
     let ended = async move {
         let _ = cut.changed().await;
     };
