@@ -11,6 +11,8 @@ mod cluster;
 mod digests;
 #[path = "kube_driver/faults.rs"]
 mod faults;
+#[path = "kube_driver/life.rs"]
+mod life;
 #[path = "kube_driver/rollouts.rs"]
 mod rollouts;
 #[path = "kube_driver/runs.rs"]
