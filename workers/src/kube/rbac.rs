@@ -1,6 +1,8 @@
 //! What sless's ServiceAccount may do on a cluster, as data: the
-//! manifests in `deploy/` render their RBAC objects from [`RULES`], and the
-//! driver's tests hold every request the driver makes against [`allows`].
+//! manifests in `deploy/` render their RBAC objects from [`RULES`]; the
+//! driver's tests run as that ServiceAccount on a real API server with
+//! those objects applied, so its authorizer judges every request the
+//! driver makes.
 //!
 //! Least privilege: no wildcard, no cluster-admin, no Secret readable
 //! cluster-wide. Cluster-wide, sless may only create and label namespaces
