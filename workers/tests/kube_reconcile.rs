@@ -156,6 +156,9 @@ fn job_of(cronjob: &Value, scheduled: &str) -> Job {
     .unwrap()
 }
 
+/// The real CronJob controller fires at 03:00 only: the runs are Jobs
+/// made from the CronJob as its controller makes them ([`job_of`]), for
+/// ticks of December 2026, and run by the real Job controller.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cron_triggers_are_cron_jobs_and_their_runs_are_recorded_once() {
     let (c, h) = harness().await;
