@@ -188,7 +188,8 @@ fn main() -> anyhow::Result<ExitCode> {
     done
 }
 
-/// Log lines on stderr (text, or JSON with `SLESS_LOG_FORMAT=json`), and
+/// Log lines on stderr (text, coloured on a terminal only, or JSON with
+/// `SLESS_LOG_FORMAT=json`), and
 /// traces when the `OTEL_*` variables ask for them: their exporter, to be
 /// shut down before the runtime `rt` ends.
 fn logging(
@@ -202,7 +203,10 @@ fn logging(
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let shown = tracing_subscriber::filter::filter_fn(sless_telemetry::trace::logged);
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(host.log_colours(terminal));
     let json = host.log_json()?;
     sless_telemetry::trace::log_ids(json);
     let logs = if json {

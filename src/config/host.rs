@@ -69,6 +69,13 @@ impl Host {
         self.get("RUST_LOG")
     }
 
+    /// Whether text log lines are coloured: only when they go to a
+    /// `terminal`, and not with `NO_COLOR` set (no-color.org). A pod's log,
+    /// a file or a pipe gets plain text.
+    pub fn log_colours(&self, terminal: bool) -> bool {
+        terminal && self.get("NO_COLOR").is_none()
+    }
+
     /// How log lines are written, `SLESS_LOG_FORMAT`: `text` (the default)
     /// or `json` (one object a line, with the request's span).
     pub fn log_json(&self) -> anyhow::Result<bool> {
@@ -76,6 +83,34 @@ impl Host {
             None | Some("text") => Ok(false),
             Some("json") => Ok(true),
             Some(other) => anyhow::bail!("SLESS_LOG_FORMAT={other:?}: text or json"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_are_coloured_only_on_a_terminal_without_no_color() {
+        let host = |env: &[(&str, &str)]| Host {
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        for (env, terminal, coloured) in [
+            (&[][..], true, true),
+            (&[][..], false, false),
+            (&[("NO_COLOR", "1")][..], true, false),
+            (&[("NO_COLOR", "")][..], true, true),
+            (&[("NO_COLOR", "1")][..], false, false),
+        ] {
+            assert_eq!(
+                host(env).log_colours(terminal),
+                coloured,
+                "{env:?} terminal={terminal}"
+            );
         }
     }
 }
