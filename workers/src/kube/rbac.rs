@@ -91,32 +91,15 @@ pub const RULES: &[Rule] = &[
     ),
     // A tenant namespace: functions, cron triggers, jobs, and what `ensure` puts there.
     rule!(Tenant, "apps", "deployments", APPLY_DELETE),
-    rule!(
-        Tenant,
-        "apps",
-        "deployments/scale",
-        &["get", "patch", "update"]
-    ),
+    // Scale to zero and back: a merge patch of the scale subresource.
+    rule!(Tenant, "apps", "deployments/scale", &["patch"]),
     // A failed rollout is put back to the template of the ReplicaSet that
     // still serves (`kube::rollback`).
     rule!(Tenant, "apps", "replicasets", &["list"]),
     rule!(Tenant, "", "services", APPLY_DELETE),
     rule!(Tenant, "", "pods", READ),
     rule!(Tenant, "", "pods/log", &["get"]),
-    rule!(
-        Tenant,
-        "batch",
-        "jobs",
-        &[
-            "get",
-            "list",
-            "watch",
-            "create",
-            "patch",
-            "delete",
-            "deletecollection"
-        ]
-    ),
+    rule!(Tenant, "batch", "jobs", APPLY_DELETE),
     rule!(Tenant, "batch", "cronjobs", APPLY_DELETE),
     rule!(Tenant, "networking.k8s.io", "networkpolicies", APPLY_DELETE),
     rule!(Tenant, "", "resourcequotas", APPLY),
