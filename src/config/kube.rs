@@ -129,8 +129,45 @@ fn read(get: Get<'_>) -> anyhow::Result<KubeSettings> {
             .split(',')
             .map(str::trim)
             .filter(|c| !c.is_empty())
-            .map(str::to_owned)
-            .collect();
+            .map(|c| {
+                cidr(c)
+                    .map_err(|why| anyhow::anyhow!("SLESS_KUBE_EGRESS_DENIED_CIDRS: {c:?} {why}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
     }
     Ok(s)
+}
+
+/// An address range as a NetworkPolicy's `ipBlock` takes it: `address/bits`
+/// with no bit set past the prefix (the API server refuses the policy
+/// otherwise, and every tenant's `ensure` with it).
+fn cidr(text: &str) -> Result<String, String> {
+    let (address, bits) = text
+        .split_once('/')
+        .ok_or("is not an address range (like 10.0.0.0/8)")?;
+    let address: std::net::IpAddr = address
+        .parse()
+        .map_err(|_| format!("does not start with an IP address: {address:?}"))?;
+    let width: u32 = if address.is_ipv4() { 32 } else { 128 };
+    let bits: u32 = bits
+        .parse()
+        .ok()
+        .filter(|b| *b <= width)
+        .ok_or(format!("has a prefix length that is not 0 to {width}"))?;
+    let value: u128 = match address {
+        std::net::IpAddr::V4(a) => u32::from(a).into(),
+        std::net::IpAddr::V6(a) => u128::from(a),
+    };
+    let host_bits = width - bits;
+    if host_bits > 0 && value & ((1u128 << host_bits) - 1) != 0 {
+        let network = value & !((1u128 << host_bits) - 1);
+        let network = match address {
+            std::net::IpAddr::V4(_) => std::net::Ipv4Addr::from(network as u32).to_string(),
+            std::net::IpAddr::V6(_) => std::net::Ipv6Addr::from(network).to_string(),
+        };
+        return Err(format!(
+            "sets bits past its prefix: did you mean {network}/{bits}?"
+        ));
+    }
+    Ok(text.to_owned())
 }

@@ -49,12 +49,36 @@ fn kubernetes_settings_have_defaults_and_refuse_bad_values() {
         ("SLESS_KUBE_FUNCTION_PORT", "80"),
         ("SLESS_KUBE_REPLICAS", "zero"),
         ("SLESS_KUBE_FUNCTION_EGRESS", "maybe"),
+        ("SLESS_KUBE_EGRESS_DENIED_CIDRS", "10.0.0.0"),
+        ("SLESS_KUBE_EGRESS_DENIED_CIDRS", "10.0.0.0/8,metadata/32"),
+        ("SLESS_KUBE_EGRESS_DENIED_CIDRS", "10.0.0.0/33"),
+        ("SLESS_KUBE_EGRESS_DENIED_CIDRS", "fd00::/129"),
+        ("SLESS_KUBE_EGRESS_DENIED_CIDRS", "10.1.2.3/8"),
     ] {
         let err = kube_with(&[("SLESS_KUBE_REGISTRY", "r.example/s"), (name, value)])
             .unwrap_err()
             .to_string();
-        assert!(err.contains(name), "{name}: {err}");
+        assert!(err.contains(name), "{name}={value}: {err}");
     }
+    let err = kube_with(&[
+        ("SLESS_KUBE_REGISTRY", "r.example/s"),
+        ("SLESS_KUBE_EGRESS_DENIED_CIDRS", "10.1.2.3/8"),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("did you mean 10.0.0.0/8?"), "{err}");
+    let s = kube_with(&[
+        ("SLESS_KUBE_REGISTRY", "r.example/s"),
+        (
+            "SLESS_KUBE_EGRESS_DENIED_CIDRS",
+            "0.0.0.0/0,fd00::/8,169.254.169.254/32",
+        ),
+    ])
+    .unwrap();
+    assert_eq!(
+        s.egress_denied_cidrs,
+        ["0.0.0.0/0", "fd00::/8", "169.254.169.254/32"]
+    );
 }
 
 fn worker_with(vars: &[(&str, &str)]) -> anyhow::Result<WorkerConfig> {
