@@ -17,8 +17,8 @@ mod support;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -36,90 +36,12 @@ const SECRET: &str = "kube-platform-test-secret-of-32-bytes-or-more";
 const REGISTRY: &str = "registry.test/sless";
 /// How long any one step may take: a build, a rollout, a removal.
 const DEADLINE: Duration = Duration::from_secs(120);
-const SYSTEM: &str = "sless";
 const BUILDS: &str = "sless-builds";
-const PUSH_SECRET: &str = "sless-registry-push";
 const PULL_SECRET: &str = "sless-registry-pull";
 /// The copy of the pull Secret in each tenant namespace: the namespace's own.
 const TENANT_PULL_SECRET: &str = "sless-pull";
-/// sless's ServiceAccount, as the API server names it.
-const SLESS: &str = "system:serviceaccount:sless:sless";
 /// The variable kaniko's `--context` is expanded from.
 const CONTEXT_URL_ENV: &str = "SLESS_CONTEXT_URL";
-
-/// What `deploy/base` installs cluster-wide (its namespaces, the
-/// ServiceAccount, RBAC and the admission policy), and the registry
-/// Secrets an operator makes: once per test process.
-fn install(plane: &ControlPlane) {
-    static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base");
-        for file in ["namespaces", "serviceaccount", "rbac", "admission"] {
-            let path = base.join(format!("{file}.yaml"));
-            plane.kubectl_ok(
-                &["apply", "--server-side", "-f", path.to_str().unwrap()],
-                None,
-            );
-        }
-        for (ns, name) in [(BUILDS, PUSH_SECRET), (SYSTEM, PULL_SECRET)] {
-            let yaml = plane.kubectl_ok(
-                &[
-                    "-n",
-                    ns,
-                    "create",
-                    "secret",
-                    "docker-registry",
-                    name,
-                    "--docker-server=registry.test",
-                    "--docker-username=sless",
-                    "--docker-password=not-a-real-one",
-                    "--dry-run=client",
-                    "-o",
-                    "yaml",
-                ],
-                None,
-            );
-            plane.kubectl_ok(&["apply", "--server-side", "-f", "-"], Some(&yaml));
-        }
-    });
-}
-
-/// A kubeconfig of the ServiceAccount `sless`: a TokenRequest token and
-/// the cluster's CA, as a worker outside the cluster would be given.
-fn worker_kubeconfig(plane: &ControlPlane, dir: &Path) -> PathBuf {
-    use base64::Engine;
-    let token = plane.kubectl_ok(
-        &["-n", SYSTEM, "create", "token", "sless", "--duration=24h"],
-        None,
-    );
-    let path = dir.join("worker.kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    \
-             certificate-authority-data: {}\nusers:\n- name: sless\n  user:\n    token: {}\n\
-             contexts:\n- name: sless\n  context:\n    cluster: test\n    user: sless\n    \
-             namespace: {SYSTEM}\ncurrent-context: sless\n",
-            plane.url(),
-            base64::engine::general_purpose::STANDARD.encode(plane.ca_pem()),
-            token.trim(),
-        ),
-    )
-    .unwrap();
-    let me = plane.kubectl_ok(
-        &[
-            "--kubeconfig",
-            path.to_str().unwrap(),
-            "auth",
-            "whoami",
-            "-o",
-            "jsonpath={.status.userInfo.username}",
-        ],
-        None,
-    );
-    assert_eq!(me, SLESS, "the worker's kubeconfig");
-    path
-}
 
 /// What the test's kaniko did with a build pod.
 #[derive(Debug, Clone)]
@@ -235,26 +157,12 @@ impl Platform {
         let started = Instant::now();
         let plane = ControlPlane::shared();
         eprintln!("control plane: {:?}", started.elapsed());
-        install(plane);
-        // RBAC is read from the API server's cache: the worker's first
-        // requests wait until it has the grants.
-        eventually(
-            "RBAC to grant sless what deploy/base says",
-            DEADLINE,
-            || async {
-                let out = plane.kubectl_run(
-                    &["auth", "can-i", "create", "namespaces", "--as", SLESS],
-                    None,
-                );
-                out.status.success().then_some(())
-            },
-        )
-        .await;
+        let installed = sless_testkit::kube::installed().await;
         eprintln!("deploy/base installed: {:?}", started.elapsed());
         let db = TestDb::new().await;
         let s3 = TestS3::new().await;
         let dir = scratch_dir("kube-platform");
-        let kubeconfig = worker_kubeconfig(plane, &dir);
+        let kubeconfig = installed.kubeconfig(&dir);
         eprintln!("the platform's logs: {}", dir.display());
 
         let mut api = sless_on(&db.url, &s3);

@@ -5,11 +5,13 @@
 //! make ([`KubeProxy`]).
 
 mod control_plane;
+mod install;
 mod kubelet_logs;
 mod node;
 mod pki;
 mod proxy;
 
 pub use control_plane::{ControlPlane, OwnedControlPlane};
+pub use install::{Installed, SLESS_USER, installed};
 pub use node::{NODE_NAME, Outcome, PodView, TestNode};
 pub use proxy::{KubeProxy, Request};

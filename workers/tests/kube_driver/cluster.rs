@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::path::Path;
+
 use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
@@ -23,10 +23,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Resource;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sless_domain::archive::sha256_hex;
 use sless_domain::{FunctionKey, FunctionName, Namespace};
 use sless_store::blobs::BlobStore;
@@ -34,100 +34,12 @@ use sless_testkit::TestS3;
 use sless_testkit::eventually;
 use sless_testkit::kube::{ControlPlane, KubeProxy, Outcome, PodView, TestNode};
 use sless_workers::kube::{KubeDriver, KubeSettings};
-use tokio::sync::OnceCell;
 
 pub const REGISTRY: &str = "registry.test/sless";
-/// The namespaces `deploy/` makes.
-pub const SYSTEM_NS: &str = "sless";
+/// The build namespace `deploy/` makes.
 pub const BUILD_NS: &str = "sless-builds";
 /// How long the cluster may take to do what a test waits for.
 pub const DEADLINE: Duration = Duration::from_secs(60);
-
-/// What an operator adds to `deploy/` (docs/kubernetes.md, "Installing"):
-/// the registry push Secret kaniko pushes with, and the pull Secret the
-/// driver copies into tenant namespaces when told to.
-const OPERATOR_SECRETS: &str = r#"
-apiVersion: v1
-kind: Secret
-metadata: {name: sless-registry-push, namespace: sless-builds}
-type: kubernetes.io/dockerconfigjson
-stringData: {.dockerconfigjson: '{"auths": {"registry.test": {"auth": "cHVzaDpwdXNo"}}}'}
----
-apiVersion: v1
-kind: Secret
-metadata: {name: sless-registry-pull, namespace: sless}
-type: kubernetes.io/dockerconfigjson
-stringData: {.dockerconfigjson: '{"auths": {"registry.test": {"auth": "cHVsbDpwdWxs"}}}'}
-"#;
-
-static INSTALLED: OnceCell<String> = OnceCell::const_new();
-
-/// Installs what `deploy/base` installs cluster-wide (the namespaces, the
-/// ServiceAccount, RBAC, the admission policy), once per test process;
-/// returns a token of the ServiceAccount `sless`.
-pub async fn installed() -> &'static str {
-    INSTALLED.get_or_init(install).await
-}
-
-async fn install() -> String {
-    let plane = ControlPlane::shared();
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/base");
-    let apply = ["apply", "--server-side", "--field-manager=sless-install"];
-    for file in [
-        "namespaces.yaml",
-        "serviceaccount.yaml",
-        "rbac.yaml",
-        "admission.yaml",
-    ] {
-        let path = base.join(file);
-        let path = path.to_str().expect("a UTF-8 path");
-        plane.kubectl_ok(&[&apply[..], &["-f", path]].concat(), None);
-    }
-    plane.kubectl_ok(&[&apply[..], &["-f", "-"]].concat(), Some(OPERATOR_SECRETS));
-    let token = plane
-        .kubectl_ok(
-            &[
-                "-n",
-                SYSTEM_NS,
-                "create",
-                "token",
-                "sless",
-                "--duration=24h",
-            ],
-            None,
-        )
-        .trim()
-        .to_owned();
-    // The API server loads RBAC and admission policies a moment after they
-    // are written: ready once the policy refuses, to sless, a namespace not
-    // named sless-* (so RBAC let the request through to admission).
-    let client = kube::Client::try_from(plane.token_config(&token)).unwrap();
-    let namespaces = Api::<K8sNamespace>::all(client);
-    let outside: K8sNamespace =
-        serde_json::from_value(json!({"metadata": {"name": "not-sless"}})).unwrap();
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    eventually(
-        "deploy/'s RBAC and admission policy to judge sless",
-        DEADLINE,
-        || async {
-            let refused = match namespaces.create(&dry_run, &outside).await {
-                Ok(_) => "admitted".to_owned(),
-                Err(e) => e.to_string(),
-            };
-            let judged =
-                refused.contains("sless may only create or change namespaces named sless-*");
-            if !judged {
-                eprintln!("not yet: a namespace not-sless for sless: {refused}");
-            }
-            judged.then_some(())
-        },
-    )
-    .await;
-    token
-}
 
 /// One test's view of the cluster: its tenant namespace, the driver (as
 /// sless's ServiceAccount, through `proxy`), and an administrator to look.
@@ -161,7 +73,7 @@ impl Cluster {
     /// A driver with `settings`, reading build contexts from `blobs`.
     pub async fn with(blobs: BlobStore, settings: KubeSettings) -> Cluster {
         let node = TestNode::shared();
-        let token = installed().await;
+        let token = &sless_testkit::kube::installed().await.token;
         let plane = ControlPlane::shared();
         let upstream = kube::Client::try_from(plane.token_config(token)).unwrap();
         let proxy = KubeProxy::start(upstream).await;
