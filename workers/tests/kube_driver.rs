@@ -13,6 +13,8 @@ mod digests;
 mod faults;
 #[path = "kube_driver/life.rs"]
 mod life;
+#[path = "kube_driver/ownership.rs"]
+mod ownership;
 #[path = "kube_driver/rollouts.rs"]
 mod rollouts;
 #[path = "kube_driver/runs.rs"]
