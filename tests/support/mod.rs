@@ -3,6 +3,8 @@
 //! Each binary uses a different part of it.
 #![allow(dead_code)]
 
+pub mod kube;
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
