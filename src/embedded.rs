@@ -86,6 +86,7 @@ pub async fn s3(dir: &Path, secrets: &DevSecrets) -> anyhow::Result<(S3Server, S
         access_key: secrets.s3_access_key.clone(),
         secret_key: secrets.s3_secret_key.clone(),
         force_path_style: true,
+        presign_endpoint: None,
     };
     Ok((server, cfg))
 }

@@ -414,8 +414,9 @@ pub async fn api(listen: SocketAddr, functions: FnOrigin) -> anyhow::Result<()> 
     let registry = crate::metrics::registry(&metrics_config);
     let auth = config::TokenSettings::from_env()?.auth(None)?;
     let api_config = config::Api::from_env()?;
-    let pool = pool_from_env(30).await?;
+    // S3's settings are checked before the database is waited for.
     let blobs = blobs_from_env()?;
+    let pool = pool_from_env(30).await?;
     let mut state = app_state(pool.clone(), blobs, auth, &api_config);
     state.metrics = registry;
     let recorder = state.invocations.clone();
@@ -464,8 +465,9 @@ pub async fn worker(
     let metrics_config = config::Metrics::from_env()?;
     let registry = crate::metrics::registry(&metrics_config);
     let cfg = config::Worker::from_env()?;
-    let pool = pool_from_env(10).await?;
+    // S3's settings are checked before the database is waited for.
     let blobs = blobs_from_env()?;
+    let pool = pool_from_env(10).await?;
     let driver =
         AnyDriver::from_env(&data_dir, &blobs, &pool, &cfg, host, unsafe_no_sandbox).await?;
     eprintln!(
@@ -594,8 +596,9 @@ fn cron(
 pub async fn projector() -> anyhow::Result<()> {
     let metrics_config = config::Metrics::from_env()?;
     let registry = crate::metrics::registry(&metrics_config);
-    let pool = pool_from_env(4).await?;
+    // S3's settings are checked before the database is waited for.
     let blobs = blobs_from_env()?;
+    let pool = pool_from_env(4).await?;
     let (tx, rx) = watch::channel(false);
     let lag = Scope {
         projector: true,

@@ -116,6 +116,7 @@ fn worker(
         access_key: "unused".into(),
         secret_key: "unused".into(),
         force_path_style: true,
+        presign_endpoint: None,
     });
     Ok(Worker {
         pool: pool.clone(),

@@ -91,6 +91,12 @@ pub const SETTINGS: &[Setting] = &[
         "path-style bucket addressing (`false` for virtual-hosted style)"
     ),
     setting!(
+        "S3_PRESIGN_ENDPOINT",
+        "S3_ENDPOINT",
+        Unset,
+        "the address build pods reach the S3 server at, when it is another than sless's: presigned URLs name it"
+    ),
+    setting!(
         "S3_ACCESS_KEY_ID",
         "none (required)",
         Secret("sless-s3"),

@@ -22,11 +22,18 @@ pub struct S3Config {
     pub secret_key: String,
     /// Path-style addressing (`endpoint/bucket/key`), needed by most S3 servers but AWS.
     pub force_path_style: bool,
+    /// Where the holders of a presigned URL reach the same server, when
+    /// that is another address than `endpoint` (build pods that reach it
+    /// through a TLS front, say): `scheme://host[:port]`. `None`: `endpoint`.
+    pub presign_endpoint: Option<String>,
 }
 
 #[derive(Clone)]
 pub struct BlobStore {
     client: Client,
+    /// The client presigned URLs are made with: one for
+    /// `S3Config::presign_endpoint`, or `client` itself.
+    presigner: Client,
     bucket: String,
 }
 
@@ -43,23 +50,16 @@ fn blob_err<E: std::error::Error + Send + Sync + 'static>(
 
 impl BlobStore {
     pub fn new(cfg: &S3Config) -> BlobStore {
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(tls::Provider::Rustls(
-                tls::rustls_provider::CryptoMode::Ring,
-            ))
-            .build_https();
-        let creds = Credentials::new(&cfg.access_key, &cfg.secret_key, None, None, "sless-config");
-        let mut conf = aws_sdk_s3::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(cfg.region.clone()))
-            .credentials_provider(creds)
-            .http_client(http)
-            .force_path_style(cfg.force_path_style);
-        if let Some(endpoint) = &cfg.endpoint {
-            conf = conf.endpoint_url(endpoint);
-        }
+        let client = client(cfg, cfg.endpoint.as_deref());
+        // SigV4 signs the host a request goes to: a URL for another
+        // address must be signed for that address.
+        let presigner = match &cfg.presign_endpoint {
+            Some(endpoint) => self::client(cfg, Some(endpoint)),
+            None => client.clone(),
+        };
         BlobStore {
-            client: Client::from_conf(conf.build()),
+            client,
+            presigner,
             bucket: cfg.bucket.clone(),
         }
     }
@@ -172,12 +172,14 @@ impl BlobStore {
     }
 
     /// A URL anyone holding it can GET `key` with until `ttl` has passed
-    /// (a presigned request, so it carries no credentials of its own).
+    /// (a presigned request, so it carries no credentials of its own), at
+    /// `S3Config::presign_endpoint` when there is one. Making it sends
+    /// nothing.
     pub async fn presigned_get(&self, key: &str, ttl: std::time::Duration) -> Result<String> {
         let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(ttl)
             .map_err(|e| Error::Blob(format!("presigning {key}: {e}")))?;
         let request = self
-            .client
+            .presigner
             .get_object()
             .bucket(&self.bucket)
             .key(key)
@@ -212,6 +214,26 @@ impl BlobStore {
             }
         }
     }
+}
+
+/// A client of the bucket `cfg` names, at `endpoint` (`None`: AWS's own).
+fn client(cfg: &S3Config, endpoint: Option<&str>) -> Client {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https();
+    let creds = Credentials::new(&cfg.access_key, &cfg.secret_key, None, None, "sless-config");
+    let mut conf = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(cfg.region.clone()))
+        .credentials_provider(creds)
+        .http_client(http)
+        .force_path_style(cfg.force_path_style);
+    if let Some(endpoint) = endpoint {
+        conf = conf.endpoint_url(endpoint);
+    }
+    Client::from_conf(conf.build())
 }
 
 /// The content-addressed key of an uploaded zip.

@@ -156,6 +156,7 @@ impl TestS3 {
             access_key: access,
             secret_key: secret,
             force_path_style: true,
+            presign_endpoint: None,
         };
         TestS3 {
             server,
