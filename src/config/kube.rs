@@ -3,6 +3,7 @@
 
 use anyhow::{Context, bail};
 use sless_workers::kube::KubeSettings;
+use sless_workers::kube::render::names::is_dns_label;
 
 use super::Get;
 use super::source::var;
@@ -58,6 +59,15 @@ fn read(get: Get<'_>) -> anyhow::Result<KubeSettings> {
         &mut s.quota.ephemeral_storage_limits,
     );
     s.registry_pull_secret = get("SLESS_KUBE_REGISTRY_PULL_SECRET");
+    if let Some(v) = get("SLESS_KUBE_BUILD_CA_SECRET") {
+        if !is_object_name(&v) {
+            bail!(
+                "SLESS_KUBE_BUILD_CA_SECRET={v:?} is not the name of a Secret \
+                 (lowercase letters, digits, '-' and '.', at most 253)"
+            );
+        }
+        s.build_ca_secret = Some(v);
+    }
     let num = |name: &str, default: u64, range: std::ops::RangeInclusive<u64>| {
         let Some(v) = get(name) else {
             return Ok(default);
@@ -136,6 +146,12 @@ fn read(get: Get<'_>) -> anyhow::Result<KubeSettings> {
             .collect::<anyhow::Result<_>>()?;
     }
     Ok(s)
+}
+
+/// Whether `name` is a name the API server takes for a Secret: a DNS-1123
+/// subdomain (labels joined by dots, at most 253 characters).
+fn is_object_name(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(|label| is_dns_label(label, 63))
 }
 
 /// An address range as a NetworkPolicy's `ipBlock` takes it: `address/bits`

@@ -44,7 +44,17 @@ fn kubernetes_settings_have_defaults_and_refuse_bad_values() {
     assert_eq!(s.registry_pull_secret.as_deref(), Some("pull"));
     assert!(!s.function_egress);
     assert_eq!(s.egress_denied_cidrs, ["10.0.0.0/8", "169.254.0.0/16"]);
+    assert_eq!(s.build_ca_secret, None);
+    let s = kube_with(&[
+        ("SLESS_KUBE_REGISTRY", "r.example/s"),
+        ("SLESS_KUBE_BUILD_CA_SECRET", "sless-build-ca"),
+    ])
+    .unwrap();
+    assert_eq!(s.build_ca_secret.as_deref(), Some("sless-build-ca"));
     for (name, value) in [
+        ("SLESS_KUBE_BUILD_CA_SECRET", "Private_CA"),
+        ("SLESS_KUBE_BUILD_CA_SECRET", "ca/crt"),
+        ("SLESS_KUBE_BUILD_CA_SECRET", "-ca"),
         ("SLESS_KUBE_BUILD_TIMEOUT_SECS", "5"),
         ("SLESS_KUBE_FUNCTION_PORT", "80"),
         ("SLESS_KUBE_REPLICAS", "zero"),

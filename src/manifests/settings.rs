@@ -187,6 +187,12 @@ pub const SETTINGS: &[Setting] = &[
         "dockerconfigjson Secret in the system namespace, copied into each tenant namespace as its image pull Secret"
     ),
     setting!(
+        "SLESS_KUBE_BUILD_CA_SECRET",
+        "none: the public CAs only",
+        Unset,
+        "Secret in the build namespace holding `ca.crt` (PEM), a private CA kaniko trusts besides the public ones"
+    ),
+    setting!(
         "SLESS_KUBE_RUNTIME_IMAGE_PREFIX",
         "{registry}/sless-runtime-",
         Unset,

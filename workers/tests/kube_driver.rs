@@ -5,6 +5,8 @@
 
 #[path = "kube_driver/admission.rs"]
 mod admission;
+#[path = "kube_driver/air_gapped.rs"]
+mod air_gapped;
 #[path = "kube_driver/cluster.rs"]
 mod cluster;
 #[path = "kube_driver/digests.rs"]

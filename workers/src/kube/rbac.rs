@@ -116,8 +116,10 @@ pub const RULES: &[Rule] = &[
         &[TENANT_PULL_SECRET]
     ),
     // Builds: kaniko Jobs and their per-build context Secret, which is only
-    // ever created and deleted (never read: the push Secret lives here too;
-    // the admission policy refuses deleting a Secret not labelled as a build's).
+    // ever created and deleted (never read: the push Secret lives here too,
+    // and the operator's CA Secret, which the Jobs only name for the kubelet
+    // to mount; the admission policy refuses deleting a Secret not labelled
+    // as a build's).
     rule!(Build, "batch", "jobs", APPLY_DELETE),
     rule!(Build, "", "pods", READ),
     rule!(Build, "", "pods/log", &["get"]),

@@ -33,6 +33,12 @@ pub struct KubeSettings {
     /// namespace, copied into each tenant namespace as an image pull
     /// Secret. `None`: nodes pull without one.
     pub registry_pull_secret: Option<String>,
+    /// A Secret in the build namespace whose `ca.crt` (PEM) kaniko trusts
+    /// besides the public CAs: when it fetches the build context (a
+    /// presigned URL of the object store) and when it talks to the
+    /// registry. The operator creates it; sless only names it in the Job.
+    /// `None`: the public CAs only.
+    pub build_ca_secret: Option<String>,
     /// How long a build may run (`activeDeadlineSeconds` of the kaniko Job).
     pub build_timeout_secs: u32,
     /// How long a finished build or job is kept (`ttlSecondsAfterFinished`).
@@ -99,6 +105,7 @@ impl KubeSettings {
             kaniko_image: "gcr.io/kaniko-project/executor:v1.23.2".into(),
             registry_push_secret: "sless-registry-push".into(),
             registry_pull_secret: None,
+            build_ca_secret: None,
             build_timeout_secs: 900,
             finished_ttl_secs: 3600,
             rollout_timeout_secs: 300,

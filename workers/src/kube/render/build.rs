@@ -13,7 +13,10 @@
 //! The context is read over HTTPS from a presigned URL that lives only in
 //! the Secret; the Job names the Secret, so neither the URL nor any
 //! credential is in its spec. The registry credentials are the push Secret,
-//! mounted as kaniko's `config.json`.
+//! mounted as kaniko's `config.json`. Where the object store or the
+//! registry present a certificate of a private CA, the operator's CA
+//! Secret (`build_ca_secret`) is mounted beside kaniko's own CAs, which
+//! then trusts both.
 
 use std::collections::BTreeMap;
 
@@ -43,6 +46,15 @@ pub const CONTEXT_URL_ENV: &str = "SLESS_CONTEXT_URL";
 pub const BUILD_CONTAINER: &str = "kaniko";
 /// Where kaniko reads registry credentials.
 const DOCKER_CONFIG_DIR: &str = "/kaniko/.docker";
+/// The key of the operator's CA Secret holding the certificates (PEM).
+pub const BUILD_CA_KEY: &str = "ca.crt";
+/// Where that key is mounted in the kaniko container, as a file of its own.
+pub const BUILD_CA_DIR: &str = "/sless/ca";
+/// The public CAs kaniko's image trusts (its `SSL_CERT_DIR`).
+pub const KANIKO_CERT_DIR: &str = "/kaniko/ssl/certs";
+/// The variable through which kaniko's TLS (Go's) finds its CAs: a list of
+/// directories, each file in them read as PEM.
+pub const CERT_DIR_ENV: &str = "SSL_CERT_DIR";
 /// Retries of a failed build.
 pub const BUILD_BACKOFF_LIMIT: i32 = 1;
 /// Where kaniko writes the digest it pushed (`--digest-file`): the
@@ -96,6 +108,52 @@ pub fn build_job(settings: &KubeSettings, req: &BuildRequest) -> Job {
     let name = names::build_job_name(&req.key, req.version, &req.context_sha256);
     let image = names::image(settings, &req.key, req.version, &req.context_sha256);
     let labels = build_labels(&req.key, req.version, &req.context_sha256);
+    let mut env = vec![EnvVar {
+        name: CONTEXT_URL_ENV.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: name.clone(),
+                key: CONTEXT_URL_KEY.to_owned(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+    }];
+    let mut mounts = vec![VolumeMount {
+        name: "docker-config".to_owned(),
+        mount_path: DOCKER_CONFIG_DIR.to_owned(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }];
+    let mut volumes = vec![secret_volume(
+        "docker-config",
+        &settings.registry_push_secret,
+        (".dockerconfigjson", "config.json"),
+        0o400,
+    )];
+    if let Some(ca) = &settings.build_ca_secret {
+        // Besides kaniko's public CAs, not instead of them: the base
+        // images may come from a public registry.
+        env.push(EnvVar {
+            name: CERT_DIR_ENV.to_owned(),
+            value: Some(format!("{KANIKO_CERT_DIR}:{BUILD_CA_DIR}")),
+            value_from: None,
+        });
+        mounts.push(VolumeMount {
+            name: "build-ca".to_owned(),
+            mount_path: BUILD_CA_DIR.to_owned(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+        // A certificate is no secret: readable by whoever the build runs as.
+        volumes.push(secret_volume(
+            "build-ca",
+            ca,
+            (BUILD_CA_KEY, BUILD_CA_KEY),
+            0o444,
+        ));
+    }
     let container = Container {
         name: BUILD_CONTAINER.to_owned(),
         image: Some(settings.kaniko_image.clone()),
@@ -117,18 +175,7 @@ pub fn build_job(settings: &KubeSettings, req: &BuildRequest) -> Job {
             "--push-retry=2".to_owned(),
             format!("--digest-file={DIGEST_FILE}"),
         ]),
-        env: Some(vec![EnvVar {
-            name: CONTEXT_URL_ENV.to_owned(),
-            value: None,
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: name.clone(),
-                    key: CONTEXT_URL_KEY.to_owned(),
-                    optional: Some(false),
-                }),
-                ..EnvVarSource::default()
-            }),
-        }]),
+        env: Some(env),
         resources: Some(ResourceRequirements {
             requests: Some(quantities([
                 ("cpu", Quantity(settings.build_cpu_request.clone())),
@@ -146,12 +193,7 @@ pub fn build_job(settings: &KubeSettings, req: &BuildRequest) -> Job {
             privileged: Some(false),
             ..SecurityContext::default()
         }),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "docker-config".to_owned(),
-            mount_path: DOCKER_CONFIG_DIR.to_owned(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(mounts),
         termination_message_path: Some(DIGEST_FILE.to_owned()),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
@@ -165,20 +207,7 @@ pub fn build_job(settings: &KubeSettings, req: &BuildRequest) -> Job {
             seccomp_profile: Some(runtime_default_seccomp()),
             ..PodSecurityContext::default()
         }),
-        volumes: Some(vec![Volume {
-            name: "docker-config".to_owned(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(settings.registry_push_secret.clone()),
-                items: Some(vec![KeyToPath {
-                    key: ".dockerconfigjson".to_owned(),
-                    path: "config.json".to_owned(),
-                    mode: None,
-                }]),
-                default_mode: Some(0o400),
-                optional: Some(false),
-            }),
-            ..Volume::default()
-        }]),
+        volumes: Some(volumes),
         ..PodSpec::default()
     };
     Job {
@@ -202,6 +231,25 @@ pub fn build_job(settings: &KubeSettings, req: &BuildRequest) -> Job {
             ..JobSpec::default()
         }),
         ..Job::default()
+    }
+}
+
+/// A volume of one key of the Secret `secret`, as the file `path`, which
+/// the pod waits for.
+fn secret_volume(name: &str, secret: &str, (key, path): (&str, &str), mode: i32) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.to_owned()),
+            items: Some(vec![KeyToPath {
+                key: key.to_owned(),
+                path: path.to_owned(),
+                mode: None,
+            }]),
+            default_mode: Some(mode),
+            optional: Some(false),
+        }),
+        ..Volume::default()
     }
 }
 

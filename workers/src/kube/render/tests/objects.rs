@@ -12,7 +12,10 @@ use super::{
     DOLLAR_VALUE, SHA, assert_labels_valid, build_request, cron_spec, deploy_request, env_of,
     hardening_violations, hello, job_request, json_of, settings,
 };
-use crate::kube::render::build::{BUILD_CONTAINER, CONTEXT_URL_ENV, CONTEXT_URL_KEY};
+use crate::kube::KubeSettings;
+use crate::kube::render::build::{
+    BUILD_CA_DIR, BUILD_CA_KEY, BUILD_CONTAINER, CERT_DIR_ENV, CONTEXT_URL_ENV, CONTEXT_URL_KEY,
+};
 use crate::kube::render::cron::cron_event;
 use crate::kube::render::pod::{ANNOTATION_EVENT, EVENT_DIR, EVENT_FILE, HEALTH_PATH};
 use crate::kube::render::{
@@ -491,5 +494,59 @@ fn the_build_job_holds_no_credential_and_stops_in_time() {
             mount.read_only
         ),
         (push.name.as_str(), "/kaniko/.docker", Some(true))
+    );
+}
+
+#[test]
+fn the_build_trusts_the_operators_ca_besides_kanikos_own_only_when_named() {
+    let req = build_request(hello());
+    let job = build_job(&settings(), &req);
+    let c = &pod_of_job(&job).containers[0];
+    assert_eq!(pod_of_job(&job).volumes.as_ref().unwrap().len(), 1);
+    assert_eq!(c.volume_mounts.as_ref().unwrap().len(), 1);
+    assert!(!env_of(c).contains_key(CERT_DIR_ENV), "{:?}", env_of(c));
+
+    let s = KubeSettings {
+        build_ca_secret: Some("sless-build-ca".to_owned()),
+        ..settings()
+    };
+    let job = build_job(&s, &req);
+    json_of(&job, "Job");
+    let pod = pod_of_job(&job);
+    let c = &pod.containers[0];
+    assert_eq!(
+        env_of(c).get(CERT_DIR_ENV).map(String::as_str),
+        Some("/kaniko/ssl/certs:/sless/ca")
+    );
+    assert_eq!(env_of(c).get(CONTEXT_URL_ENV).map(String::as_str), Some(""));
+    let volumes = pod.volumes.as_ref().unwrap();
+    assert_eq!(volumes.len(), 2, "{volumes:#?}");
+    let ca = volumes.iter().find(|v| v.name == "build-ca").unwrap();
+    let source = ca.secret.as_ref().unwrap();
+    assert_eq!(source.secret_name.as_deref(), Some("sless-build-ca"));
+    let items: Vec<_> = source
+        .items
+        .iter()
+        .flatten()
+        .map(|i| (i.key.as_str(), i.path.as_str()))
+        .collect();
+    assert_eq!(items, [(BUILD_CA_KEY, "ca.crt")], "only the certificate");
+    assert_eq!(
+        (source.default_mode, source.optional),
+        (Some(0o444), Some(false))
+    );
+    let mounts = c.volume_mounts.as_ref().unwrap();
+    let mount = mounts.iter().find(|m| m.name == "build-ca").unwrap();
+    assert_eq!(
+        (mount.mount_path.as_str(), mount.read_only),
+        (BUILD_CA_DIR, Some(true))
+    );
+    assert_eq!(BUILD_CA_DIR, "/sless/ca");
+    // The push credentials are mounted as before.
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m.name == "docker-config" && m.mount_path == "/kaniko/.docker"),
+        "{mounts:#?}"
     );
 }
