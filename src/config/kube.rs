@@ -2,8 +2,8 @@
 //! (docs/kubernetes.md explains each). `SLESS_KUBE_REGISTRY` is required.
 
 use anyhow::{Context, bail};
-use sless_workers::kube::KubeSettings;
 use sless_workers::kube::render::names::is_dns_label;
+use sless_workers::kube::{FunctionAddress, KubeSettings};
 
 use super::Get;
 use super::source::var;
@@ -67,6 +67,10 @@ fn read(get: Get<'_>) -> anyhow::Result<KubeSettings> {
             );
         }
         s.build_ca_secret = Some(v);
+    }
+    if let Some(v) = get("SLESS_KUBE_FUNCTION_ADDRESS") {
+        s.function_address = FunctionAddress::parse(&v)
+            .with_context(|| format!("SLESS_KUBE_FUNCTION_ADDRESS={v:?}: use dns or cluster-ip"))?;
     }
     let num = |name: &str, default: u64, range: std::ops::RangeInclusive<u64>| {
         let Some(v) = get(name) else {

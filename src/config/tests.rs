@@ -6,7 +6,7 @@ use std::time::Duration;
 use sless_api::auth::TokenAlgorithm;
 use sless_api::quota::{Quota, Quotas};
 use sless_workers::WorkerConfig;
-use sless_workers::kube::KubeSettings;
+use sless_workers::kube::{FunctionAddress, KubeSettings};
 
 use super::{Get, Kube, TokenSettings, Worker, api};
 
@@ -45,16 +45,26 @@ fn kubernetes_settings_have_defaults_and_refuse_bad_values() {
     assert!(!s.function_egress);
     assert_eq!(s.egress_denied_cidrs, ["10.0.0.0/8", "169.254.0.0/16"]);
     assert_eq!(s.build_ca_secret, None);
+    assert_eq!(s.function_address, FunctionAddress::Dns);
     let s = kube_with(&[
         ("SLESS_KUBE_REGISTRY", "r.example/s"),
         ("SLESS_KUBE_BUILD_CA_SECRET", "sless-build-ca"),
+        ("SLESS_KUBE_FUNCTION_ADDRESS", "cluster-ip"),
     ])
     .unwrap();
     assert_eq!(s.build_ca_secret.as_deref(), Some("sless-build-ca"));
+    assert_eq!(s.function_address, FunctionAddress::ClusterIp);
+    let dns = kube_with(&[
+        ("SLESS_KUBE_REGISTRY", "r.example/s"),
+        ("SLESS_KUBE_FUNCTION_ADDRESS", "dns"),
+    ]);
+    assert_eq!(dns.unwrap().function_address, FunctionAddress::Dns);
     for (name, value) in [
         ("SLESS_KUBE_BUILD_CA_SECRET", "Private_CA"),
         ("SLESS_KUBE_BUILD_CA_SECRET", "ca/crt"),
         ("SLESS_KUBE_BUILD_CA_SECRET", "-ca"),
+        ("SLESS_KUBE_FUNCTION_ADDRESS", "clusterip"),
+        ("SLESS_KUBE_FUNCTION_ADDRESS", "DNS"),
         ("SLESS_KUBE_BUILD_TIMEOUT_SECS", "5"),
         ("SLESS_KUBE_FUNCTION_PORT", "80"),
         ("SLESS_KUBE_REPLICAS", "zero"),

@@ -229,6 +229,12 @@ pub const SETTINGS: &[Setting] = &[
         "port function containers listen on and their Service exposes"
     ),
     setting!(
+        "SLESS_KUBE_FUNCTION_ADDRESS",
+        "dns",
+        Unset,
+        "where the invoke proxy calls a function: `dns` (the Service's cluster DNS name) or `cluster-ip` (its cluster IP, for sless outside the cluster)"
+    ),
+    setting!(
         "SLESS_KUBE_REPLICAS",
         "1",
         Config("1"),

@@ -23,7 +23,7 @@ use super::render::pod::CONTAINER;
 use super::render::{
     ANNOTATION_IMAGE, COMPONENT_FUNCTION, LABEL_VERSION, function_labels, names, versioned_labels,
 };
-use super::{rollback, tenant};
+use super::{FunctionAddress, rollback, tenant};
 use crate::driver::{Artifact, DeployRequest, Deployment, DriverError};
 
 /// Waiting reasons of a container that will not get better by waiting.
@@ -47,12 +47,15 @@ pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployme
     let ns = req.key.namespace.as_str();
     let name = names::function_name(&req.key);
     let image = req.artifact.reference.clone();
-    apply(
+    let applied = apply(
         &Api::<Service>::namespaced(inner.client.clone(), ns),
         &service(settings, &req.key),
     )
     .await
     .map_err(infra(format_args!("service {ns}/{name}")))?;
+    // Before anything rolls out: a Service the proxy could not reach
+    // would make a version Ready that no call gets to.
+    let endpoint = endpoint(inner, &req.key, Some(&applied)).await?;
     let generation = apply_deployment(
         inner,
         &req.key,
@@ -62,7 +65,7 @@ pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployme
     match rollout_of(inner, &req.key, req.version, generation).await {
         Ok(()) => Ok(Deployment {
             version: req.version,
-            endpoint: names::endpoint(settings, &req.key),
+            endpoint,
             artifact: Artifact { reference: image },
             node: None,
         }),
@@ -272,12 +275,50 @@ pub(super) async fn status(inner: &Inner, key: &FunctionKey) -> Option<Deploymen
         .as_ref()?
         .get(ANNOTATION_IMAGE)?
         .clone();
+    let endpoint = endpoint(inner, key, None)
+        .await
+        .inspect_err(|e| tracing::warn!("{e}"))
+        .ok()?;
     Some(Deployment {
         version,
-        endpoint: names::endpoint(&inner.settings, key),
+        endpoint,
         artifact: Artifact { reference: image },
         node: None,
     })
+}
+
+/// Where the invoke proxy reaches the function, as
+/// `settings.function_address` says: its Service's name in the cluster's
+/// DNS, or the cluster IP of its Service: `service` as the cluster holds
+/// it, or, when the caller has none at hand, read from the cluster.
+async fn endpoint(
+    inner: &Inner,
+    key: &FunctionKey,
+    service: Option<&Service>,
+) -> Result<String, DriverError> {
+    let settings = &inner.settings;
+    match settings.function_address {
+        FunctionAddress::Dns => Ok(names::endpoint(settings, key)),
+        FunctionAddress::ClusterIp => {
+            let read;
+            let service = match service {
+                Some(service) => service,
+                None => {
+                    let ns = key.namespace.as_str();
+                    let name = names::function_name(key);
+                    read = Api::<Service>::namespaced(inner.client.clone(), ns)
+                        .get_opt(&name)
+                        .await
+                        .map_err(infra(format_args!("reading the service {ns}/{name}")))?
+                        .ok_or_else(|| {
+                            DriverError::Infra(format!("the Service {ns}/{name} is not there"))
+                        })?;
+                    &read
+                }
+            };
+            names::cluster_ip_endpoint(settings, service).map_err(DriverError::Infra)
+        }
+    }
 }
 
 /// Scales the Deployment to zero pods; a later deploy scales it back.

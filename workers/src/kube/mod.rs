@@ -33,7 +33,7 @@ use crate::driver::{
     JobRequest,
 };
 pub use cron_runs::CronRunRecorder;
-pub use settings::{KubeSettings, TenantQuota};
+pub use settings::{FunctionAddress, KubeSettings, TenantQuota};
 pub use tenant::{SERVICE_ACCOUNT, TENANT_CLUSTER_ROLE};
 
 /// Runs functions on a Kubernetes cluster (see the module docs).

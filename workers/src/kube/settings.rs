@@ -48,6 +48,9 @@ pub struct KubeSettings {
     pub rollout_timeout_secs: u32,
     /// The port function containers listen on and their Service exposes.
     pub function_port: u16,
+    /// How the invoke proxy reaches a served function: the endpoint the
+    /// driver records for it.
+    pub function_address: FunctionAddress,
     /// Replicas of a served function.
     pub replicas: i32,
     /// CPU request and limit of a function container, e.g. `100m`, `1`.
@@ -76,6 +79,32 @@ pub struct KubeSettings {
     pub build_ephemeral_mb: u32,
     /// ResourceQuota of a tenant namespace.
     pub quota: TenantQuota,
+}
+
+/// How the invoke proxy reaches a served function, which is the endpoint a
+/// deploy records (`FunctionDeployed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FunctionAddress {
+    /// `http://{name}.{ns}.svc.cluster.local:{port}`, the Service's name in
+    /// the cluster's DNS: for sless running in the cluster.
+    #[default]
+    Dns,
+    /// `http://{clusterIP}:{port}`, the address the cluster gave the
+    /// Service: for sless on a machine that routes the Service range
+    /// (kube-proxy there) but does not resolve cluster names, e.g. outside
+    /// the cluster.
+    ClusterIp,
+}
+
+impl FunctionAddress {
+    /// `dns` or `cluster-ip`, as the setting spells it.
+    pub fn parse(text: &str) -> Option<FunctionAddress> {
+        match text {
+            "dns" => Some(FunctionAddress::Dns),
+            "cluster-ip" => Some(FunctionAddress::ClusterIp),
+            _ => None,
+        }
+    }
 }
 
 /// The ResourceQuota `ensure` gives each tenant namespace.
@@ -110,6 +139,7 @@ impl KubeSettings {
             finished_ttl_secs: 3600,
             rollout_timeout_secs: 300,
             function_port: 8080,
+            function_address: FunctionAddress::Dns,
             replicas: 1,
             cpu_request: "50m".into(),
             cpu_limit: "1".into(),

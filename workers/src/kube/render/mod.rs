@@ -38,8 +38,8 @@ pub use cron::{CronSpec, cron_job};
 pub use function::{deployment, service};
 pub use job::{run_event_secret, run_job};
 pub use names::{
-    build_job_name, cronjob_name, endpoint, function_name, image, pinned_image, repository,
-    run_job_name, runtime_image,
+    build_job_name, cluster_ip_endpoint, cronjob_name, endpoint, function_name, image,
+    pinned_image, repository, run_job_name, runtime_image,
 };
 pub use namespace::{TenantObjects, tenant_objects};
 pub use pod::{EventSource, FunctionPod, PodMode, hardened_pod_spec};

@@ -8,6 +8,7 @@
 //! its own: `job-` (a user's job), `run-` (a cron tick sless runs itself)
 //! and `cron-` (a CronJob, whose Jobs are `cron-{trigger}-{minutes}`).
 
+use k8s_openapi::api::core::v1::Service;
 use sless_domain::archive::sha256_hex;
 use sless_domain::{FunctionKey, Runtime};
 
@@ -93,7 +94,8 @@ pub fn function_name(key: &FunctionKey) -> String {
     fit(key.name.as_str(), MAX_LABEL)
 }
 
-/// Where the invoke proxy reaches a served function:
+/// Where the invoke proxy reaches a served function by the cluster's DNS
+/// ([`FunctionAddress::Dns`](crate::kube::FunctionAddress::Dns)):
 /// `http://{name}.{ns}.svc.cluster.local:{function_port}`.
 pub fn endpoint(settings: &KubeSettings, key: &FunctionKey) -> String {
     format!(
@@ -102,6 +104,36 @@ pub fn endpoint(settings: &KubeSettings, key: &FunctionKey) -> String {
         key.namespace,
         settings.function_port
     )
+}
+
+/// Where the invoke proxy reaches a served function by the address the
+/// cluster gave its Service
+/// ([`FunctionAddress::ClusterIp`](crate::kube::FunctionAddress::ClusterIp)):
+/// `http://{clusterIP}:{function_port}` (an IPv6 address in brackets),
+/// read from `service` as the cluster holds it. An error names a Service
+/// without one (a headless Service, `clusterIP: None`, or none assigned).
+pub fn cluster_ip_endpoint(settings: &KubeSettings, service: &Service) -> Result<String, String> {
+    let ip = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.as_deref())
+        .unwrap_or_default();
+    let which = || {
+        format!(
+            "the Service {}/{}",
+            service.metadata.namespace.as_deref().unwrap_or_default(),
+            service.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => Ok(format!("http://{ip}:{}", settings.function_port)),
+        Ok(std::net::IpAddr::V6(ip)) => Ok(format!("http://[{ip}]:{}", settings.function_port)),
+        Err(_) if ip.is_empty() => Err(format!("{} has no cluster IP", which())),
+        Err(_) => Err(format!(
+            "{} has no cluster IP to reach it by (clusterIP {ip:?})",
+            which()
+        )),
+    }
 }
 
 /// The name of the kaniko Job (and of its Secret) that builds `version` of

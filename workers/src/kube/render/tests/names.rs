@@ -1,5 +1,6 @@
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::Service;
 use sless_domain::Runtime;
 
 use super::{SHA, hello, key, settings};
@@ -8,9 +9,10 @@ use crate::kube::render::names::{
     pinned_image,
 };
 use crate::kube::render::{
-    build_job_name, cronjob_name, endpoint, escape_env, function_name, image, run_job_name,
-    runtime_image,
+    build_job_name, cluster_ip_endpoint, cronjob_name, endpoint, escape_env, function_name, image,
+    run_job_name, runtime_image,
 };
+use crate::kube::{FunctionAddress, KubeSettings};
 
 /// The longest namespace (63) and function name (40) there can be.
 fn longest() -> sless_domain::FunctionKey {
@@ -79,6 +81,44 @@ fn the_endpoint_is_the_services_cluster_dns_name() {
         "http://hello.sless-0123456789abcdef.svc.cluster.local:8080"
     );
     assert_eq!(function_name(&hello()), "hello");
+}
+
+/// A Service as the cluster holds it, with `cluster_ip` as its address.
+fn applied_service(cluster_ip: Option<&str>) -> Service {
+    let mut service = crate::kube::render::service(&settings(), &hello());
+    service.spec.as_mut().unwrap().cluster_ip = cluster_ip.map(str::to_owned);
+    service
+}
+
+#[test]
+fn the_cluster_ip_endpoint_is_the_address_the_cluster_gave_the_service() {
+    let s = KubeSettings {
+        function_address: FunctionAddress::ClusterIp,
+        function_port: 9000,
+        ..settings()
+    };
+    assert_eq!(
+        cluster_ip_endpoint(&s, &applied_service(Some("10.96.12.34"))),
+        Ok("http://10.96.12.34:9000".to_owned())
+    );
+    assert_eq!(
+        cluster_ip_endpoint(&s, &applied_service(Some("fd00:10:96::2a"))),
+        Ok("http://[fd00:10:96::2a]:9000".to_owned())
+    );
+    // The DNS form does not depend on the Service's address.
+    assert_eq!(
+        endpoint(&s, &hello()),
+        "http://hello.sless-0123456789abcdef.svc.cluster.local:9000"
+    );
+    // A headless Service, or one the cluster gave no address yet, is no
+    // address to reach: the error names the Service.
+    for ip in [Some("None"), Some(""), None] {
+        let err = cluster_ip_endpoint(&s, &applied_service(ip)).unwrap_err();
+        assert!(
+            err.starts_with("the Service sless-0123456789abcdef/hello has no cluster IP"),
+            "{ip:?}: {err}"
+        );
+    }
 }
 
 #[test]
