@@ -50,6 +50,8 @@ pub struct ControlPlane {
     dir: PathBuf,
     bin: PathBuf,
     kubeconfig: PathBuf,
+    /// A kubeconfig of the node [`NODE_USER`](super::pki::NODE_USER).
+    node_kubeconfig: PathBuf,
     ca_pem: String,
     admin_cert_pem: String,
     admin_key_pem: String,
@@ -153,6 +155,18 @@ impl ControlPlane {
     /// An administrator's kubeconfig (`system:masters`).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// A kubeconfig of the kubelet of testkit's [`Cluster`](super::Cluster)
+    /// (user `system:node:sless-node`).
+    pub fn node_kubeconfig(&self) -> &Path {
+        &self.node_kubeconfig
+    }
+
+    /// The file of the CA that signed the API server's certificate and every
+    /// client's.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
     }
 
     /// The directory of the Kubernetes programs (`kubectl` among them).
@@ -264,7 +278,7 @@ impl ControlPlane {
     }
 }
 
-fn b64(text: &str) -> String {
+pub(crate) fn b64(text: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(text)
 }
@@ -307,14 +321,14 @@ fn programs() -> PathBuf {
 }
 
 /// One started program, its log in the control plane's directory.
-struct Program {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
+pub(crate) struct Program {
+    pub(crate) name: &'static str,
+    pub(crate) child: Child,
+    pub(crate) log: PathBuf,
 }
 
 impl Program {
-    fn start(bin: &Path, dir: &Path, name: &'static str, args: &[String]) -> Program {
+    pub(crate) fn start(bin: &Path, dir: &Path, name: &'static str, args: &[String]) -> Program {
         let log = dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("a log file");
         let mut cmd = Command::new(bin.join(name));
@@ -346,7 +360,7 @@ impl Program {
     }
 
     /// Panics with the tail of the log when the program has exited.
-    fn check(&mut self) {
+    pub(crate) fn check(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {
             panic!("{} exited ({status}):\n{}", self.name, tail(&self.log));
         }
@@ -355,7 +369,7 @@ impl Program {
 
 /// What a log says of a failure: its last error lines (klog's `E` and `F`),
 /// then its last lines.
-fn tail(path: &Path) -> String {
+pub(crate) fn tail(path: &Path) -> String {
     let lines: Vec<String> = std::fs::File::open(path)
         .map(|f| BufReader::new(f).lines().map_while(Result::ok).collect())
         .unwrap_or_default();
@@ -421,20 +435,26 @@ fn start() -> (ControlPlane, Held) {
     let (etcd_port, peer_port, api_port) = (free_port(), free_port(), free_port());
     let url = format!("https://127.0.0.1:{api_port}");
 
-    let kubeconfig = dir.join("admin.kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n    \
-             certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    \
-             client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: test\n  \
-             context:\n    cluster: test\n    user: admin\ncurrent-context: test\n",
-            ca = b64(&pki.ca_pem),
-            cert = b64(&pki.admin_cert_pem),
-            key = b64(&pki.admin_key_pem),
-        ),
-    )
-    .expect("writing the kubeconfig");
+    let write_kubeconfig = |file: &str, cert: &str, key: &str| {
+        let path = dir.join(file);
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n    \
+                 certificate-authority-data: {ca}\nusers:\n- name: user\n  user:\n    \
+                 client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: test\n  \
+                 context:\n    cluster: test\n    user: user\ncurrent-context: test\n",
+                ca = b64(&pki.ca_pem),
+                cert = b64(cert),
+                key = b64(key),
+            ),
+        )
+        .expect("writing a kubeconfig");
+        path
+    };
+    let kubeconfig = write_kubeconfig("admin.kubeconfig", &pki.admin_cert_pem, &pki.admin_key_pem);
+    let node_kubeconfig =
+        write_kubeconfig("node.kubeconfig", &pki.node_cert_pem, &pki.node_key_pem);
     let path = |p: &Path| p.display().to_string();
 
     let etcd = Program::start(
@@ -495,6 +515,7 @@ fn start() -> (ControlPlane, Held) {
             dir: dir.clone(),
             bin: bin.clone(),
             kubeconfig: kubeconfig.clone(),
+            node_kubeconfig: node_kubeconfig.clone(),
             ca_pem: pki.ca_pem.clone(),
             admin_cert_pem: pki.admin_cert_pem.clone(),
             admin_key_pem: pki.admin_key_pem.clone(),
@@ -597,6 +618,7 @@ fn start() -> (ControlPlane, Held) {
         dir,
         bin,
         kubeconfig,
+        node_kubeconfig,
         ca_pem: pki.ca_pem,
         admin_cert_pem: pki.admin_cert_pem,
         admin_key_pem: pki.admin_key_pem,

@@ -2,7 +2,8 @@
 //! every start: a CA, the API server's serving certificate, the client
 //! certificate of a `system:masters` administrator (which the controllers,
 //! the scheduler and `kubectl` also use, and the API server presents to
-//! kubelets), and the key service-account tokens are signed with.
+//! kubelets), the client certificate of a real node's kubelet, and the key
+//! service-account tokens are signed with.
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +12,9 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
 };
 
+/// The user a real node's kubelet is (testkit's [`Cluster`](super::Cluster)).
+pub(crate) const NODE_USER: &str = "system:node:sless-node";
+
 /// Where [`Pki::write`] put each file, and the PEM a client needs.
 pub(crate) struct Pki {
     pub ca: PathBuf,
@@ -18,6 +22,10 @@ pub(crate) struct Pki {
     pub server_key: PathBuf,
     pub admin_cert: PathBuf,
     pub admin_key: PathBuf,
+    /// The kubelet's client certificate: the node [`NODE_USER`] of group
+    /// `system:nodes`, which the Node authorizer and NodeRestriction judge.
+    pub node_cert_pem: String,
+    pub node_key_pem: String,
     pub service_accounts_key: PathBuf,
     pub service_accounts_public: PathBuf,
     pub ca_pem: String,
@@ -90,6 +98,15 @@ impl Pki {
         .signed_by(&admin_key, &ca)
         .expect("the admin certificate");
 
+        let node_key = KeyPair::generate().expect("a node key");
+        let node = leaf(
+            &[],
+            name(NODE_USER, Some("system:nodes")),
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
+        .signed_by(&node_key, &ca)
+        .expect("the node certificate");
+
         let sa_key = KeyPair::generate().expect("a service-account key");
 
         let file = |name: &str, pem: &str| {
@@ -103,6 +120,8 @@ impl Pki {
             server_key: file("apiserver.key", &server_key.serialize_pem()),
             admin_cert: file("admin.crt", &admin.pem()),
             admin_key: file("admin.key", &admin_key.serialize_pem()),
+            node_cert_pem: node.pem(),
+            node_key_pem: node_key.serialize_pem(),
             service_accounts_key: file("service-accounts.key", &sa_key.serialize_pem()),
             service_accounts_public: file("service-accounts.pub", &sa_key.public_key_pem()),
             ca_pem: ca.pem(),
