@@ -1,0 +1,154 @@
+//! The walkthrough on a real node: sless outside the cluster (its three
+//! roles as processes of the built binary), testkit's control plane with a
+//! node that really runs pods (containerd, runc, the CNI bridge, the
+//! kubelet, kube-proxy), and a registry on the node's gateway holding the
+//! images made on this machine (`scripts/ensure-images`). kaniko builds each
+//! upload from the context in S3 (fetched over HTTPS through a TLS front,
+//! trusting the node's CA from the build CA Secret) and pushes it by
+//! digest; the function's pod answers through `/fn`; sless reaches it at
+//! its Service's cluster IP, which kube-proxy routes on this machine.
+//!
+//! A tier of its own (`scripts/test-cluster`): it needs root and the images,
+//! and runs only with `SLESS_TEST_CLUSTER=1`.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use sless_testkit::kube::Cluster;
+use support::kube::Platform;
+use support::zip_dir;
+
+/// How long any one step may take: a kaniko build on two cores is the
+/// longest.
+const DEADLINE: Duration = Duration::from_secs(600);
+/// The Secret in the build namespace that holds the node's CA.
+const BUILD_CA_SECRET: &str = "sless-build-ca";
+
+/// Whether this tier runs: `SLESS_TEST_CLUSTER=1` (scripts/test-cluster).
+fn cluster_tier() -> bool {
+    let on = std::env::var("SLESS_TEST_CLUSTER").is_ok_and(|v| v == "1");
+    if !on {
+        eprintln!("the cluster tier runs with SLESS_TEST_CLUSTER=1 (scripts/test-cluster)");
+    }
+    on
+}
+
+/// The node, sless installed on its control plane, the build CA Secret,
+/// and sless's processes configured for it.
+async fn platform(sub: &str) -> (&'static Cluster, Platform) {
+    let started = Instant::now();
+    let cluster = Cluster::shared();
+    eprintln!(
+        "the node: {:?} (filling the registry: {:?}); its logs: {}",
+        cluster.started_in,
+        cluster.registry_filled_in,
+        cluster.dir().display()
+    );
+    sless_testkit::kube::installed().await;
+    let secret = cluster.plane().kubectl_ok(
+        &[
+            "create",
+            "secret",
+            "generic",
+            BUILD_CA_SECRET,
+            "--namespace=sless-builds",
+            "--from-file=ca.crt=/dev/stdin",
+            "--dry-run=client",
+            "-o",
+            "yaml",
+        ],
+        Some(cluster.ca_pem()),
+    );
+    cluster.plane().kubectl_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=sless-test",
+            "-f",
+            "-",
+        ],
+        Some(&secret),
+    );
+    let repository = cluster.repository();
+    let kaniko = cluster.image("kaniko-executor");
+    let p = Platform::start(sub, DEADLINE, |s3, worker| {
+        let s3_addr = s3
+            .config
+            .endpoint
+            .as_deref()
+            .and_then(|e| e.strip_prefix("http://"))
+            .and_then(|a| a.parse().ok())
+            .expect("the S3 server's address");
+        let front = cluster.tls_front(s3_addr);
+        worker
+            .env("SLESS_KUBE_REGISTRY", &repository)
+            .env("SLESS_KUBE_KANIKO_IMAGE", &kaniko)
+            .env(
+                "SLESS_KUBE_RUNTIME_IMAGE_PREFIX",
+                format!("{repository}/sless-runtime-"),
+            )
+            .env(
+                "SLESS_KUBE_RUNTIME_IMAGE_TAG",
+                sless_testkit::kube::IMAGE_TAG,
+            )
+            .env("SLESS_KUBE_BUILD_CA_SECRET", BUILD_CA_SECRET)
+            .env("SLESS_KUBE_FUNCTION_ADDRESS", "cluster-ip")
+            .env("S3_PRESIGN_ENDPOINT", format!("https://{front}"));
+    })
+    .await;
+    eprintln!("the platform: {:?}", started.elapsed());
+    (cluster, p)
+}
+
+/// Creates `name` from `examples/{example}` and uploads it; waits until it
+/// is Ready (or fails with the build's log).
+async fn deploy(p: &Platform, name: &str, runtime: &str, entrypoint: &str, example: &str) -> Value {
+    let (status, body) = p
+        .call(
+            Method::POST,
+            "/functions",
+            Some(json!({"name": name, "runtime": runtime, "entrypoint": entrypoint})),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(example);
+    let res = p.client.upload(name, zip_dir(&dir)).await;
+    assert_eq!(res.status(), 202);
+    p.wait(&format!("{name} to be Ready"), || async {
+        let f = p.client.function(name).await;
+        if f["phase"] == "Failed" {
+            let (_, log) = p
+                .call(Method::GET, &format!("/functions/{name}/build-log"), None)
+                .await;
+            panic!("{name} failed: {f}\nbuild log: {log}\n{}", p.logs());
+        }
+        if f["phase"] == "Ready" {
+            Ok(f)
+        } else {
+            Err(f.to_string())
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_function_is_built_by_kaniko_and_answered_by_its_pod() {
+    if !cluster_tier() {
+        return;
+    }
+    let (_cluster, p) = platform("cluster-python").await;
+    let started = Instant::now();
+    let f = deploy(&p, "hello", "python3.11", "handler.handle", "hello-python").await;
+    eprintln!("upload to Ready: {:?}", started.elapsed());
+    let url = f["url"].as_str().expect("the function's url");
+    let res = reqwest::get(format!("{url}?name=kube")).await.unwrap();
+    let status = res.status();
+    let body = res.text().await.unwrap();
+    assert_eq!(status, 200, "{body}\n{}", p.logs());
+    assert!(body.contains("hello, kube"), "{body}");
+}
