@@ -11,6 +11,14 @@
 //! A tier of its own (`scripts/test-cluster`): it needs root and the images,
 //! and runs only with `SLESS_TEST_CLUSTER=1`.
 
+mod cache;
+mod hardening;
+mod in_cluster;
+mod jobs;
+mod lifecycle;
+mod python;
+mod runtimes;
+#[path = "../support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};
@@ -23,12 +31,12 @@ use support::zip_dir;
 
 /// How long any one step may take: a kaniko build on two cores is the
 /// longest.
-const DEADLINE: Duration = Duration::from_secs(600);
+pub const DEADLINE: Duration = Duration::from_secs(600);
 /// The Secret in the build namespace that holds the node's CA.
 const BUILD_CA_SECRET: &str = "sless-build-ca";
 
 /// Whether this tier runs: `SLESS_TEST_CLUSTER=1` (scripts/test-cluster).
-fn cluster_tier() -> bool {
+pub fn cluster_tier() -> bool {
     let on = std::env::var("SLESS_TEST_CLUSTER").is_ok_and(|v| v == "1");
     if !on {
         eprintln!("the cluster tier runs with SLESS_TEST_CLUSTER=1 (scripts/test-cluster)");
@@ -38,7 +46,7 @@ fn cluster_tier() -> bool {
 
 /// The node, sless installed on its control plane, the build CA Secret,
 /// and sless's processes configured for it.
-async fn platform(sub: &str) -> (&'static Cluster, Platform) {
+pub async fn platform(sub: &str) -> (&'static Cluster, Platform) {
     let started = Instant::now();
     let cluster = Cluster::shared();
     eprintln!(
@@ -105,7 +113,13 @@ async fn platform(sub: &str) -> (&'static Cluster, Platform) {
 
 /// Creates `name` from `examples/{example}` and uploads it; waits until it
 /// is Ready (or fails with the build's log).
-async fn deploy(p: &Platform, name: &str, runtime: &str, entrypoint: &str, example: &str) -> Value {
+pub async fn deploy(
+    p: &Platform,
+    name: &str,
+    runtime: &str,
+    entrypoint: &str,
+    example: &str,
+) -> Value {
     let (status, body) = p
         .call(
             Method::POST,
@@ -134,21 +148,4 @@ async fn deploy(p: &Platform, name: &str, runtime: &str, entrypoint: &str, examp
         }
     })
     .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_python_function_is_built_by_kaniko_and_answered_by_its_pod() {
-    if !cluster_tier() {
-        return;
-    }
-    let (_cluster, p) = platform("cluster-python").await;
-    let started = Instant::now();
-    let f = deploy(&p, "hello", "python3.11", "handler.handle", "hello-python").await;
-    eprintln!("upload to Ready: {:?}", started.elapsed());
-    let url = f["url"].as_str().expect("the function's url");
-    let res = reqwest::get(format!("{url}?name=kube")).await.unwrap();
-    let status = res.status();
-    let body = res.text().await.unwrap();
-    assert_eq!(status, 200, "{body}\n{}", p.logs());
-    assert!(body.contains("hello, kube"), "{body}");
 }
