@@ -15,6 +15,7 @@ mod cpu;
 mod jail;
 mod lag;
 mod nginx;
+mod node;
 mod otlp;
 mod pgbench;
 mod projector;
@@ -81,6 +82,10 @@ enum Command {
     /// The tests' Kubernetes control plane: `scripts/ensure-kubernetes`
     /// when it is built, and a start to ready, several times.
     ControlPlane(control_plane::ControlPlaneArgs),
+    /// The cluster tier's real node (root): its start, the images' sizes,
+    /// a pod's start from zero to its first answer, and the memory of the
+    /// control plane, the node and its pods.
+    Node(node::NodeArgs),
 }
 
 /// The server benchmarks run on, and the fresh databases made on it. The
@@ -250,6 +255,7 @@ fn main() -> anyhow::Result<()> {
             Command::UploadAccept(args) => accept::run(&server, args).await,
             Command::Jail(args) => jail::run(args),
             Command::ControlPlane(args) => control_plane::run(args),
+            Command::Node(args) => node::run(args).await,
             Command::ColdStart(args) => cold::run(&server, args).await,
             Command::Scale(args) => scale::run(&server, args).await,
         };

@@ -67,6 +67,8 @@ pub struct Cluster {
     key_der: Vec<u8>,
     /// The images in the registry, by their name in `scripts/ensure-images`.
     images: Vec<String>,
+    /// The OCI layout they were copied from.
+    layout: PathBuf,
     /// How long the start took, and of it the filling of the registry.
     pub started_in: Duration,
     pub registry_filled_in: Duration,
@@ -110,6 +112,12 @@ impl Cluster {
             self.images
         );
         format!("{}/{name}:{IMAGE_TAG}", self.repository())
+    }
+
+    /// The OCI layout `scripts/ensure-images` made, which the registry was
+    /// filled from.
+    pub fn layout(&self) -> &Path {
+        &self.layout
     }
 
     /// The CA the registry's and the fronts' certificates are signed by.
@@ -230,6 +238,7 @@ cleanup() {
   done
   awk '{print $2}' /proc/mounts | grep -E -- "$pattern/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
   "$PROXY" --cleanup >/dev/null 2>&1
+  "$NETPOL" --cleanup-config >/dev/null 2>&1
   ip link del "$BRIDGE" 2>/dev/null
   for h in /sys/fs/cgroup/*/; do
     [ -d "$h$CGROUP" ] && find "$h$CGROUP" -depth -type d -exec rmdir {} \; 2>/dev/null
@@ -247,13 +256,14 @@ cleanup
 
 /// Starts the reaper and waits until it holds the lock (another process's
 /// node is gone).
-fn reaper(dir: &Path, kube_proxy: &Path) -> (Child, ChildStdin) {
+fn reaper(dir: &Path, kube_proxy: &Path, netpol: &Path) -> (Child, ChildStdin) {
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(CLEANUP)
         .arg("sless-test-node-reaper")
         .env("NODE_DIR", dir)
         .env("PROXY", kube_proxy)
+        .env("NETPOL", netpol)
         .env("LOCK", LOCK)
         .env("BRIDGE", BRIDGE)
         .env("CGROUP", CGROUP)
@@ -360,9 +370,10 @@ fn write(path: &Path, text: &str) {
 fn start(plane: &'static ControlPlane) -> (Cluster, Held) {
     let bin = PathBuf::from(script("ensure-node", &[]));
     let layout = PathBuf::from(script("ensure-images", &[]));
+    let netpol = PathBuf::from(script("ensure-netpol", &[]));
     let started = Instant::now();
     let dir = crate::scratch_dir("node");
-    let (reaper, reaper_stdin) = reaper(&dir, &bin.join("kube-proxy"));
+    let (reaper, reaper_stdin) = reaper(&dir, &bin.join("kube-proxy"), &netpol);
     let path = |p: &Path| p.display().to_string();
 
     // Routing to Services from pods and from the host (kube-proxy's rules
@@ -563,6 +574,8 @@ state = "{state}"
         out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "True"
     });
 
+    programs.push(super::netpol::start(&netpol, &dir, plane.kubeconfig()));
+
     let cluster = Cluster {
         plane,
         dir,
@@ -571,6 +584,7 @@ state = "{state}"
         cert_der: tls.cert_der,
         key_der: tls.key_der,
         images,
+        layout,
         started_in: started.elapsed(),
         registry_filled_in,
     };
