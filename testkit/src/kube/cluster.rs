@@ -45,12 +45,13 @@ pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
 pub const IMAGE_TAG: &str = "local";
 /// The repository the images are pushed under: `{registry}/sless/{image}`.
 const REPOSITORY: &str = "sless";
-const BRIDGE: &str = "sless0";
+/// The bridge the pods are on.
+pub const BRIDGE: &str = "sless0";
 const POD_SUBNET: &str = "10.244.0.0/24";
 /// The cgroup every pod of the node is under (cgroup v1: in each hierarchy).
-const CGROUP: &str = "sless-node";
+pub const NODE_CGROUP: &str = "sless-node";
 /// Held by the node's reaper while a node is up or being cleaned away.
-const LOCK: &str = "/tmp/sless-test-node.lock";
+pub const NODE_LOCK: &str = "/tmp/sless-test-node.lock";
 /// How long a start may take before the tests give up on it.
 const START_DEADLINE: Duration = Duration::from_secs(300);
 
@@ -264,9 +265,9 @@ fn reaper(dir: &Path, kube_proxy: &Path, netpol: &Path) -> (Child, ChildStdin) {
         .env("NODE_DIR", dir)
         .env("PROXY", kube_proxy)
         .env("NETPOL", netpol)
-        .env("LOCK", LOCK)
+        .env("LOCK", NODE_LOCK)
         .env("BRIDGE", BRIDGE)
-        .env("CGROUP", CGROUP)
+        .env("CGROUP", NODE_CGROUP)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -446,7 +447,7 @@ fn start(plane: &'static ControlPlane) -> (Cluster, Held) {
     for hierarchy in std::fs::read_dir("/sys/fs/cgroup").expect("the cgroup hierarchies") {
         let hierarchy = hierarchy.expect("a cgroup hierarchy").path();
         if hierarchy.is_dir() && !hierarchy.is_symlink() {
-            let _ = std::fs::create_dir_all(hierarchy.join(CGROUP));
+            let _ = std::fs::create_dir_all(hierarchy.join(NODE_CGROUP));
         }
     }
 
@@ -514,7 +515,7 @@ state = "{state}"
         &format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              address: {GATEWAY}\nport: {kubelet_port}\nreadOnlyPort: 0\nhealthzPort: 0\n\
-             cgroupDriver: cgroupfs\ncgroupRoot: /{CGROUP}\nfailCgroupV1: false\nfailSwapOn: false\n\
+             cgroupDriver: cgroupfs\ncgroupRoot: /{NODE_CGROUP}\nfailCgroupV1: false\nfailSwapOn: false\n\
              containerRuntimeEndpoint: unix://{socket}\n\
              authentication:\n  anonymous: {{enabled: false}}\n  webhook: {{enabled: true}}\n  \
              x509: {{clientCAFile: {ca}}}\nauthorization: {{mode: Webhook}}\n\

@@ -14,7 +14,7 @@ mod node;
 mod pki;
 mod proxy;
 
-pub use cluster::{Cluster, GATEWAY, IMAGE_TAG, NODE};
+pub use cluster::{BRIDGE, Cluster, GATEWAY, IMAGE_TAG, NODE, NODE_CGROUP, NODE_LOCK};
 pub use control_plane::{ControlPlane, OwnedControlPlane};
 pub use install::{Installed, SLESS_USER, installed};
 pub use node::{NODE_NAME, Outcome, PodView, TestNode};
