@@ -237,10 +237,14 @@ impl CronRunRecorder {
                     .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
                     .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0))
             });
-        let (exit_code, signal) = pod
-            .as_ref()
-            .map(super::run::exit_of)
-            .unwrap_or((None, None));
+        let exit = pod.as_ref().map(super::run::exit_of).unwrap_or_default();
+        let (exit_code, signal) = (exit.code, exit.signal);
+        // Killed for memory: the limit its pod ran with (the function's
+        // memory_mb when the CronJob was written).
+        let out_of_memory = exit
+            .out_of_memory
+            .then(|| pod.as_ref().and_then(super::run::memory_limit_mb))
+            .flatten();
         let stdout = match &pod {
             Some(p) => {
                 let params = LogParams {
@@ -253,23 +257,12 @@ impl CronRunRecorder {
             }
             None => Captured::default(),
         };
-        let status = job.status.as_ref();
-        let millis =
-            |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0.as_millisecond();
-        let duration = status
-            .and_then(|s| {
-                Some((
-                    millis(s.start_time.as_ref()?),
-                    millis(s.completion_time.as_ref()?),
-                ))
-            })
-            .map(|(a, b)| Duration::from_millis(u64::try_from(b - a).unwrap_or(0)))
-            .unwrap_or_default();
+        let duration = super::api::run_duration(job);
         JobOutput {
             exit_code: exit_code.or((!end.succeeded && signal.is_none()).then_some(1)),
             signal,
             timed_out: end.reason == "DeadlineExceeded",
-            out_of_memory: None,
+            out_of_memory,
             stdout,
             stderr: Captured::default(),
             duration,

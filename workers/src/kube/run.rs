@@ -104,7 +104,7 @@ pub(super) async fn run(inner: &Inner, req: JobRequest) -> Result<JobOutput, Dri
         .into_iter()
         .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
         .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
-    let (exit_code, signal) = pod.as_ref().map(exit_of).unwrap_or((None, None));
+    let exit = pod.as_ref().map(exit_of).unwrap_or_default();
     let stdout = match &pod {
         Some(pod) => read_log(&pods, &pod.name_any()).await,
         None => Captured::default(),
@@ -124,19 +124,34 @@ pub(super) async fn run(inner: &Inner, req: JobRequest) -> Result<JobOutput, Dri
         })
         .unwrap_or_default();
     guard.disarm();
+    let signal = exit.signal;
     Ok(JobOutput {
-        exit_code: exit_code.or((!end.succeeded).then_some(1).filter(|_| signal.is_none())),
+        exit_code: exit
+            .code
+            .or((!end.succeeded).then_some(1).filter(|_| signal.is_none())),
         signal,
         timed_out: end.reason == "DeadlineExceeded",
-        out_of_memory: None,
+        out_of_memory: exit.out_of_memory.then_some(req.memory_mb),
         stdout,
         stderr: Captured::default(),
         duration,
     })
 }
 
+/// How the function's container ended, as its pod's status says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Exit {
+    /// The container's exit code (137 for a process killed by SIGKILL).
+    pub code: Option<i32>,
+    /// The signal that ended it, when the runtime says so.
+    pub signal: Option<i32>,
+    /// Whether the kernel killed it for passing its memory limit: the
+    /// container runtime's reason `OOMKilled`.
+    pub out_of_memory: bool,
+}
+
 /// How the function's container ended.
-pub(super) fn exit_of(pod: &Pod) -> (Option<i32>, Option<i32>) {
+pub(super) fn exit_of(pod: &Pod) -> Exit {
     let terminated = pod
         .status
         .as_ref()
@@ -144,9 +159,34 @@ pub(super) fn exit_of(pod: &Pod) -> (Option<i32>, Option<i32>) {
         .and_then(|all| all.iter().find(|c| c.name == CONTAINER))
         .and_then(|c| c.state.as_ref()?.terminated.clone());
     match terminated {
-        Some(t) => (Some(t.exit_code), t.signal),
-        None => (None, None),
+        Some(t) => Exit {
+            code: Some(t.exit_code),
+            signal: t.signal,
+            out_of_memory: t.reason.as_deref() == Some(OOM_KILLED),
+        },
+        None => Exit::default(),
     }
+}
+
+/// The reason a container runtime gives a container the kernel killed for
+/// passing its cgroup's memory limit.
+const OOM_KILLED: &str = "OOMKilled";
+
+/// The memory limit of the pod's function container in MiB, as sless
+/// renders it (`{n}Mi`).
+pub(super) fn memory_limit_mb(pod: &Pod) -> Option<u32> {
+    let limit = pod
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == CONTAINER)?
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get("memory")?;
+    limit.0.strip_suffix("Mi")?.parse().ok()
 }
 
 /// The pod's log, kept as a local run keeps its stdout.
@@ -186,5 +226,61 @@ impl Drop for DeleteOnDrop {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::*;
+
+    fn pod(terminated: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "run"},
+            "spec": {"containers": [{
+                "name": CONTAINER,
+                "image": "x",
+                "resources": {"limits": {"memory": "64Mi"}, "requests": {"memory": "64Mi"}},
+            }]},
+            "status": {"containerStatuses": [{
+                "name": CONTAINER,
+                "image": "x",
+                "imageID": "",
+                "ready": false,
+                "restartCount": 0,
+                "state": {"terminated": terminated},
+            }]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_container_the_kernel_killed_for_memory_is_out_of_memory() {
+        let p = pod(serde_json::json!({"exitCode": 137, "reason": "OOMKilled"}));
+        assert_eq!(
+            exit_of(&p),
+            Exit {
+                code: Some(137),
+                signal: None,
+                out_of_memory: true,
+            }
+        );
+        assert_eq!(memory_limit_mb(&p), Some(64));
+    }
+
+    #[test]
+    fn a_container_that_failed_on_its_own_is_not_out_of_memory() {
+        let p = pod(serde_json::json!({"exitCode": 1, "reason": "Error"}));
+        assert_eq!(
+            exit_of(&p),
+            Exit {
+                code: Some(1),
+                signal: None,
+                out_of_memory: false,
+            }
+        );
+        let killed = pod(serde_json::json!({"exitCode": 137, "reason": "Error", "signal": 9}));
+        assert!(!exit_of(&killed).out_of_memory);
     }
 }
