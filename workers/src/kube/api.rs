@@ -167,3 +167,98 @@ pub(super) async fn log_tail(
     };
     pods.logs(pod, &params).await.unwrap_or_default()
 }
+
+/// How long `job` ran: from its start to its completion, or, when the
+/// Job controller has not written `completionTime` yet, to the moment
+/// its end condition became true. Since Kubernetes 1.31 a Job first gets
+/// `SuccessCriteriaMet` (or `FailureTarget`), which [`job_end`] takes as
+/// its end, and its `completionTime` only with `Complete` a moment later;
+/// a failed Job never gets one. Zero while it has not started or ended.
+pub(super) fn run_duration(job: &k8s_openapi::api::batch::v1::Job) -> std::time::Duration {
+    let Some(status) = job.status.as_ref() else {
+        return std::time::Duration::ZERO;
+    };
+    let ended = status.completion_time.clone().or_else(|| {
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| c.status == "True")
+            .filter(|c| {
+                matches!(
+                    c.type_.as_str(),
+                    "Complete" | "SuccessCriteriaMet" | "Failed" | "FailureTarget"
+                )
+            })
+            .find_map(|c| c.last_transition_time.clone())
+    });
+    match (status.start_time.as_ref(), ended) {
+        (Some(start), Some(end)) => std::time::Duration::from_millis(
+            u64::try_from(end.0.as_millisecond() - start.0.as_millisecond()).unwrap_or(0),
+        ),
+        _ => std::time::Duration::ZERO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::batch::v1::Job;
+
+    use super::{job_end, run_duration};
+
+    fn job(status: serde_json::Value) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "run"},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_job_that_met_its_success_criteria_ran_until_then() {
+        // What the Job controller writes first: the end, no completionTime.
+        let j = job(serde_json::json!({
+            "startTime": "2026-12-06T20:29:00Z",
+            "conditions": [{
+                "type": "SuccessCriteriaMet", "status": "True",
+                "lastTransitionTime": "2026-12-06T20:29:07Z",
+            }],
+        }));
+        assert!(job_end(&j).is_some_and(|e| e.succeeded));
+        assert_eq!(run_duration(&j), Duration::from_secs(7));
+    }
+
+    #[test]
+    fn a_completed_job_ran_until_its_completion_time() {
+        let j = job(serde_json::json!({
+            "startTime": "2026-12-06T20:29:00Z",
+            "completionTime": "2026-12-06T20:29:08Z",
+            "conditions": [
+                {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": "2026-12-06T20:29:07Z"},
+                {"type": "Complete", "status": "True", "lastTransitionTime": "2026-12-06T20:29:08Z"},
+            ],
+        }));
+        assert_eq!(run_duration(&j), Duration::from_secs(8));
+    }
+
+    #[test]
+    fn a_failed_job_ran_until_it_failed() {
+        let j = job(serde_json::json!({
+            "startTime": "2026-12-06T20:29:00Z",
+            "conditions": [{
+                "type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded",
+                "lastTransitionTime": "2026-12-06T20:29:30Z",
+            }],
+        }));
+        assert!(job_end(&j).is_some_and(|e| !e.succeeded));
+        assert_eq!(run_duration(&j), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_job_that_runs_has_no_duration_yet() {
+        let j = job(serde_json::json!({"startTime": "2026-12-06T20:29:00Z", "active": 1}));
+        assert_eq!(run_duration(&j), Duration::ZERO);
+    }
+}
