@@ -64,3 +64,39 @@ pub(crate) fn start(
         .expect("a thread for a TLS front");
     addr
 }
+
+/// Serves plain TCP on a free port of `ip` for the rest of the process,
+/// passing each connection on to `upstream`: what pods reach of a server
+/// the tests run on loopback (PostgreSQL, S3, the API server). Returns the
+/// address it listens on.
+pub(crate) fn start_tcp(ip: std::net::Ipv4Addr, upstream: SocketAddr) -> SocketAddr {
+    let listener = StdListener::bind((ip, 0)).expect("a port for a TCP front");
+    listener
+        .set_nonblocking(true)
+        .expect("a non-blocking listener");
+    let addr = listener.local_addr().expect("the TCP front's address");
+    std::thread::Builder::new()
+        .name(format!("tcp-front-{}", addr.port()))
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for a TCP front");
+            rt.block_on(async move {
+                let listener = TcpListener::from_std(listener).expect("a tokio listener");
+                loop {
+                    let Ok((mut socket, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    tokio::spawn(async move {
+                        let Ok(mut plain) = TcpStream::connect(upstream).await else {
+                            return;
+                        };
+                        let _ = tokio::io::copy_bidirectional(&mut socket, &mut plain).await;
+                    });
+                }
+            });
+        })
+        .expect("a thread for a TCP front");
+    addr
+}

@@ -16,9 +16,11 @@ mod netpol;
 mod node;
 mod pki;
 mod proxy;
+mod sless_image;
 
 pub use cluster::{BRIDGE, Cluster, GATEWAY, IMAGE_TAG, NODE, NODE_CGROUP, NODE_LOCK};
 pub use control_plane::{ControlPlane, OwnedControlPlane};
 pub use install::{Installed, SLESS_USER, installed};
 pub use node::{NODE_NAME, Outcome, PodView, TestNode};
 pub use proxy::{KubeProxy, Request};
+pub use sless_image::{sless_image, tcp_front};
