@@ -4,7 +4,7 @@
 //! rollout passes its deadline. A failed deploy puts the Deployment back
 //! to what served before it (`rollback`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -41,6 +41,10 @@ const LOG_TAIL_LINES: i64 = 60;
 
 /// How much longer than the rollout's own deadline the driver waits.
 const GRACE: Duration = Duration::from_secs(30);
+
+/// How long a finished rollout waits for the pods it replaced to end: a
+/// pod's default termination grace (30 s), and some.
+const REPLACED_WITHIN: Duration = Duration::from_secs(45);
 
 pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployment, DriverError> {
     let settings = &inner.settings;
@@ -128,7 +132,10 @@ pub(super) async fn rollout_of(
         tokio::select! {
             seen = deployment_events.next() => match seen {
                 Some(Ok(Some(d))) => match rollout(&d, generation, settings.replicas) {
-                    Rollout::Done => return Ok(()),
+                    Rollout::Done => {
+                        replaced_gone(&pods, key, settings.replicas).await;
+                        return Ok(());
+                    }
                     Rollout::Stuck(why) => {
                         // A pod of the version usually says more.
                         let listed = pods.list(&ListParams::default().labels(&version_pods)).await;
@@ -164,6 +171,73 @@ pub(super) async fn rollout_of(
                 });
             }
         }
+    }
+}
+
+/// Waits until the function has no pod but the `replicas` of its rollout:
+/// the pods it replaced keep answering calls until they end (a
+/// connection the proxy keeps open to the Service stays with the pod it
+/// reached, and kube-proxy learns of a terminating endpoint a moment
+/// later), so a version is not deployed while another one still
+/// answers. A pod that outlives [`REPLACED_WITHIN`] is left to the
+/// cluster, with a warning.
+async fn replaced_gone(pods: &Api<Pod>, key: &FunctionKey, replicas: i32) {
+    let all = selector(&function_labels(key, COMPONENT_FUNCTION));
+    let stream = watcher(pods.clone(), watcher::Config::default().labels(&all)).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut left = FunctionPods::default();
+    let waiting = async {
+        while let Some(seen) = stream.next().await {
+            match seen {
+                Ok(event) => {
+                    if left.seen(event, replicas) {
+                        return;
+                    }
+                }
+                Err(e) => tracing::debug!("pod watch interrupted: {e}"),
+            }
+        }
+    };
+    if tokio::time::timeout(REPLACED_WITHIN, waiting)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            function = %key.queue_key(),
+            pods = ?left.names,
+            "pods of the function's previous rollout are still there after {} s",
+            REPLACED_WITHIN.as_secs()
+        );
+    }
+}
+
+/// The pods of a function as a watch tells them, terminating ones
+/// included (they are listed until they are gone).
+#[derive(Debug, Default)]
+struct FunctionPods {
+    names: BTreeSet<String>,
+    listed: bool,
+}
+
+impl FunctionPods {
+    /// Takes in what the watch saw; true once it listed the pods and at
+    /// most `replicas` are left: only those of the finished rollout.
+    fn seen(&mut self, event: watcher::Event<Pod>, replicas: i32) -> bool {
+        use kube::ResourceExt;
+        match event {
+            watcher::Event::Init => {
+                self.names.clear();
+                self.listed = false;
+            }
+            watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
+                self.names.insert(p.name_any());
+            }
+            watcher::Event::Delete(p) => {
+                self.names.remove(&p.name_any());
+            }
+            watcher::Event::InitDone => self.listed = true,
+        }
+        self.listed && self.names.len() <= usize::try_from(replicas.max(0)).unwrap_or(0)
     }
 }
 
@@ -378,4 +452,54 @@ pub(super) async fn remove(
     .await
     .map_err(infra(what("builds")))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::watcher::Event;
+
+    use super::FunctionPods;
+
+    fn pod(name: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.to_owned());
+        p
+    }
+
+    #[test]
+    fn a_rollout_is_settled_only_once_the_pods_it_replaced_are_gone() {
+        let mut pods = FunctionPods::default();
+        assert!(!pods.seen(Event::Init, 1));
+        assert!(!pods.seen(Event::InitApply(pod("hello-v2")), 1));
+        assert!(!pods.seen(Event::InitApply(pod("hello-v1")), 1));
+        assert!(
+            !pods.seen(Event::InitDone, 1),
+            "the replaced pod terminates"
+        );
+        // Its status changes while it ends: still there.
+        assert!(!pods.seen(Event::Apply(pod("hello-v2")), 1));
+        assert!(pods.seen(Event::Delete(pod("hello-v2")), 1), "gone");
+    }
+
+    #[test]
+    fn a_rollout_that_replaced_nothing_is_settled_once_listed() {
+        let mut pods = FunctionPods::default();
+        assert!(!pods.seen(Event::Init, 1));
+        assert!(!pods.seen(Event::InitApply(pod("hello-v1")), 1));
+        assert!(pods.seen(Event::InitDone, 1));
+    }
+
+    #[test]
+    fn a_restarted_watch_forgets_what_it_listed_before() {
+        let mut pods = FunctionPods::default();
+        pods.seen(Event::Init, 1);
+        pods.seen(Event::InitApply(pod("old")), 1);
+        pods.seen(Event::InitApply(pod("new")), 1);
+        pods.seen(Event::InitDone, 1);
+        // The watch starts again after "old" went: it lists "new" alone.
+        assert!(!pods.seen(Event::Init, 1));
+        assert!(!pods.seen(Event::InitApply(pod("new")), 1));
+        assert!(pods.seen(Event::InitDone, 1));
+    }
 }
