@@ -31,14 +31,16 @@ use crate::spec::Runtime;
 
 mod context;
 mod directory;
+pub mod dockerfile;
 mod inflate;
 mod names;
 mod pack;
 
 pub use context::{
     CONTEXT_COMPRESSION, DIRECTORY_MODE, EXECUTABLE_MODE, FILE_MODE, build_context,
-    build_context_with_modes, context_modes, dockerfile,
+    build_context_with_modes, context_modes,
 };
+pub use dockerfile::dockerfile;
 pub use names::{MAX_COMPONENT_BYTES, MAX_NAME_BYTES};
 pub use pack::{PackedArchive, pack_zip};
 

@@ -10,6 +10,7 @@ use std::io::{self, Read};
 use sha2::{Digest, Sha256};
 
 use super::context::ContextWriter;
+use super::dockerfile::{self, MAX_MANIFEST_BYTES};
 use super::inflate::{self, Budget, Meter};
 use super::{ArchiveError, ArchiveLimits, EXECUTABLE_MODE, FILE_MODE, corrupt, entries, open};
 use crate::spec::Runtime;
@@ -60,7 +61,12 @@ pub fn pack_zip(
     // The files in path order, as the context lists them.
     let mut files: Vec<_> = entries.iter().filter(|e| !e.name.dir).collect();
     files.sort_unstable_by(|a, b| a.name.path.cmp(&b.name.path));
-    let mut context = ContextWriter::new(runtime);
+    let generated = dockerfile::dockerfile(
+        runtime,
+        files.iter().map(|e| e.name.path.as_str()),
+        manifest(&mut zip, &files, runtime).as_deref(),
+    );
+    let mut context = ContextWriter::new(&generated);
     for e in &files {
         let path = e.name.shown();
         let declared = zip.by_index_data(e.index).map_err(corrupt)?.size();
@@ -98,6 +104,29 @@ pub fn pack_zip(
         context,
         context_sha256,
     })
+}
+
+/// The bytes of the runtime's dependency manifest, which the Dockerfile
+/// is written from before any file: read ahead of the others, when its
+/// header declares at most [`MAX_MANIFEST_BYTES`]. It is read again, and
+/// checked and charged to the budget, with the other files; a manifest
+/// that does not inflate to its declared size here is `None` (the
+/// Dockerfile's form that reads nothing of it), and refused there.
+fn manifest(
+    zip: &mut super::ZipReader<'_>,
+    files: &[&super::Entry],
+    runtime: Runtime,
+) -> Option<Vec<u8>> {
+    let name = dockerfile::manifest(runtime);
+    let entry = files.iter().find(|e| e.name.path == name)?;
+    let declared = zip.by_index_data(entry.index).ok()?.size();
+    if declared > MAX_MANIFEST_BYTES {
+        return None;
+    }
+    let reader = open(zip, entry.index, name).ok()?;
+    let mut bytes = Vec::new();
+    reader.take(declared + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 == declared).then_some(bytes)
 }
 
 /// An entry's inflated bytes, charged to the budget, that must come to

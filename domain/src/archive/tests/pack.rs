@@ -151,3 +151,68 @@ fn a_packed_bomb_that_lies_about_its_size_is_refused() {
     assert!(matches!(err, ArchiveError::Corrupt(_)), "{err:?}");
     assert!(inflated <= BUFFER_BYTES as u64, "inflated {inflated}");
 }
+
+/// The Dockerfile a context holds.
+fn dockerfile_of(context: &[u8]) -> String {
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(context));
+    let mut first = tar.entries().unwrap().next().unwrap().unwrap();
+    assert_eq!(first.path().unwrap().to_str(), Some("Dockerfile"));
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut first, &mut text).unwrap();
+    text
+}
+
+#[test]
+fn packing_writes_the_dockerfile_its_manifest_calls_for() {
+    let big = format!("flask\n{}", "# padding\n".repeat(110_000));
+    for (runtime, manifest, text, first_copy) in [
+        (
+            Runtime::Python311,
+            "requirements.txt",
+            "flask==3.0.3\n",
+            "COPY requirements.txt /app/",
+        ),
+        (
+            Runtime::Python311,
+            "requirements.txt",
+            "-r base.txt\n",
+            "COPY . /app",
+        ),
+        // Over MAX_MANIFEST_BYTES: not read ahead.
+        (Runtime::Python311, "requirements.txt", &big, "COPY . /app"),
+        (
+            Runtime::Nodejs20,
+            "package.json",
+            r#"{"dependencies": {"left-pad": "1.3.0"}}"#,
+            "COPY --chown=sless:sless package.json /app/",
+        ),
+        (
+            Runtime::Nodejs20,
+            "package.json",
+            r#"{"scripts": {"postinstall": "node setup.js"}}"#,
+            "COPY --chown=sless:sless . /app",
+        ),
+        (
+            Runtime::Go123,
+            "go.mod",
+            "module f\n",
+            "COPY --chown=sless:sless go.mod /app/",
+        ),
+    ] {
+        let zip = zip_of(&[
+            ("a/handler", b"h"),
+            (manifest, text.as_bytes()),
+            ("z", b"z"),
+        ]);
+        let packed = pack_zip(&zip, &ArchiveLimits::default(), runtime, &mut |_| {}).unwrap();
+        let checked = validate_zip(&zip, &ArchiveLimits::default()).unwrap();
+        assert_eq!(packed.context, checked.build_context(runtime), "{text:.40}");
+        let dockerfile = dockerfile_of(&packed.context);
+        let copy = dockerfile.lines().find(|l| l.starts_with("COPY"));
+        assert_eq!(
+            copy,
+            Some(first_copy),
+            "{runtime} {text:.40}:\n{dockerfile}"
+        );
+    }
+}
