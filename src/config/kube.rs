@@ -68,6 +68,7 @@ fn read(get: Get<'_>) -> anyhow::Result<KubeSettings> {
         }
         s.build_ca_secret = Some(v);
     }
+    s.build_cache_repo = build_cache_repo(get, &s.registry)?;
     if let Some(v) = get("SLESS_KUBE_FUNCTION_ADDRESS") {
         s.function_address = FunctionAddress::parse(&v)
             .with_context(|| format!("SLESS_KUBE_FUNCTION_ADDRESS={v:?}: use dns or cluster-ip"))?;
@@ -150,6 +151,36 @@ fn read(get: Get<'_>) -> anyhow::Result<KubeSettings> {
             .collect::<anyhow::Result<_>>()?;
     }
     Ok(s)
+}
+
+/// kaniko's layer cache: `SLESS_KUBE_BUILD_CACHE` (`true`, the default, or
+/// `false`) and the repository `SLESS_KUBE_BUILD_CACHE_REPO` (default
+/// `{registry}/cache`), a repository without a tag or digest.
+fn build_cache_repo(get: Get<'_>, registry: &str) -> anyhow::Result<Option<String>> {
+    let on = match get("SLESS_KUBE_BUILD_CACHE").as_deref() {
+        None | Some("true" | "1") => true,
+        Some("false" | "0") => false,
+        Some(v) => bail!("SLESS_KUBE_BUILD_CACHE={v:?}: use true or false"),
+    };
+    let Some(repo) = get("SLESS_KUBE_BUILD_CACHE_REPO") else {
+        return Ok(on.then(|| format!("{registry}/cache")));
+    };
+    let repo = repo.trim_end_matches('/');
+    let last = repo.rsplit('/').next().unwrap_or_default();
+    if repo.is_empty()
+        || !repo.contains('/')
+        || last.contains(':')
+        || repo.contains('@')
+        || repo
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_ascii_uppercase())
+    {
+        bail!(
+            "SLESS_KUBE_BUILD_CACHE_REPO={repo:?} is not a repository (like \
+             registry.example.com/sless/cache: a host and a lowercase path, no tag or digest)"
+        );
+    }
+    Ok(on.then(|| repo.to_owned()))
 }
 
 /// Whether `name` is a name the API server takes for a Secret: a DNS-1123

@@ -46,6 +46,7 @@ fn kubernetes_settings_have_defaults_and_refuse_bad_values() {
     assert_eq!(s.egress_denied_cidrs, ["10.0.0.0/8", "169.254.0.0/16"]);
     assert_eq!(s.build_ca_secret, None);
     assert_eq!(s.function_address, FunctionAddress::Dns);
+    assert_eq!(s.build_cache_repo.as_deref(), Some("r.example/s/cache"));
     let s = kube_with(&[
         ("SLESS_KUBE_REGISTRY", "r.example/s"),
         ("SLESS_KUBE_BUILD_CA_SECRET", "sless-build-ca"),
@@ -59,7 +60,34 @@ fn kubernetes_settings_have_defaults_and_refuse_bad_values() {
         ("SLESS_KUBE_FUNCTION_ADDRESS", "dns"),
     ]);
     assert_eq!(dns.unwrap().function_address, FunctionAddress::Dns);
+    let cache = |vars: &[(&str, &str)]| {
+        let mut all = vec![("SLESS_KUBE_REGISTRY", "r.example/s")];
+        all.extend_from_slice(vars);
+        kube_with(&all).unwrap().build_cache_repo
+    };
+    assert_eq!(
+        cache(&[("SLESS_KUBE_BUILD_CACHE_REPO", "cache.example:5000/layers/")]).as_deref(),
+        Some("cache.example:5000/layers")
+    );
+    assert_eq!(cache(&[("SLESS_KUBE_BUILD_CACHE", "false")]), None);
+    assert_eq!(
+        cache(&[
+            ("SLESS_KUBE_BUILD_CACHE", "0"),
+            ("SLESS_KUBE_BUILD_CACHE_REPO", "r.example/c")
+        ]),
+        None
+    );
+    assert_eq!(
+        cache(&[("SLESS_KUBE_BUILD_CACHE", "true")]).as_deref(),
+        Some("r.example/s/cache")
+    );
     for (name, value) in [
+        ("SLESS_KUBE_BUILD_CACHE", "off"),
+        ("SLESS_KUBE_BUILD_CACHE_REPO", "cache"),
+        ("SLESS_KUBE_BUILD_CACHE_REPO", "r.example/cache:latest"),
+        ("SLESS_KUBE_BUILD_CACHE_REPO", "r.example/cache@sha256:00"),
+        ("SLESS_KUBE_BUILD_CACHE_REPO", "r.example/Cache"),
+        ("SLESS_KUBE_BUILD_CACHE_REPO", "r.example/my cache"),
         ("SLESS_KUBE_BUILD_CA_SECRET", "Private_CA"),
         ("SLESS_KUBE_BUILD_CA_SECRET", "ca/crt"),
         ("SLESS_KUBE_BUILD_CA_SECRET", "-ca"),

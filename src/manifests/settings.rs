@@ -193,6 +193,18 @@ pub const SETTINGS: &[Setting] = &[
         "Secret in the build namespace holding `ca.crt` (PEM), a private CA kaniko trusts besides the public ones"
     ),
     setting!(
+        "SLESS_KUBE_BUILD_CACHE",
+        "true",
+        Unset,
+        "whether kaniko reuses the layers of dependency steps from the registry (`false`: every build installs its dependencies)"
+    ),
+    setting!(
+        "SLESS_KUBE_BUILD_CACHE_REPO",
+        "{registry}/cache",
+        Unset,
+        "repository of kaniko's cached layers; a build of tenant namespace `ns` uses `{repo}/{ns}`"
+    ),
+    setting!(
         "SLESS_KUBE_RUNTIME_IMAGE_PREFIX",
         "{registry}/sless-runtime-",
         Unset,

@@ -39,6 +39,11 @@ pub struct KubeSettings {
     /// registry. The operator creates it; sless only names it in the Job.
     /// `None`: the public CAs only.
     pub build_ca_secret: Option<String>,
+    /// Where kaniko keeps the layers of dependency steps it may reuse
+    /// (`--cache-repo`), without a trailing slash: a build of the tenant
+    /// namespace `ns` reads and writes `{build_cache_repo}/{ns}` only.
+    /// `None`: no layer cache (`--cache=false`, one snapshot).
+    pub build_cache_repo: Option<String>,
     /// How long a build may run (`activeDeadlineSeconds` of the kaniko Job).
     pub build_timeout_secs: u32,
     /// How long a finished build or job is kept (`ttlSecondsAfterFinished`).
@@ -123,6 +128,7 @@ impl KubeSettings {
         let registry = registry.into().trim_end_matches('/').to_owned();
         KubeSettings {
             runtime_image_prefix: format!("{registry}/sless-runtime-"),
+            build_cache_repo: Some(format!("{registry}/cache")),
             runtime_image_tag: env!("CARGO_PKG_VERSION").into(),
             registry,
             system_namespace: "sless".into(),

@@ -17,6 +17,13 @@
 //! registry present a certificate of a private CA, the operator's CA
 //! Secret (`build_ca_secret`) is mounted beside kaniko's own CAs, which
 //! then trusts both.
+//!
+//! kaniko keeps the layers of RUN steps in the registry
+//! (`build_cache_repo`, per tenant namespace) and takes one instead of
+//! running its step when the step, the base image and every file copied
+//! before it are the same: with the Dockerfile that installs dependencies
+//! from the manifests alone (`sless_domain::archive::dockerfile`), a new
+//! version that changes code and not its dependencies skips the install.
 
 use std::collections::BTreeMap;
 
@@ -158,23 +165,7 @@ pub fn build_job(settings: &KubeSettings, req: &BuildRequest) -> Job {
         name: BUILD_CONTAINER.to_owned(),
         image: Some(settings.kaniko_image.clone()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
-        args: Some(vec![
-            format!("--context=$({CONTEXT_URL_ENV})"),
-            "--dockerfile=Dockerfile".to_owned(),
-            format!("--destination={image}"),
-            format!(
-                "--build-arg=SLESS_RUNTIME_IMAGE={}",
-                names::runtime_image(settings, req.runtime)
-            ),
-            // Every build is of a new context: a layer cache would only
-            // hold what the next build cannot use.
-            "--cache=false".to_owned(),
-            // One layer over the base image: faster, and our Dockerfiles
-            // have nothing worth a layer of its own.
-            "--single-snapshot".to_owned(),
-            "--push-retry=2".to_owned(),
-            format!("--digest-file={DIGEST_FILE}"),
-        ]),
+        args: Some(kaniko_args(settings, req, &image)),
         env: Some(env),
         resources: Some(ResourceRequirements {
             requests: Some(quantities([
@@ -232,6 +223,49 @@ pub fn build_job(settings: &KubeSettings, req: &BuildRequest) -> Job {
         }),
         ..Job::default()
     }
+}
+
+/// kaniko's arguments: the context, the Dockerfile, where to push, the
+/// runtime's base image, and the layer cache when there is one.
+fn kaniko_args(settings: &KubeSettings, req: &BuildRequest, image: &str) -> Vec<String> {
+    let mut args = vec![
+        format!("--context=$({CONTEXT_URL_ENV})"),
+        "--dockerfile=Dockerfile".to_owned(),
+        format!("--destination={image}"),
+        format!(
+            "--build-arg=SLESS_RUNTIME_IMAGE={}",
+            names::runtime_image(settings, req.runtime)
+        ),
+    ];
+    match cache_repo(settings, &req.key) {
+        // Each RUN step's layer is pushed under a key that hashes the base
+        // image, the steps before it and the files they copied, and taken
+        // from there by a later build with the same key: the generated
+        // Dockerfile installs dependencies from the manifests alone, so an
+        // upload that changes code and not them reuses the install. A
+        // snapshot per step is what makes the steps' layers, and their
+        // keys, line up (with one snapshot kaniko never finds its cache).
+        Some(repo) => args.extend(["--cache=true".to_owned(), format!("--cache-repo={repo}")]),
+        // Without a cache: one layer over the base image, the fastest.
+        None => args.extend(["--cache=false".to_owned(), "--single-snapshot".to_owned()]),
+    }
+    args.extend([
+        "--push-retry=2".to_owned(),
+        format!("--digest-file={DIGEST_FILE}"),
+    ]);
+    args
+}
+
+/// Where a build of `key` keeps its cached layers: the tenant's own
+/// repository under the cache repository, `{build_cache_repo}/{ns}`. A
+/// layer is only ever taken for the same inputs, so sharing one cache
+/// across tenants would leak no code; scoping it still keeps a tenant from
+/// learning, by how fast a build is, what another tenant's manifests hold.
+pub fn cache_repo(settings: &KubeSettings, key: &FunctionKey) -> Option<String> {
+    settings
+        .build_cache_repo
+        .as_ref()
+        .map(|repo| format!("{repo}/{}", key.namespace))
 }
 
 /// A volume of one key of the Secret `secret`, as the file `path`, which

@@ -550,3 +550,45 @@ fn the_build_trusts_the_operators_ca_besides_kanikos_own_only_when_named() {
         "{mounts:#?}"
     );
 }
+
+#[test]
+fn the_build_caches_its_layers_in_the_tenants_own_cache_repository_unless_turned_off() {
+    let args = |s: &KubeSettings, ns: &str| {
+        let req = build_request(super::key(ns, "hello"));
+        let job = build_job(s, &req);
+        pod_of_job(&job).containers[0].args.clone().unwrap()
+    };
+    let kept = ["--push-retry=2", "--digest-file=/dev/termination-log"];
+    let one = args(&settings(), "sless-0123456789abcdef");
+    for arg in [
+        "--cache=true",
+        "--cache-repo=registry.example.com/sless/cache/sless-0123456789abcdef",
+    ]
+    .iter()
+    .chain(&kept)
+    {
+        assert!(one.iter().any(|a| a == arg), "{arg} missing from {one:?}");
+    }
+    // One snapshot pushes the layer under another key than the lookup's.
+    assert!(!one.iter().any(|a| a == "--single-snapshot"), "{one:?}");
+    let other = args(&settings(), "sless-fedcba9876543210");
+    assert!(
+        other
+            .iter()
+            .any(|a| a == "--cache-repo=registry.example.com/sless/cache/sless-fedcba9876543210"),
+        "another tenant, another cache: {other:?}"
+    );
+
+    let off = KubeSettings {
+        build_cache_repo: None,
+        ..settings()
+    };
+    let none = args(&off, "sless-0123456789abcdef");
+    for arg in ["--cache=false", "--single-snapshot"].iter().chain(&kept) {
+        assert!(none.iter().any(|a| a == arg), "{arg} missing from {none:?}");
+    }
+    assert!(
+        !none.iter().any(|a| a.starts_with("--cache-repo")),
+        "{none:?}"
+    );
+}
