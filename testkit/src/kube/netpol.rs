@@ -10,9 +10,10 @@
 //! As everywhere with kube-router, traffic from the node itself to a pod
 //! is allowed whatever the policies say (the kubelet's probes, and sless
 //! outside the cluster calling its functions at their cluster IPs from the
-//! node). What it leaves on the host (its chains, the jumps to them, its
-//! ipsets) is lifted by `kube-router --cleanup-config`, which the node's
-//! reaper runs.
+//! node). What it leaves on the host when it is killed (its chains, the
+//! jumps to them, its ipsets) stays until [`CLEANUP`] lifts it, which the
+//! node's reaper runs: left behind, its rules would reject traffic of the
+//! next node's pods that get the same addresses.
 
 use std::path::Path;
 use std::process::Command;
@@ -29,6 +30,23 @@ const SERVICE_RANGE: &str = "10.0.0.0/24";
 const FORWARD_CHAIN: &str = "KUBE-ROUTER-FORWARD";
 /// How long its first sync may take.
 const START_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Shell that lifts what kube-router's firewall left on the host: the jumps
+/// from the filter table's INPUT, FORWARD and OUTPUT to its chains, its
+/// chains (`KUBE-ROUTER-*`, a chain per pod `KUBE-POD-FW-*` and per policy
+/// `KUBE-NWPLCY-*`) and its ipsets (`KUBE-SRC-*`, `KUBE-DST-*`). Needs
+/// iptables-save, iptables and ipset; does nothing when nothing is left.
+/// (kube-router's own `--cleanup-config` does not: in v2.1.0 it lifts none
+/// of the firewall's rules and then crashes in its service proxy's part.)
+pub(crate) const CLEANUP: &str = r#"
+iptables-save -t filter | grep -E -- '^-A (INPUT|FORWARD|OUTPUT) .*-j KUBE-ROUTER-' | sed 's/^-A/-D/' \
+  | while read -r rule; do eval "iptables -w -t filter $rule"; done
+chains=$(iptables-save -t filter | sed -n -E 's/^:(KUBE-ROUTER-[A-Z]+|KUBE-POD-FW-[A-Z0-9]+|KUBE-NWPLCY-[A-Z0-9]+) .*/\1/p')
+for c in $chains; do iptables -w -t filter -F "$c"; done
+for c in $chains; do iptables -w -t filter -X "$c"; done
+ipset list -n 2>/dev/null | grep -E '^(KUBE-SRC-|KUBE-DST-)' | while read -r s; do ipset destroy "$s"; done
+true
+"#;
 
 /// Starts kube-router's firewall for the node, its log in `dir`, reaching
 /// the API server with `kubeconfig`, and returns once it filters (its
