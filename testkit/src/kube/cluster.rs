@@ -239,7 +239,7 @@ cleanup() {
   done
   awk '{print $2}' /proc/mounts | grep -E -- "$pattern/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
   "$PROXY" --cleanup >/dev/null 2>&1
-  "$NETPOL" --cleanup-config >/dev/null 2>&1
+  sh -c "$NETPOL_CLEANUP" >/dev/null 2>&1
   ip link del "$BRIDGE" 2>/dev/null
   for h in /sys/fs/cgroup/*/; do
     [ -d "$h$CGROUP" ] && find "$h$CGROUP" -depth -type d -exec rmdir {} \; 2>/dev/null
@@ -257,14 +257,14 @@ cleanup
 
 /// Starts the reaper and waits until it holds the lock (another process's
 /// node is gone).
-fn reaper(dir: &Path, kube_proxy: &Path, netpol: &Path) -> (Child, ChildStdin) {
+fn reaper(dir: &Path, kube_proxy: &Path) -> (Child, ChildStdin) {
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(CLEANUP)
         .arg("sless-test-node-reaper")
         .env("NODE_DIR", dir)
         .env("PROXY", kube_proxy)
-        .env("NETPOL", netpol)
+        .env("NETPOL_CLEANUP", super::netpol::CLEANUP)
         .env("LOCK", NODE_LOCK)
         .env("BRIDGE", BRIDGE)
         .env("CGROUP", NODE_CGROUP)
@@ -374,7 +374,7 @@ fn start(plane: &'static ControlPlane) -> (Cluster, Held) {
     let netpol = PathBuf::from(script("ensure-netpol", &[]));
     let started = Instant::now();
     let dir = crate::scratch_dir("node");
-    let (reaper, reaper_stdin) = reaper(&dir, &bin.join("kube-proxy"), &netpol);
+    let (reaper, reaper_stdin) = reaper(&dir, &bin.join("kube-proxy"));
     let path = |p: &Path| p.display().to_string();
 
     // Routing to Services from pods and from the host (kube-proxy's rules
@@ -574,7 +574,7 @@ state = "{state}"
         );
         out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "True"
     });
-
+    // The NetworkPolicies sless writes, enforced (the bridge ignores them).
     programs.push(super::netpol::start(&netpol, &dir, plane.kubeconfig()));
 
     let cluster = Cluster {

@@ -10,8 +10,6 @@ mod control_plane;
 mod front;
 mod install;
 mod kubelet_logs;
-// The node's NetworkPolicy enforcer; until the node starts it, unused.
-#[allow(dead_code)]
 mod netpol;
 mod node;
 mod pki;
