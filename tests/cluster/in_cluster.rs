@@ -328,21 +328,46 @@ fn error_lines(plane: &ControlPlane) -> Vec<String> {
         .collect()
 }
 
-/// Waits until every role's Deployment has all its replicas updated and
-/// Ready.
-async fn all_ready(deployments: &Api<Deployment>, report: &impl Fn() -> String) {
+/// Waits until every role's Deployment has rolled out and has as many
+/// Ready pods as it wants, none of them being deleted or named in `gone`.
+async fn all_ready(
+    deployments: &Api<Deployment>,
+    pods: &Api<Pod>,
+    gone: &[String],
+    report: &impl Fn() -> String,
+) {
     wait("sless's pods Ready", ROLLOUT_DEADLINE, report, || async {
+        let e = |e: kube::Error| e.to_string();
+        let selector = ListParams::default().labels("app.kubernetes.io/name=sless");
+        let list = pods.list(&selector).await.map_err(e)?.items;
         let mut waiting = Vec::new();
         for role in ROLES {
-            let d = deployments.get(role).await.map_err(|e| e.to_string())?;
+            let d = deployments.get(role).await.map_err(e)?;
             let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-            let status = d.status.unwrap_or_default();
-            let ready = status.ready_replicas.unwrap_or(0);
-            let updated = status.updated_replicas.unwrap_or(0);
-            let all = status.replicas.unwrap_or(0);
-            if ready < want || updated < want || all > want {
+            let updated = d.status.and_then(|s| s.updated_replicas).unwrap_or(0);
+            let component = role.strip_prefix("sless-").unwrap();
+            let ready = list
+                .iter()
+                .filter(|p| {
+                    let m = &p.metadata;
+                    let labels = m.labels.clone().unwrap_or_default();
+                    labels
+                        .get("app.kubernetes.io/component")
+                        .map(String::as_str)
+                        == Some(component)
+                        && m.deletion_timestamp.is_none()
+                        && !gone.contains(m.name.as_ref().unwrap())
+                        && p.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                })
+                .count() as i32;
+            if ready < want || updated < want {
                 waiting.push(format!(
-                    "{role}: {ready} of {want} ready, {updated} updated, {all} in all"
+                    "{role}: {ready} of {want} ready, {updated} updated"
                 ));
             }
         }
@@ -488,8 +513,9 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
     let report = || pods_report(plane, &[SYSTEM, "sless-builds", &ns]);
     let admin = plane.admin();
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), SYSTEM);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), SYSTEM);
     let rollout = Instant::now();
-    all_ready(&deployments, &report).await;
+    all_ready(&deployments, &pods, &[], &report).await;
     eprintln!("applied to Ready: {:?}", rollout.elapsed());
 
     let services: Api<Service> = Api::namespaced(admin.clone(), SYSTEM);
@@ -516,7 +542,6 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
         healthz.elapsed()
     );
     // Every role serves its metrics on the port its pod's annotations name.
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), SYSTEM);
     let selector = ListParams::default().labels("app.kubernetes.io/name=sless");
     for pod in pods.list(&selector).await.unwrap() {
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -653,6 +678,15 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
     // Every role ends on SIGTERM as its container's first process, well
     // within the pods' grace (a process 1 that ignored it would be killed
     // at 30 s), and comes back.
+    let selector = ListParams::default().labels("app.kubernetes.io/name=sless");
+    let before: Vec<String> = pods
+        .list(&selector)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
     let stopping = Instant::now();
     plane.kubectl_ok(
         &[
@@ -674,7 +708,7 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
         "sless's pods took {stopped:?} to stop\n{}",
         report()
     );
-    all_ready(&deployments, &report).await;
+    all_ready(&deployments, &pods, &before, &report).await;
     let res = client
         .http
         .get(format!("{url}/readyz"))
