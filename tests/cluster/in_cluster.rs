@@ -42,6 +42,8 @@ const ROLES: [&str; 3] = ["sless-api", "sless-worker", "sless-projector"];
 /// The functions' origin: no ingress here, the functions' port of the
 /// API's Service, by the name cluster DNS would give it.
 const FN_URL: &str = "http://sless-api.sless.svc:81";
+/// The function's idle window before it is scaled to zero.
+const IDLE_SEC: u32 = 2;
 /// How long the pods may take to be Ready: the image pull of a debug
 /// build and `sless migrate` in each pod's init container.
 const ROLLOUT_DEADLINE: Duration = Duration::from_secs(300);
@@ -578,7 +580,10 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
         http,
     };
     let res = client
-        .create(json!({"name": "hello", "runtime": "python3.11", "entrypoint": "handler.handle"}))
+        .create(json!({
+            "name": "hello", "runtime": "python3.11", "entrypoint": "handler.handle",
+            "scale_to_zero_after_sec": IDLE_SEC,
+        }))
         .await;
     let status = res.status();
     assert_eq!(status, 201, "{}\n{}", res.text().await.unwrap(), report());
@@ -630,6 +635,59 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
     assert_eq!(status, 200, "GET {call}: {body}\n{}", report());
     assert!(body.contains("hello, kube"), "{body}");
 
+    // Idle past its window it goes to zero; then calls that reach both
+    // API replicas at once (the Service spreads them) cause one start, and
+    // are all answered.
+    let tenant_deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    wait("hello at zero", DEADLINE, &report, || async {
+        let f = client.function("hello").await;
+        // Nothing else runs in the tenant's namespace.
+        let all = ListParams::default();
+        let replicas: Vec<i32> = tenant_deployments
+            .list(&all)
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .map(|d| d.spec.and_then(|s| s.replicas).unwrap_or(1))
+            .collect();
+        if f["instances"] == 0 && replicas == [0] {
+            Ok(())
+        } else {
+            Err(format!("{f}; replicas {replicas:?}"))
+        }
+    })
+    .await;
+    let scaled_up = || async {
+        let page: Value = client
+            .http
+            .get(client.v1("/events?function=hello&type=FunctionScaledUp"))
+            .bearer_auth(&client.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        page["items"].as_array().map_or(0, Vec::len)
+    };
+    let before = scaled_up().await;
+    let woken = Instant::now();
+    let calls = (0..4).map(|i| {
+        let http = client.http.clone();
+        let call = format!("{}/fn/{ns}/hello?name=cold{i}", client.fn_url);
+        async move {
+            let res = http.get(&call).send().await.unwrap();
+            (i, res.status(), res.text().await.unwrap())
+        }
+    });
+    for (i, status, body) in futures_util::future::join_all(calls).await {
+        assert_eq!(status, 200, "call {i} from zero: {body}\n{}", report());
+        assert!(body.contains(&format!("hello, cold{i}")), "{body}");
+    }
+    eprintln!("4 calls from zero answered: {:?}", woken.elapsed());
+    assert_eq!(scaled_up().await - before, 1, "one start for 4 calls");
+
     let res = client
         .http
         .delete(client.v1("/functions/hello"))
@@ -638,7 +696,6 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
         .await
         .unwrap();
     assert_eq!(res.status(), 202, "{}", res.text().await.unwrap());
-    let tenant_deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
     let tenant_services: Api<Service> = Api::namespaced(admin.clone(), &ns);
     let tenant_pods: Api<Pod> = Api::namespaced(admin, &ns);
     wait(
