@@ -634,6 +634,7 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
     let body = res.text().await.unwrap();
     assert_eq!(status, 200, "GET {call}: {body}\n{}", report());
     assert!(body.contains("hello, kube"), "{body}");
+    eprintln!("hello answered at {}", chrono::Utc::now().to_rfc3339());
 
     // Idle past its window it goes to zero; then calls that reach both
     // API replicas at once (the Service spreads them) cause one start, and
@@ -671,6 +672,23 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
             .unwrap();
         page["items"].as_array().map_or(0, Vec::len)
     };
+    // When each step of hello's life was recorded, for the timings.
+    let history: Value = client
+        .http
+        .get(client.v1("/events?function=hello"))
+        .bearer_auth(&client.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for e in history["items"].as_array().into_iter().flatten() {
+        eprintln!(
+            "  {} {} by {}: {}",
+            e["time"], e["type"], e["actor"], e["data"]
+        );
+    }
     let before = scaled_up().await;
     let woken = Instant::now();
     let calls = (0..4).map(|i| {
