@@ -20,6 +20,9 @@ use serde_json::{Value, json};
 use super::ControlPlane;
 use super::kubelet_logs::LogServer;
 
+/// The address of every pod of the test node.
+const TEST_POD_IP: &str = "198.51.100.7";
+
 /// The name of the node every pod is scheduled to.
 pub const NODE_NAME: &str = "sless-test-node";
 
@@ -442,8 +445,10 @@ fn status(pod: &Pod, container: &str, outcome: &Outcome) -> Value {
         "phase": phase,
         "hostIP": "127.0.0.1",
         "hostIPs": [{"ip": "127.0.0.1"}],
-        "podIP": "127.0.0.1",
-        "podIPs": [{"ip": "127.0.0.1"}],
+        // Not loopback, which an EndpointSlice may not hold: an address of
+        // a documentation range, which nothing connects to.
+        "podIP": TEST_POD_IP,
+        "podIPs": [{"ip": TEST_POD_IP}],
         "startTime": now,
         "conditions": [
             condition("PodReadyToStartContainers", true),

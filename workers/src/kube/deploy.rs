@@ -11,6 +11,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment as K8sDeployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -45,6 +46,9 @@ const GRACE: Duration = Duration::from_secs(30);
 /// How long a finished rollout waits for the pods it replaced to end: a
 /// pod's default termination grace (30 s), and some.
 const REPLACED_WITHIN: Duration = Duration::from_secs(45);
+
+/// How long a finished rollout waits for its Service to route to it.
+const ROUTED_WITHIN: Duration = Duration::from_secs(30);
 
 pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployment, DriverError> {
     let settings = &inner.settings;
@@ -134,6 +138,7 @@ pub(super) async fn rollout_of(
                 Some(Ok(Some(d))) => match rollout(&d, generation, settings.replicas) {
                     Rollout::Done => {
                         replaced_gone(&pods, key, settings.replicas).await;
+                        routed(inner, key, settings.replicas).await;
                         return Ok(());
                     }
                     Rollout::Stuck(why) => {
@@ -208,6 +213,87 @@ async fn replaced_gone(pods: &Api<Pod>, key: &FunctionKey, replicas: i32) {
             "pods of the function's previous rollout are still there after {} s",
             REPLACED_WITHIN.as_secs()
         );
+    }
+}
+
+/// Waits until the function's Service routes to `replicas` ready
+/// endpoints and to nothing else: a rollout is available before the
+/// EndpointSlices list its pods, and until they do (and whatever serves
+/// Services on the nodes has read them) a call sent to the Service is
+/// refused. The EndpointSlices are the last of it sless can see. A
+/// Service that is not routed within [`ROUTED_WITHIN`] is left with a
+/// warning.
+async fn routed(inner: &Inner, key: &FunctionKey, replicas: i32) {
+    let slices = Api::<EndpointSlice>::namespaced(inner.client.clone(), key.namespace.as_str());
+    let of_service = format!("kubernetes.io/service-name={}", names::function_name(key));
+    let stream = watcher(slices, watcher::Config::default().labels(&of_service)).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut endpoints = ServiceEndpoints::default();
+    let waiting = async {
+        while let Some(seen) = stream.next().await {
+            match seen {
+                Ok(event) => {
+                    if endpoints.seen(event, replicas) {
+                        return;
+                    }
+                }
+                Err(e) => tracing::debug!("endpoint slice watch interrupted: {e}"),
+            }
+        }
+    };
+    if tokio::time::timeout(ROUTED_WITHIN, waiting).await.is_err() {
+        tracing::warn!(
+            function = %key.queue_key(),
+            "the function's Service does not route to its {replicas} pods after {} s",
+            ROUTED_WITHIN.as_secs()
+        );
+    }
+}
+
+/// The endpoints of a Service as a watch of its EndpointSlices tells
+/// them: per slice, how many are ready (and not terminating) and how many
+/// are not.
+#[derive(Debug, Default)]
+struct ServiceEndpoints {
+    slices: BTreeMap<String, (usize, usize)>,
+    listed: bool,
+}
+
+impl ServiceEndpoints {
+    /// Takes in what the watch saw; true once it listed the slices and
+    /// they hold `replicas` ready endpoints and no other.
+    fn seen(&mut self, event: watcher::Event<EndpointSlice>, replicas: i32) -> bool {
+        use kube::ResourceExt;
+        let count = |s: &EndpointSlice| {
+            s.endpoints.iter().fold((0, 0), |(ready, other), e| {
+                let c = e.conditions.as_ref();
+                let serving = c.and_then(|c| c.ready) == Some(true)
+                    && c.and_then(|c| c.terminating) != Some(true);
+                if serving {
+                    (ready + 1, other)
+                } else {
+                    (ready, other + 1)
+                }
+            })
+        };
+        match event {
+            watcher::Event::Init => {
+                self.slices.clear();
+                self.listed = false;
+            }
+            watcher::Event::InitApply(s) | watcher::Event::Apply(s) => {
+                self.slices.insert(s.name_any(), count(&s));
+            }
+            watcher::Event::Delete(s) => {
+                self.slices.remove(&s.name_any());
+            }
+            watcher::Event::InitDone => self.listed = true,
+        }
+        let (ready, other) = self
+            .slices
+            .values()
+            .fold((0, 0), |(r, o), (ready, other)| (r + ready, o + other));
+        self.listed && other == 0 && ready == usize::try_from(replicas.max(0)).unwrap_or(0)
     }
 }
 
@@ -459,7 +545,7 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
     use kube::runtime::watcher::Event;
 
-    use super::FunctionPods;
+    use super::{FunctionPods, ServiceEndpoints};
 
     fn pod(name: &str) -> Pod {
         let mut p = Pod::default();
@@ -501,5 +587,47 @@ mod tests {
         assert!(!pods.seen(Event::Init, 1));
         assert!(!pods.seen(Event::InitApply(pod("new")), 1));
         assert!(pods.seen(Event::InitDone, 1));
+    }
+
+    fn slice(
+        name: &str,
+        endpoints: &[(bool, bool)],
+    ) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "addressType": "IPv4",
+            "endpoints": endpoints.iter().enumerate().map(|(i, (ready, terminating))| serde_json::json!({
+                "addresses": [format!("10.244.0.{}", i + 2)],
+                "conditions": {"ready": ready, "terminating": terminating},
+            })).collect::<Vec<_>>(),
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_service_is_routed_once_its_slices_hold_the_ready_pods_and_nothing_else() {
+        let mut routed = ServiceEndpoints::default();
+        assert!(!routed.seen(Event::Init, 1));
+        assert!(!routed.seen(Event::InitApply(slice("s", &[])), 1));
+        assert!(!routed.seen(Event::InitDone, 1), "no endpoint yet");
+        assert!(
+            !routed.seen(Event::Apply(slice("s", &[(false, false)])), 1),
+            "the pod is not ready in the slice yet"
+        );
+        assert!(
+            !routed.seen(Event::Apply(slice("s", &[(true, false), (false, true)])), 1),
+            "the replaced pod still terminates"
+        );
+        assert!(routed.seen(Event::Apply(slice("s", &[(true, false)])), 1));
+    }
+
+    #[test]
+    fn endpoints_of_every_slice_count_and_a_deleted_slice_does_not() {
+        let mut routed = ServiceEndpoints::default();
+        routed.seen(Event::Init, 2);
+        routed.seen(Event::InitApply(slice("a", &[(true, false)])), 2);
+        assert!(!routed.seen(Event::InitDone, 2));
+        assert!(routed.seen(Event::Apply(slice("b", &[(true, false)])), 2));
+        assert!(!routed.seen(Event::Delete(slice("b", &[])), 2));
     }
 }

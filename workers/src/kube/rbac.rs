@@ -99,6 +99,13 @@ pub const RULES: &[Rule] = &[
     rule!(Tenant, "", "services", APPLY_DELETE),
     rule!(Tenant, "", "pods", READ),
     rule!(Tenant, "", "pods/log", &["get"]),
+    // A deploy is done once its Service routes to its pods.
+    rule!(
+        Tenant,
+        "discovery.k8s.io",
+        "endpointslices",
+        &["list", "watch"]
+    ),
     rule!(Tenant, "batch", "jobs", APPLY_DELETE),
     rule!(Tenant, "batch", "cronjobs", APPLY_DELETE),
     rule!(Tenant, "networking.k8s.io", "networkpolicies", APPLY_DELETE),
