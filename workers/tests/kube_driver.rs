@@ -161,9 +161,8 @@ async fn a_build_runs_kaniko_with_the_context_behind_a_presigned_url_and_is_not_
     assert!(c.proxy.requests().is_empty(), "{:#?}", c.proxy.requests());
 }
 
-/// The real Job controller retries a failed build pod once
-/// (`backoffLimit: 1`) after its pod-failure backoff of 10 s, so this test
-/// takes that long.
+/// A failed build pod fails its Job at once (`backoffLimit: 0`): the real
+/// Job controller does not run it again.
 #[tokio::test]
 async fn a_failed_build_reports_the_reason_and_the_log_tail() {
     let c = Cluster::start().await;
@@ -179,7 +178,9 @@ async fn a_failed_build_reports_the_reason_and_the_log_tail() {
     let k = c.key("hello");
     let req = build_req(&c, &k, 1, 2).await;
     let log = req.log.clone();
+    let failing = std::time::Instant::now();
     let err = c.driver.build(req).await.unwrap_err();
+    let failed_in = failing.elapsed();
     let DriverError::Build { message, log_tail } = err else {
         panic!("{err:?}");
     };
@@ -188,6 +189,17 @@ async fn a_failed_build_reports_the_reason_and_the_log_tail() {
     let log = log.text();
     assert!(log.starts_with("step 3/4\n"), "the whole log: {log:?}");
     assert!(log.contains("No matching distribution"), "{log:?}");
+    let build_pods = c
+        .list::<k8s_openapi::api::core::v1::Pod>(
+            "sless-builds",
+            &c.mine("sless.dev/component=build"),
+        )
+        .await;
+    assert_eq!(
+        build_pods.len(),
+        1,
+        "one pod ran the failing build, in {failed_in:?}"
+    );
 
     // Asked again (a job of that version, a rollback to it), it builds
     // again rather than answering with the old failure.

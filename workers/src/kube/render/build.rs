@@ -62,8 +62,11 @@ pub const KANIKO_CERT_DIR: &str = "/kaniko/ssl/certs";
 /// The variable through which kaniko's TLS (Go's) finds its CAs: a list of
 /// directories, each file in them read as PEM.
 pub const CERT_DIR_ENV: &str = "SSL_CERT_DIR";
-/// Retries of a failed build.
-pub const BUILD_BACKOFF_LIMIT: i32 = 1;
+/// Retries of a failed build: none. What fails a build is nearly always
+/// the upload (a compile error, a dependency that cannot be installed),
+/// which a second run only fails again, doubling the wait for its log;
+/// kaniko retries its own pushes (`--push-retry`).
+pub const BUILD_BACKOFF_LIMIT: i32 = 0;
 /// Where kaniko writes the digest it pushed (`--digest-file`): the
 /// container's termination message, which the kubelet puts in the pod's
 /// `status.containerStatuses[].state.terminated.message`.
