@@ -133,13 +133,23 @@ pub async fn deploy(
         .join(example);
     let res = p.client.upload(name, zip_dir(&dir)).await;
     assert_eq!(res.status(), 202);
+    let uploaded: Value = res.json().await.unwrap();
+    let version = uploaded["version"].as_u64().expect("the uploaded version");
     p.wait(&format!("{name} to be Ready"), || async {
         let f = p.client.function(name).await;
         if f["phase"] == "Failed" {
-            let (_, log) = p
-                .call(Method::GET, &format!("/functions/{name}/build-log"), None)
-                .await;
-            panic!("{name} failed: {f}\nbuild log: {log}\n{}", p.logs());
+            let c = &p.client;
+            let log = c
+                .http
+                .get(c.v1(&format!("/functions/{name}/versions/{version}/build-log")))
+                .bearer_auth(&c.token)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            panic!("{name} failed: {f}\nbuild log:\n{log}\n{}", p.logs());
         }
         if f["phase"] == "Ready" {
             Ok(f)
