@@ -34,7 +34,7 @@ use rcgen::{
 };
 
 use super::ControlPlane;
-use super::control_plane::{Program, tail};
+use super::control_plane::{Program, panic_message, tail};
 
 /// The node's name.
 pub const NODE: &str = "sless-node";
@@ -165,12 +165,7 @@ fn launch() -> Result<Cluster, String> {
                 }
             }
             Err(panic) => {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                tx.send(Err(message)).ok();
+                tx.send(Err(panic_message(panic))).ok();
             }
         })
         .map_err(|e| format!("a thread for the node: {e}"))?;
@@ -209,8 +204,8 @@ fn script(name: &str, args: &[&str]) -> String {
         .to_owned()
 }
 
-/// Runs a command, panicking with its output when it fails.
-fn run(program: &str, args: &[&str]) -> String {
+/// Runs a command, panicking with its output when it fails; its stdout.
+pub(crate) fn run(program: &str, args: &[&str]) -> String {
     let out = Command::new(program)
         .args(args)
         .output()

@@ -84,6 +84,15 @@ impl Drop for OwnedControlPlane {
     }
 }
 
+/// What a panic said.
+pub(crate) fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 /// Starts the programs on a thread of their own, which holds them (they die
 /// with it: PR_SET_PDEATHSIG) until `stop` says so or, without one, for the
 /// rest of the process.
@@ -107,12 +116,7 @@ fn launch(
                 }
             }
             Err(panic) => {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                tx.send(Err(message)).ok();
+                tx.send(Err(panic_message(panic))).ok();
             }
         })
         .map_err(|e| format!("a thread for the control plane: {e}"))?;

@@ -16,10 +16,10 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::{Value, json};
 
+use super::cluster::run;
 use super::{Cluster, GATEWAY};
 
 /// The image of the runtime whose first layer is the Debian base.
@@ -191,20 +191,4 @@ fn write_blob(layout: &Path, value: &Value) -> (String, usize) {
     let hex = sum.split_whitespace().next().expect("sha256sum's digest");
     std::fs::rename(&tmp, layout.join("blobs/sha256").join(hex)).expect("naming a blob");
     (format!("sha256:{hex}"), bytes.len())
-}
-
-/// Runs a command, panicking with its output when it fails; its stdout.
-fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {}: {}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
