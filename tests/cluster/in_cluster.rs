@@ -326,9 +326,18 @@ fn error_lines(plane: &ControlPlane) -> Vec<String> {
     );
     out.lines()
         .filter(|l| l.contains(" ERROR ") || l.contains(" WARN "))
+        .filter(|l| !LOAD_WARNINGS.iter().any(|w| l.contains(w)))
         .map(str::to_owned)
         .collect()
 }
+
+/// Warnings that say how busy the machine was, not that sless did wrong:
+/// sqlx's slow acquire of a connection and slow statement (two cores
+/// running the cluster, its pods and other tests at once).
+const LOAD_WARNINGS: [&str; 2] = [
+    "sqlx::pool::acquire: acquired connection, but time to acquire exceeded slow threshold",
+    "sqlx::query: slow statement",
+];
 
 /// Waits until every role's Deployment has rolled out and has as many
 /// Ready pods as it wants, none of them being deleted or named in `gone`.
