@@ -139,6 +139,7 @@ pub(super) async fn rollout_of(
                     Rollout::Done => {
                         replaced_gone(&pods, key, settings.replicas).await;
                         routed(inner, key, settings.replicas).await;
+                        accepting(inner, key).await;
                         return Ok(());
                     }
                     Rollout::Stuck(why) => {
@@ -245,6 +246,43 @@ async fn routed(inner: &Inner, key: &FunctionKey, replicas: i32) {
         tracing::warn!(
             function = %key.queue_key(),
             "the function's Service does not route to its {replicas} pods after {} s",
+            ROUTED_WITHIN.as_secs()
+        );
+    }
+}
+
+/// With `SLESS_KUBE_FUNCTION_ADDRESS=cluster-ip` (sless on a machine that
+/// routes the Service range), waits until the Service's cluster IP accepts
+/// a connection from here: what serves Services on this machine
+/// (kube-proxy) writes its rules a moment after the EndpointSlices list
+/// the pods, and until then a call is refused. Bounded by
+/// [`ROUTED_WITHIN`]; a warning after it. With `dns` the driver may not be
+/// allowed to reach functions at all (their NetworkPolicy admits the
+/// proxy's pods only), so it does not try.
+async fn accepting(inner: &Inner, key: &FunctionKey) {
+    if inner.settings.function_address != FunctionAddress::ClusterIp {
+        return;
+    }
+    let Ok(url) = endpoint(inner, key, None).await else {
+        return;
+    };
+    let Some(addr) = url.strip_prefix("http://").map(str::to_owned) else {
+        return;
+    };
+    let trying = async {
+        loop {
+            let connect = tokio::net::TcpStream::connect(addr.as_str());
+            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), connect).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    if tokio::time::timeout(ROUTED_WITHIN, trying).await.is_err() {
+        tracing::warn!(
+            function = %key.queue_key(),
+            %addr,
+            "the function's cluster IP refuses connections from here after {} s",
             ROUTED_WITHIN.as_secs()
         );
     }
