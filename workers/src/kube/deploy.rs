@@ -50,6 +50,12 @@ const REPLACED_WITHIN: Duration = Duration::from_secs(45);
 /// How long a finished rollout waits for its Service to route to it.
 const ROUTED_WITHIN: Duration = Duration::from_secs(30);
 
+/// How long a deploy with cluster-ip addressing tries to connect to the
+/// cluster IP: long enough for kube-proxy's next sync, short because a
+/// worker in the cluster may be denied by the functions' NetworkPolicy
+/// (it admits the API's pods only) and then never connects.
+const ACCEPTING_WITHIN: Duration = Duration::from_secs(5);
+
 pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployment, DriverError> {
     let settings = &inner.settings;
     let ns = req.key.namespace.as_str();
@@ -256,7 +262,7 @@ async fn routed(inner: &Inner, key: &FunctionKey, replicas: i32) {
 /// a connection from here: what serves Services on this machine
 /// (kube-proxy) writes its rules a moment after the EndpointSlices list
 /// the pods, and until then a call is refused. Bounded by
-/// [`ROUTED_WITHIN`]; a warning after it. With `dns` the driver may not be
+/// [`ACCEPTING_WITHIN`]; a debug line after it. With `dns` the driver may not be
 /// allowed to reach functions at all (their NetworkPolicy admits the
 /// proxy's pods only), so it does not try.
 async fn accepting(inner: &Inner, key: &FunctionKey) {
@@ -278,12 +284,16 @@ async fn accepting(inner: &Inner, key: &FunctionKey) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    if tokio::time::timeout(ROUTED_WITHIN, trying).await.is_err() {
-        tracing::warn!(
+    if tokio::time::timeout(ACCEPTING_WITHIN, trying)
+        .await
+        .is_err()
+    {
+        // A worker in the cluster is usually not let through: no warning.
+        tracing::debug!(
             function = %key.queue_key(),
             %addr,
             "the function's cluster IP refuses connections from here after {} s",
-            ROUTED_WITHIN.as_secs()
+            ACCEPTING_WITHIN.as_secs()
         );
     }
 }
