@@ -188,6 +188,23 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+/// The first whole line of the file at `path` that holds `needle`. Whole
+/// lines only: a process writing to an unbuffered stderr can leave
+/// "…listening on http://" in the file and the address a moment later.
+pub fn whole_line_with(path: &std::path::Path, needle: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n') && l.contains(needle))
+        .map(|l| l.trim_end().to_owned())
+        .next()
+}
+
+/// What follows `marker` on the first whole line that holds it.
+pub fn after_on_whole_line(path: &std::path::Path, marker: &str) -> Option<String> {
+    let line = whole_line_with(path, marker)?;
+    Some(line.split(marker).nth(1)?.trim().to_owned())
+}
+
 pub mod kube;
 pub mod processes;
 pub mod zips;

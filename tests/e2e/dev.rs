@@ -230,8 +230,7 @@ async fn sless_dev_runs_a_cron_trigger_and_a_job_as_the_readme_shows() {
 /// `needle`, once it has been written.
 pub async fn json_log_line(log: &Path, needle: &str) -> serde_json::Value {
     let line = sless_testkit::eventually("the log line", Duration::from_secs(30), || async {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        text.lines().find(|l| l.contains(needle)).map(str::to_owned)
+        sless_testkit::whole_line_with(log, needle)
     })
     .await;
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))

@@ -86,10 +86,7 @@ pub async fn start_api_binary(mut cmd: std::process::Command, log: &Path) -> (Pr
     cmd.args(["api", "--listen", "127.0.0.1:0"]);
     let proc = Proc::spawn(cmd, log);
     let url = sless_testkit::eventually("sless api to listen", Duration::from_secs(30), || async {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        text.lines()
-            .find_map(|l| l.split("listening on ").nth(1))
-            .map(|u| u.trim().to_owned())
+        sless_testkit::after_on_whole_line(log, "sless api listening on ")
     })
     .await;
     (proc, url)

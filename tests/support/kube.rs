@@ -90,14 +90,7 @@ impl Platform {
         ];
         let log = dir.join("api.log");
         let url = eventually("sless api to listen", deadline, || async {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            // Whole lines only: sless prints it to stderr, which is not
-            // buffered, so the file can hold "…listening on http://" and
-            // the address a moment later.
-            text.split_inclusive('\n')
-                .filter(|l| l.ends_with('\n'))
-                .find_map(|l| l.split("sless api listening on ").nth(1))
-                .map(|u| u.trim().to_owned())
+            sless_testkit::after_on_whole_line(&log, "sless api listening on ")
         })
         .await;
         eprintln!("the platform started: {:?}", started.elapsed());
