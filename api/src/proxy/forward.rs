@@ -1,8 +1,10 @@
 //! Forwarding: the proxy's connection pool towards functions
 //! (`HttpClient`), the request built from the caller's and sent to the
 //! function's endpoint (once more, to the endpoint the read model now
-//! names, when a request without a body finds the remembered one gone),
-//! and the head of the function's answer checked before it is passed on.
+//! names, when a request without a body finds the remembered one gone;
+//! a cold call first waits, bounded, for a new endpoint to accept
+//! connections), and the head of the function's answer checked before it
+//! is passed on.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -279,6 +281,10 @@ async fn send(
         req_parts.uri = format!("{endpoint}{path_and_query}")
             .parse::<Uri>()
             .map_err(|e| ApiError::internal(format!("bad function endpoint {endpoint}: {e}")))?;
+        if call.cold {
+            let window = READY_WINDOW.min(target.timeout.saturating_sub(call.started.elapsed()));
+            until_accepting(&req_parts.uri, window).await;
+        }
         let upstream = hyper::Request::from_parts(req_parts, body.take().unwrap_or_default());
         let left = target.timeout.saturating_sub(call.started.elapsed());
         let res = tokio::time::timeout(left, state.http.pool.request(upstream)).await;
@@ -340,6 +346,37 @@ async fn send(
         };
     }
     unreachable!("the second pass always returns")
+}
+
+/// How long a cold call waits for its endpoint to accept a connection.
+const READY_WINDOW: Duration = Duration::from_secs(10);
+
+/// Waits, up to `window`, until `uri`'s host and port accept a TCP
+/// connection. A cold call's endpoint can be Ready before it is reachable:
+/// on Kubernetes kube-proxy rewrites a Service's rules a moment after its
+/// EndpointSlices list the new pod, and until then the cluster IP refuses.
+/// The probe's connection is closed unused: a request sent meanwhile would
+/// be lost with its body, and this one never reached the function. After
+/// the window the call is sent anyway, and its own error is the answer.
+async fn until_accepting(uri: &Uri, window: Duration) {
+    let Some(host) = uri.host() else { return };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(80);
+    let give_up = tokio::time::Instant::now() + window;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+        if let Ok(Ok(_)) =
+            tokio::time::timeout(left, tokio::net::TcpStream::connect((host, port))).await
+        {
+            return;
+        }
+        if tokio::time::Instant::now() + pause >= give_up {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
 }
 
 /// True when the read model, read again, no longer sends calls of the
