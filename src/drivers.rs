@@ -14,7 +14,7 @@ use sless_workers::driver::{
     Artifact, BuildRequest, CronRequest, DeployRequest, Deployment, DriverError, JobOutput,
     JobRequest, Node, RunningHere,
 };
-use sless_workers::kube::{CronRunRecorder, KubeDriver};
+use sless_workers::kube::{CronRunRecorder, KubeDriver, PodCrashRecorder};
 use sless_workers::local::sandbox::{Isolation, TenantIds};
 use sless_workers::local::{LocalDriver, LocalDriverConfig};
 
@@ -132,8 +132,18 @@ impl AnyDriver {
         }
     }
 
+    /// What records the crashes of the function pods of a driver that runs
+    /// them on a cluster (the local driver reports its own: `crashes`).
+    pub fn crash_recorder(&self, pool: &sless_store::PgPool) -> Option<PodCrashRecorder> {
+        match self {
+            AnyDriver::Local(_) => None,
+            AnyDriver::Kubernetes(d) => Some(d.crash_recorder(pool.clone())),
+        }
+    }
+
     /// Where the local driver reports the crashes of what it runs
-    /// (`sless_workers::crashes::record`); the Kubernetes driver has none.
+    /// (`sless_workers::crashes::record`); the Kubernetes driver has none
+    /// (its pods are watched: `crash_recorder`).
     pub fn crashes(
         &self,
     ) -> Option<tokio::sync::mpsc::UnboundedReceiver<sless_workers::crashes::Crash>> {

@@ -562,12 +562,16 @@ fn whoami() -> String {
     }
 }
 
-/// Appends the crashes the local driver reports to the log, until `stop`.
+/// Appends the crashes the local driver reports, or those a cluster's
+/// function pods show, to the log, until `stop`.
 fn record_crashes(
     driver: &AnyDriver,
     pool: &PgPool,
     stop: &watch::Receiver<bool>,
 ) -> Option<tokio::task::JoinHandle<()>> {
+    if let Some(recorder) = driver.crash_recorder(pool) {
+        return Some(tokio::spawn(recorder.run(stop.clone())));
+    }
     let crashes = driver.crashes()?;
     Some(tokio::spawn(sless_workers::crashes::record(
         pool.clone(),

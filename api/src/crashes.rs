@@ -14,8 +14,10 @@ use sless_domain::{CrashCause, FunctionEvent, FunctionKey, FunctionName, Namespa
 use crate::AppState;
 use crate::error::ApiError;
 
-/// How long the proxy waits for the crash's record.
-const WAIT: Duration = Duration::from_millis(1500);
+/// How long the proxy waits for the crash's record: a local process's is
+/// there at once; a pod's waits for the kubelet to notice the container
+/// ended (it looks every second) and for a worker to watch it.
+const WAIT: Duration = Duration::from_secs(4);
 /// How often it looks meanwhile.
 const POLL: Duration = Duration::from_millis(20);
 /// How much earlier than the call the crash may have been recorded (the

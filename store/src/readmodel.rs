@@ -316,3 +316,14 @@ pub async fn blob_in_use<'e>(exec: impl PgExecutor<'e>, key: &str) -> Result<boo
     .fetch_one(exec)
     .await?)
 }
+
+/// The namespaces where some function has a deployed version (whose
+/// instances may be running).
+pub async fn namespaces_with_deployed<'e>(exec: impl PgExecutor<'e>) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "select distinct namespace from functions
+         where deployed_version is not null and phase <> 'Deleted' order by namespace",
+    )
+    .fetch_all(exec)
+    .await?)
+}

@@ -1,10 +1,12 @@
 //! The hardening of a tenant's pods, seen from inside them: a function
-//! that reports who it runs as and what it may write, a job that passes its
-//! memory limit, and a function of one tenant trying to reach another's.
+//! that reports who it runs as and what it may write, a job and a function
+//! that pass their memory limit, and a function of one tenant trying to
+//! reach another's.
 //!
 //! One function does all three (`PROBE`): called with no query it reports
 //! what it sees; with `?url=` it fetches that URL (2 s timeout) and says
-//! what happened; run as a job with `{"allocate_mb": n}` it holds `n` MiB.
+//! what happened; called or run as a job with `{"allocate_mb": n}` it holds
+//! `n` MiB.
 
 use std::time::Instant;
 
@@ -180,12 +182,12 @@ async fn a_function_pod_runs_as_non_root_on_a_read_only_root_without_a_service_a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_over_its_memory_is_killed_and_recorded_as_out_of_memory() {
+async fn a_job_or_a_function_over_its_memory_is_killed_and_reported_as_out_of_memory() {
     if !cluster_tier() {
         return;
     }
     let (_cluster, p) = platform("cluster-oom").await;
-    deploy_probe(&p, "hog", 128).await;
+    let hog = deploy_probe(&p, "hog", 128).await;
     let started = Instant::now();
     let (status, body) = p
         .call(
@@ -212,6 +214,36 @@ async fn a_job_over_its_memory_is_killed_and_recorded_as_out_of_memory() {
     );
     assert_eq!(job["exit_code"], 137, "{job}");
     assert_eq!(job["timed_out"], false, "{job}");
+
+    // The function's own pod, called with the same: the kernel kills its
+    // container, the kubelet starts it again, and the caller and the
+    // function's last error say why.
+    let url = hog["url"].as_str().expect("the function's url");
+    first_call(&p, url).await;
+    let res = reqwest::Client::new()
+        .post(url)
+        .json(&json!({"allocate_mb": 1024}))
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let problem: Value = res.json().await.unwrap_or_default();
+    assert_eq!(status, 502, "{problem}\n{}", p.logs());
+    assert_eq!(
+        problem["type"],
+        "https://sless.dev/problems/function-out-of-memory",
+        "{problem}\n{}",
+        p.logs()
+    );
+    assert_eq!(problem["memory_mb"], 128, "{problem}");
+    let f = p.client.function("hog").await;
+    assert_eq!(
+        f["last_error"],
+        "version 1 crashed: killed for using more memory than its memory_mb of 128; the kubelet starts it again",
+        "{f}"
+    );
+    // Started again, it answers.
+    first_call(&p, url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

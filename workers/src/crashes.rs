@@ -2,7 +2,8 @@
 //! (the local driver) reports each one that ended without being asked to,
 //! and this appends `FunctionCrashed` to the function's stream, so its
 //! `last_error` says so, the audit log shows it, and the invoke proxy can
-//! tell a caller why its call failed (killed for memory, say).
+//! tell a caller why its call failed (killed for memory, say). The
+//! Kubernetes driver's pods are watched for the same (`kube::crashes`).
 
 use sless_domain::{CrashCause, FunctionEvent, FunctionKey};
 use sless_store::PgPool;
@@ -44,6 +45,17 @@ pub async fn record(
 /// Appends one crash at the end of the function's stream (whatever came
 /// before it: a crash depends on nothing in the stream).
 pub async fn append(pool: &PgPool, crash: &Crash) -> sless_store::Result<()> {
+    append_unless_recorded(pool, crash, None).await.map(|_| ())
+}
+
+/// Appends one crash unless the log recorded one of the function at or
+/// after `since` (a crash that several watchers see, or that one sees again
+/// after a restart, is recorded once); true when it appended.
+pub async fn append_unless_recorded(
+    pool: &PgPool,
+    crash: &Crash,
+    since: Option<chrono::DateTime<chrono::Utc>>,
+) -> sless_store::Result<bool> {
     let event = FunctionEvent::FunctionCrashed {
         version: crash.version,
         cause: crash.cause,
@@ -53,12 +65,19 @@ pub async fn append(pool: &PgPool, crash: &Crash) -> sless_store::Result<()> {
     let stream = crash.key.stream();
     for _ in 0..8 {
         let at = sless_store::jobs::log_version(pool, &stream).await?;
+        if let Some(since) = since
+            && sless_store::crashes::since(pool, &crash.key, since)
+                .await?
+                .is_some()
+        {
+            return Ok(false);
+        }
         let mut tx = pool.begin().await?;
         let new = NewEvent::function(&crash.key, &event, Metadata::system("worker", 0));
         match eventlog::append(&mut tx, &stream, at, &[new]).await {
             Ok(_) => {
                 tx.commit().await?;
-                return Ok(());
+                return Ok(true);
             }
             Err(sless_store::Error::Conflict { .. }) => continue,
             Err(e) => return Err(e),

@@ -9,6 +9,8 @@ mod admission;
 mod air_gapped;
 #[path = "kube_driver/cluster.rs"]
 mod cluster;
+#[path = "kube_driver/crashes.rs"]
+mod crashes;
 #[path = "kube_driver/digests.rs"]
 mod digests;
 #[path = "kube_driver/faults.rs"]

@@ -12,6 +12,7 @@
 
 mod api;
 mod build;
+pub mod crashes;
 mod cron;
 pub mod cron_runs;
 mod deploy;
@@ -32,6 +33,7 @@ use crate::driver::{
     Artifact, BuildRequest, CronRequest, DeployRequest, Deployment, Driver, DriverError, JobOutput,
     JobRequest,
 };
+pub use crashes::PodCrashRecorder;
 pub use cron_runs::CronRunRecorder;
 pub use settings::{FunctionAddress, KubeSettings, TenantQuota};
 pub use tenant::{SERVICE_ACCOUNT, TENANT_CLUSTER_ROLE};
@@ -75,6 +77,11 @@ impl KubeDriver {
     /// What records the runs of this driver's CronJobs in the log.
     pub fn cron_run_recorder(&self, pool: sless_store::PgPool) -> CronRunRecorder {
         CronRunRecorder::new(pool, self.inner.client.clone())
+    }
+
+    /// What records the crashes of this driver's function pods in the log.
+    pub fn crash_recorder(&self, pool: sless_store::PgPool) -> PodCrashRecorder {
+        PodCrashRecorder::new(pool, self.inner.client.clone())
     }
 
     pub fn settings(&self) -> &KubeSettings {

@@ -170,7 +170,7 @@ pub(super) fn exit_of(pod: &Pod) -> Exit {
 
 /// The reason a container runtime gives a container the kernel killed for
 /// passing its cgroup's memory limit.
-const OOM_KILLED: &str = "OOMKilled";
+pub(super) const OOM_KILLED: &str = "OOMKilled";
 
 /// The memory limit of the pod's function container in MiB, as sless
 /// renders it (`{n}Mi`).
