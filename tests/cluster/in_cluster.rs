@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, ListParams};
 use reqwest::Url;
 use serde_json::{Value, json};
-use sless_testkit::kube::{Cluster, ControlPlane, GATEWAY, IMAGE_TAG, sless_image, tcp_front};
+use sless_testkit::kube::{Cluster, ControlPlane, IMAGE_TAG, sless_image, tcp_front};
 use sless_testkit::{TestDb, TestS3, eventually};
 
 use crate::support::{Client, zip_dir};
@@ -186,47 +186,6 @@ fn overlay(dir: &Path, s: &Settings) -> std::path::PathBuf {
     std::fs::write(overlay.join("registry-push.json"), &docker_config).unwrap();
     std::fs::write(overlay.join("registry-pull.json"), &docker_config).unwrap();
     overlay
-}
-
-/// Points the `kubernetes` Service at the API server, through a TCP front
-/// on the gateway: the EndpointSlice the API server writes itself on a
-/// cluster whose endpoint reconciler runs.
-fn kubernetes_service_endpoints(plane: &ControlPlane) {
-    let front = tcp_front(address(plane.url()));
-    let port_name = plane.kubectl_ok(
-        &[
-            "-n",
-            "default",
-            "get",
-            "service",
-            "kubernetes",
-            "-o",
-            "jsonpath={.spec.ports[0].name}",
-        ],
-        None,
-    );
-    let slice = json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": "kubernetes",
-            "namespace": "default",
-            "labels": {"kubernetes.io/service-name": "kubernetes"},
-        },
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [GATEWAY.to_string()], "conditions": {"ready": true}}],
-        "ports": [{"name": port_name.trim(), "port": front.port(), "protocol": "TCP"}],
-    });
-    plane.kubectl_ok(
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=sless-test",
-            "-f",
-            "-",
-        ],
-        Some(&slice.to_string()),
-    );
 }
 
 /// What the pods of sless say: their phases, events and the last lines of
@@ -484,7 +443,7 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
     let s3_url = s3.config.endpoint.clone().expect("the S3 server's URL");
     let s3_addr = address(&s3_url);
     let database = tcp_front(address(&db.url));
-    kubernetes_service_endpoints(plane);
+    cluster.route_kubernetes_service();
     let jwt_secret = sless_embedded::random_secret() + &sless_embedded::random_secret();
     assert!(jwt_secret.len() >= 32);
     let settings = Settings {

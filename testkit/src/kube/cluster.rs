@@ -142,6 +142,54 @@ impl Cluster {
         )
     }
 
+    /// Points the `kubernetes` Service (the address a pod's in-cluster
+    /// configuration names) at the API server, through a TCP front on
+    /// [`GATEWAY`]: the EndpointSlice the API server writes itself where
+    /// its endpoint reconciler runs (here it does not).
+    pub fn route_kubernetes_service(&self) {
+        let plane = self.plane();
+        let api: SocketAddr = plane
+            .url()
+            .trim_start_matches("https://")
+            .trim_end_matches('/')
+            .parse()
+            .expect("the API server on a numeric address");
+        let front = super::front::start_tcp(GATEWAY, api);
+        let jsonpath = "jsonpath={.spec.ports[0].name}";
+        let port_name = plane.kubectl_ok(
+            &[
+                "-n",
+                "default",
+                "get",
+                "service",
+                "kubernetes",
+                "-o",
+                jsonpath,
+            ],
+            None,
+        );
+        let slice = serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": "kubernetes",
+                "namespace": "default",
+                "labels": {"kubernetes.io/service-name": "kubernetes"},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [GATEWAY.to_string()], "conditions": {"ready": true}}],
+            "ports": [{"name": port_name.trim(), "port": front.port(), "protocol": "TCP"}],
+        });
+        let apply = [
+            "apply",
+            "--server-side",
+            "--field-manager=sless-test",
+            "-f",
+            "-",
+        ];
+        plane.kubectl_ok(&apply, Some(&slice.to_string()));
+    }
+
     /// The tail of a node program's log (`containerd`, `kubelet`,
     /// `kube-proxy`, `docker-registry`), for a failing test to show.
     pub fn log_tail(&self, program: &str) -> String {
