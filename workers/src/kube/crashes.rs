@@ -9,15 +9,9 @@
 //! function; a crash is recorded once however many see it, and once more
 //! never when a watch starts again and lists the pod's last termination.
 
-use std::collections::HashSet;
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
 use sless_domain::{CrashCause, FunctionKey, FunctionName, Namespace};
 use sless_store::PgPool;
 use tokio::sync::watch;
@@ -25,9 +19,6 @@ use tokio::sync::watch;
 use super::render::pod::CONTAINER;
 use super::render::{COMPONENT_FUNCTION, LABEL_COMPONENT, LABEL_FUNCTION, LABEL_VERSION};
 use crate::crashes::Crash;
-
-/// How often the set of namespaces to watch is looked at again.
-const NAMESPACES_EVERY: Duration = Duration::from_secs(30);
 
 /// A termination older than this when first seen is history (the watcher
 /// was not running), not news: it is not recorded.
@@ -118,39 +109,14 @@ impl PodCrashRecorder {
 
     /// Watches the pods of every namespace with a deployed function and
     /// records their crashes, until `shutdown`.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let mut watched: HashSet<String> = HashSet::new();
-        let mut tasks = tokio::task::JoinSet::new();
-        loop {
-            match sless_store::readmodel::namespaces_with_deployed(&self.pool).await {
-                Ok(all) => {
-                    for ns in all {
-                        if watched.insert(ns.clone()) {
-                            let me = self.clone();
-                            tasks.spawn(async move { me.watch(ns).await });
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "listing namespaces with functions"),
-            }
-            tokio::select! {
-                () = tokio::time::sleep(NAMESPACES_EVERY) => {}
-                _ = shutdown.wait_for(|s| *s) => break,
-            }
-        }
-        tasks.abort_all();
-    }
-
-    async fn watch(self, ns: String) {
-        let pods = Api::<Pod>::namespaced(self.client.clone(), &ns);
-        let selector = format!("{LABEL_COMPONENT}={COMPONENT_FUNCTION}");
-        let stream = watcher(pods, watcher::Config::default().labels(&selector))
-            .default_backoff()
-            .applied_objects();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(seen) = stream.next().await {
-            match seen {
-                Ok(pod) => match self.record(&pod).await {
+    pub async fn run(self, shutdown: watch::Receiver<bool>) {
+        let (client, pool) = (self.client.clone(), self.pool.clone());
+        let namespaces = || sless_store::readmodel::namespaces_with_deployed(&pool);
+        let seen = move |pod: Pod| {
+            let me = self.clone();
+            async move {
+                let ns = pod.namespace().unwrap_or_default();
+                match me.record(&pod).await {
                     Ok(true) => {
                         tracing::info!(%ns, pod = %pod.name_any(), "recorded a function pod's crash")
                     }
@@ -158,10 +124,11 @@ impl PodCrashRecorder {
                     Err(e) => {
                         tracing::warn!(%ns, pod = %pod.name_any(), error = %e, "recording a function pod's crash")
                     }
-                },
-                Err(e) => tracing::debug!(%ns, "function pod watch interrupted: {e}"),
+                }
             }
-        }
+        };
+        let selector = format!("{LABEL_COMPONENT}={COMPONENT_FUNCTION}");
+        super::watch::each_namespace(client, selector, namespaces, seen, shutdown).await;
     }
 }
 

@@ -7,16 +7,13 @@
 //! Every worker process watches; appends that expect the stream's version
 //! make any number of them record each run once.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use futures_util::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use sless_domain::job::{self, CronTick, Job as JobState, JobCommand, JobStatus};
 use sless_domain::trigger::{self, TriggerKind};
 use sless_domain::{FunctionName, Namespace, TriggerName};
@@ -36,9 +33,6 @@ use crate::driver::{Captured, JobOutput};
 
 /// The annotation the CronJob controller puts on each Job it starts.
 pub const SCHEDULED_AT: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
-
-/// How often the set of namespaces to watch is looked at again.
-const NAMESPACES_EVERY: Duration = Duration::from_secs(30);
 
 /// What [`CronRunRecorder::record`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -271,46 +265,20 @@ impl CronRunRecorder {
 
     /// Watches the Jobs of every namespace with a cron trigger and records
     /// their runs, until `shutdown`.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let mut watched: HashSet<String> = HashSet::new();
-        let mut tasks = tokio::task::JoinSet::new();
-        loop {
-            match triggers::namespaces_with_cron(&self.pool).await {
-                Ok(all) => {
-                    for ns in all {
-                        if watched.insert(ns.clone()) {
-                            let me = self.clone();
-                            tasks.spawn(async move { me.watch(ns).await });
-                        }
-                    }
+    pub async fn run(self, shutdown: watch::Receiver<bool>) {
+        let (client, pool) = (self.client.clone(), self.pool.clone());
+        let namespaces = || triggers::namespaces_with_cron(&pool);
+        let seen = move |job: Job| {
+            let me = self.clone();
+            async move {
+                if let Err(e) = me.record(&job).await {
+                    let ns = job.namespace().unwrap_or_default();
+                    tracing::warn!(%ns, job = %job.name_any(), "recording a cron run: {e}");
                 }
-                Err(e) => tracing::warn!(error = %e, "listing namespaces with cron triggers"),
             }
-            tokio::select! {
-                () = tokio::time::sleep(NAMESPACES_EVERY) => {}
-                _ = shutdown.wait_for(|s| *s) => break,
-            }
-        }
-        tasks.abort_all();
-    }
-
-    async fn watch(self, ns: String) {
-        let jobs = Api::<Job>::namespaced(self.client.clone(), &ns);
+        };
         let selector = format!("{LABEL_COMPONENT}={COMPONENT_CRON}");
-        let stream = watcher(jobs, watcher::Config::default().labels(&selector))
-            .default_backoff()
-            .applied_objects();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(seen) = stream.next().await {
-            match seen {
-                Ok(job) => {
-                    if let Err(e) = self.record(&job).await {
-                        tracing::warn!(%ns, job = %job.name_any(), "recording a cron run: {e}");
-                    }
-                }
-                Err(e) => tracing::debug!(%ns, "cron job watch interrupted: {e}"),
-            }
-        }
+        super::watch::each_namespace(client, selector, namespaces, seen, shutdown).await;
     }
 }
 

@@ -22,6 +22,7 @@ mod rollback;
 mod run;
 pub mod settings;
 mod tenant;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
