@@ -87,16 +87,23 @@ async fn a_pod_runs_is_reached_through_its_service_and_its_log_is_read() {
         "the pod's address {ip} is on the node's bridge"
     );
 
-    // A fresh connection each time: one made before kube-proxy wrote the
-    // Service's rules went elsewhere, and stays there.
+    // What kube-proxy has no rule for is refused, as on a real network
+    // (here the default route leads to a proxy that accepts everything).
+    let unserved = format!("{cluster_ip}:81");
+    let refused = tokio::net::TcpStream::connect(&unserved).await;
+    assert_eq!(
+        refused.as_ref().map_err(std::io::Error::kind).err(),
+        Some(std::io::ErrorKind::ConnectionRefused),
+        "{unserved}: {refused:?}"
+    );
+
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
-        .pool_max_idle_per_host(0)
         .build()
         .unwrap();
     let url = format!("http://{cluster_ip}/sless_runtime.py");
-    // Until kube-proxy has written the Service's rules, the cluster IP is
-    // where the default route goes.
+    // Until kube-proxy has written the Service's rules, the cluster IP
+    // refuses.
     let body = eventually("the Service to route to the pod", DEADLINE, || async {
         let res = http.get(&url).send().await.ok()?;
         if res.status() != 200 {

@@ -133,4 +133,13 @@ fn a_killed_test_process_leaves_nothing_of_its_node() {
     );
     let cgroup = Path::new("/sys/fs/cgroup/pids").join(NODE_CGROUP);
     assert!(!cgroup.exists(), "{} is left", cgroup.display());
+    let rules = std::process::Command::new("iptables-save")
+        .output()
+        .unwrap();
+    let rules = String::from_utf8_lossy(&rules.stdout);
+    let left: Vec<&str> = rules
+        .lines()
+        .filter(|l| l.contains("sless-test-") || l.contains("KUBE-"))
+        .collect();
+    assert_eq!(left, Vec::<&str>::new(), "iptables rules left");
 }

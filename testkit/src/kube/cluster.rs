@@ -34,7 +34,7 @@ use rcgen::{
 };
 
 use super::ControlPlane;
-use super::control_plane::{Program, panic_message, tail};
+use super::control_plane::{Program, SERVICE_RANGE, panic_message, tail};
 
 /// The node's name.
 pub const NODE: &str = "sless-node";
@@ -47,6 +47,9 @@ pub const IMAGE_TAG: &str = "local";
 const REPOSITORY: &str = "sless";
 /// The bridge the pods are on.
 pub const BRIDGE: &str = "sless0";
+/// The comment on the rules that refuse cluster IPs kube-proxy has not
+/// written rules for.
+const UNROUTED_SERVICES: &str = "sless-test-unrouted-services";
 const POD_SUBNET: &str = "10.244.0.0/24";
 /// The cgroup every pod of the node is under (cgroup v1: in each hierarchy).
 pub const NODE_CGROUP: &str = "sless-node";
@@ -283,6 +286,19 @@ cleanup() {
   awk '{print $2}' /proc/mounts | grep -E -- "$pattern/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
   "$PROXY" --cleanup >/dev/null 2>&1
   sh -c "$NETPOL_CLEANUP" >/dev/null 2>&1
+  iptables-save -t filter | grep -- "--comment $UNROUTED" | sed 's/^-A/-D/' \
+    | while read -r rule; do eval "iptables -w -t filter $rule"; done
+  # What the kubelet made (KUBE-FIREWALL, its canaries), and anything of
+  # kube-proxy's and kube-router's their own cleanups left.
+  for ipt in iptables ip6tables; do
+    for t in filter nat mangle; do
+      "$ipt-save" -t $t 2>/dev/null | grep -E -- '^-A [A-Z]+ .*-j KUBE-' | sed 's/^-A/-D/' \
+        | while read -r rule; do eval "$ipt -w -t $t $rule"; done
+      chains=$("$ipt-save" -t $t 2>/dev/null | sed -n -E 's/^:(KUBE-[A-Z0-9-]+) .*/\1/p')
+      for c in $chains; do "$ipt" -w -t $t -F "$c"; done
+      for c in $chains; do "$ipt" -w -t $t -X "$c"; done
+    done
+  done
   ip link del "$BRIDGE" 2>/dev/null
   for h in /sys/fs/cgroup/*/; do
     [ -d "$h$CGROUP" ] && find "$h$CGROUP" -depth -type d -exec rmdir {} \; 2>/dev/null
@@ -310,6 +326,7 @@ fn reaper(dir: &Path, kube_proxy: &Path) -> (Child, ChildStdin) {
         .env("NETPOL_CLEANUP", super::netpol::CLEANUP)
         .env("LOCK", NODE_LOCK)
         .env("BRIDGE", BRIDGE)
+        .env("UNROUTED", UNROUTED_SERVICES)
         .env("CGROUP", NODE_CGROUP)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -433,6 +450,29 @@ fn start(plane: &'static ControlPlane) -> (Cluster, Held) {
         &["addr", "add", &format!("{GATEWAY}/24"), "dev", BRIDGE],
     );
     run("ip", &["link", "set", BRIDGE, "up"]);
+    // A cluster IP kube-proxy has not written rules for yet is refused, as
+    // nothing answers the Service range on a real network. Here the default
+    // route leads to a proxy that accepts every connection, and a pooled
+    // connection made to it before the rules came would keep going there.
+    // kube-proxy's DNAT comes first (nat), so this sees only what it left.
+    for chain in ["OUTPUT", "FORWARD"] {
+        run(
+            "iptables",
+            &[
+                "-w",
+                "-A",
+                chain,
+                "-d",
+                SERVICE_RANGE,
+                "-m",
+                "comment",
+                "--comment",
+                UNROUTED_SERVICES,
+                "-j",
+                "REJECT",
+            ],
+        );
+    }
 
     let tls = gateway_tls();
     write(&dir.join("ca.crt"), &tls.ca_pem);

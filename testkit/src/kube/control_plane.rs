@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 use super::pki::Pki;
 
 /// How long a start may take before the tests give up on it.
+/// The range the API server allocates Services' cluster IPs from.
+pub(crate) const SERVICE_RANGE: &str = "10.0.0.0/24";
+
 const START_DEADLINE: Duration = Duration::from_secs(180);
 
 /// The admission plugins a production API server runs, named so that a
@@ -500,7 +503,7 @@ fn start() -> (ControlPlane, Held) {
                 "--service-account-signing-key-file={}",
                 path(&pki.service_accounts_key)
             ),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            format!("--service-cluster-ip-range={SERVICE_RANGE}"),
             "--authorization-mode=Node,RBAC".into(),
             format!("--enable-admission-plugins={ADMISSION_PLUGINS}"),
             "--disable-admission-plugins=TaintNodesByCondition".into(),

@@ -20,11 +20,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::cluster::NODE;
-use super::control_plane::{Program, tail};
+use super::control_plane::{Program, SERVICE_RANGE, tail};
 
-/// The Service range the test control plane allocates cluster IPs from
-/// (its kube-apiserver's `--service-cluster-ip-range`).
-const SERVICE_RANGE: &str = "10.0.0.0/24";
 /// The chain kube-router sends forwarded traffic through, made on its
 /// first sync.
 const FORWARD_CHAIN: &str = "KUBE-ROUTER-FORWARD";
