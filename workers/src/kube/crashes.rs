@@ -88,11 +88,23 @@ pub fn crash_of(pod: &Pod) -> Option<(Crash, DateTime<Utc>)> {
 pub struct PodCrashRecorder {
     pool: PgPool,
     client: kube::Client,
+    /// Changes when the driver deployed into a namespace.
+    wake: Option<watch::Receiver<()>>,
 }
 
 impl PodCrashRecorder {
     pub fn new(pool: PgPool, client: kube::Client) -> PodCrashRecorder {
-        PodCrashRecorder { pool, client }
+        PodCrashRecorder {
+            pool,
+            client,
+            wake: None,
+        }
+    }
+
+    /// Lists the namespaces to watch again whenever `wake` changes.
+    pub fn woken_by(mut self, wake: watch::Receiver<()>) -> PodCrashRecorder {
+        self.wake = Some(wake);
+        self
     }
 
     /// Records the crash `pod` shows, unless the log has it or it is old
@@ -110,7 +122,7 @@ impl PodCrashRecorder {
     /// Watches the pods of every namespace with a deployed function and
     /// records their crashes, until `shutdown`.
     pub async fn run(self, shutdown: watch::Receiver<bool>) {
-        let (client, pool) = (self.client.clone(), self.pool.clone());
+        let (client, pool, wake) = (self.client.clone(), self.pool.clone(), self.wake.clone());
         let namespaces = || sless_store::readmodel::namespaces_with_deployed(&pool);
         let seen = move |pod: Pod| {
             let me = self.clone();
@@ -128,7 +140,7 @@ impl PodCrashRecorder {
             }
         };
         let selector = format!("{LABEL_COMPONENT}={COMPONENT_FUNCTION}");
-        super::watch::each_namespace(client, selector, namespaces, seen, shutdown).await;
+        super::watch::each_namespace(client, selector, namespaces, seen, shutdown, wake).await;
     }
 }
 

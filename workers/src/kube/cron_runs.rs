@@ -50,11 +50,23 @@ pub enum Recorded {
 pub struct CronRunRecorder {
     pool: PgPool,
     client: kube::Client,
+    /// Changes when the driver deployed into a namespace.
+    wake: Option<watch::Receiver<()>>,
 }
 
 impl CronRunRecorder {
     pub fn new(pool: PgPool, client: kube::Client) -> CronRunRecorder {
-        CronRunRecorder { pool, client }
+        CronRunRecorder {
+            pool,
+            client,
+            wake: None,
+        }
+    }
+
+    /// Lists the namespaces to watch again whenever `wake` changes.
+    pub fn woken_by(mut self, wake: watch::Receiver<()>) -> CronRunRecorder {
+        self.wake = Some(wake);
+        self
     }
 
     /// Records what `job` says that the log does not know yet. Idempotent.
@@ -266,7 +278,7 @@ impl CronRunRecorder {
     /// Watches the Jobs of every namespace with a cron trigger and records
     /// their runs, until `shutdown`.
     pub async fn run(self, shutdown: watch::Receiver<bool>) {
-        let (client, pool) = (self.client.clone(), self.pool.clone());
+        let (client, pool, wake) = (self.client.clone(), self.pool.clone(), self.wake.clone());
         let namespaces = || triggers::namespaces_with_cron(&pool);
         let seen = move |job: Job| {
             let me = self.clone();
@@ -278,7 +290,7 @@ impl CronRunRecorder {
             }
         };
         let selector = format!("{LABEL_COMPONENT}={COMPONENT_CRON}");
-        super::watch::each_namespace(client, selector, namespaces, seen, shutdown).await;
+        super::watch::each_namespace(client, selector, namespaces, seen, shutdown, wake).await;
     }
 }
 

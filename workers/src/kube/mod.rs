@@ -52,6 +52,9 @@ struct Inner {
     blobs: BlobStore,
     /// Tenant namespaces this process has ensured, and when.
     ensured: Mutex<HashMap<String, std::time::Instant>>,
+    /// Changed after each deploy and cron sync: the recorders that watch
+    /// each namespace with functions or cron triggers look again.
+    deployed: tokio::sync::watch::Sender<()>,
 }
 
 impl KubeDriver {
@@ -62,6 +65,7 @@ impl KubeDriver {
                 settings,
                 blobs,
                 ensured: Mutex::new(HashMap::new()),
+                deployed: tokio::sync::watch::Sender::new(()),
             }),
         }
     }
@@ -78,11 +82,13 @@ impl KubeDriver {
     /// What records the runs of this driver's CronJobs in the log.
     pub fn cron_run_recorder(&self, pool: sless_store::PgPool) -> CronRunRecorder {
         CronRunRecorder::new(pool, self.inner.client.clone())
+            .woken_by(self.inner.deployed.subscribe())
     }
 
     /// What records the crashes of this driver's function pods in the log.
     pub fn crash_recorder(&self, pool: sless_store::PgPool) -> PodCrashRecorder {
         PodCrashRecorder::new(pool, self.inner.client.clone())
+            .woken_by(self.inner.deployed.subscribe())
     }
 
     pub fn settings(&self) -> &KubeSettings {
@@ -110,7 +116,9 @@ impl Driver for KubeDriver {
 
     async fn deploy(&self, req: DeployRequest) -> Result<Deployment, DriverError> {
         self.ensured(&req.key.namespace).await?;
-        deploy::deploy(&self.inner, req).await
+        let deployed = deploy::deploy(&self.inner, req).await;
+        self.inner.deployed.send_replace(());
+        deployed
     }
 
     async fn remove(&self, key: &FunctionKey) -> Result<(), DriverError> {
@@ -147,6 +155,8 @@ impl Driver for KubeDriver {
         if !triggers.is_empty() {
             self.ensured(&key.namespace).await?;
         }
-        cron::sync(&self.inner, key, triggers).await
+        let synced = cron::sync(&self.inner, key, triggers).await;
+        self.inner.deployed.send_replace(());
+        synced
     }
 }

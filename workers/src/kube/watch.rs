@@ -19,13 +19,16 @@ const NAMESPACES_EVERY: Duration = Duration::from_secs(30);
 
 /// Hands every object of kind `K` labelled `selector` (as listed when its
 /// watch starts, then each change) to `seen`, in each namespace
-/// `namespaces` names, until `shutdown`.
+/// `namespaces` names, until `shutdown`. The namespaces are listed again
+/// every 30 s, and at once when `wake` changes (the driver deployed into a
+/// namespace, say).
 pub(super) async fn each_namespace<K, N, NF, S, SF>(
     client: kube::Client,
     selector: String,
     mut namespaces: N,
     seen: S,
     mut shutdown: watch::Receiver<bool>,
+    mut wake: Option<watch::Receiver<()>>,
 ) where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -63,8 +66,19 @@ pub(super) async fn each_namespace<K, N, NF, S, SF>(
             }
             Err(e) => tracing::warn!(error = %e, "listing the namespaces to watch"),
         }
+        let woken = async {
+            let changed = match wake.as_mut() {
+                Some(w) => w.changed().await.is_ok(),
+                None => false,
+            };
+            if !changed {
+                // Nobody left to wake it.
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             () = tokio::time::sleep(NAMESPACES_EVERY) => {}
+            () = woken => {}
             _ = shutdown.wait_for(|s| *s) => break,
         }
     }
