@@ -317,12 +317,11 @@ pub async fn blob_in_use<'e>(exec: impl PgExecutor<'e>, key: &str) -> Result<boo
     .await?)
 }
 
-/// The namespaces where some function has a deployed version (whose
-/// instances may be running).
-pub async fn namespaces_with_deployed<'e>(exec: impl PgExecutor<'e>) -> Result<Vec<String>> {
+/// The namespaces that hold a function (deployed, or about to be: the
+/// read model learns of a deploy after the driver has made it).
+pub async fn namespaces_with_functions<'e>(exec: impl PgExecutor<'e>) -> Result<Vec<String>> {
     Ok(sqlx::query_scalar(
-        "select distinct namespace from functions
-         where deployed_version is not null and phase <> 'Deleted' order by namespace",
+        "select distinct namespace from functions where phase <> 'Deleted' order by namespace",
     )
     .fetch_all(exec)
     .await?)

@@ -226,22 +226,30 @@ async fn a_job_or_a_function_over_its_memory_is_killed_and_reported_as_out_of_me
         .send()
         .await
         .unwrap();
+    let answered = Instant::now();
     let status = res.status().as_u16();
     let problem: Value = res.json().await.unwrap_or_default();
     assert_eq!(status, 502, "{problem}\n{}", p.logs());
+    // The crash is recorded (the caller's answer waited for it, a few
+    // seconds at most).
+    let oom = "version 1 crashed: killed for using more memory than its memory_mb of 128; the kubelet starts it again";
+    p.wait("the crash to be the function's last error", || async {
+        let f = p.client.function("hog").await;
+        if f["last_error"] == oom {
+            Ok(())
+        } else {
+            Err(f.to_string())
+        }
+    })
+    .await;
+    let recorded = answered.elapsed();
     assert_eq!(
         problem["type"],
         "https://sless.dev/problems/function-out-of-memory",
-        "{problem}\n{}",
+        "{problem} (the crash was seen {recorded:?} after that answer)\n{}",
         p.logs()
     );
     assert_eq!(problem["memory_mb"], 128, "{problem}");
-    let f = p.client.function("hog").await;
-    assert_eq!(
-        f["last_error"],
-        "version 1 crashed: killed for using more memory than its memory_mb of 128; the kubelet starts it again",
-        "{f}"
-    );
     // Started again, it answers.
     first_call(&p, url).await;
 }

@@ -5,7 +5,7 @@
 //! Its `last_error` then says so, and the invoke proxy can tell the caller
 //! whose call broke why.
 //!
-//! Every worker process watches the pods of each namespace with a deployed
+//! Every worker process watches the pods of each namespace that holds a
 //! function; a crash is recorded once however many see it, and once more
 //! never when a watch starts again and lists the pod's last termination.
 
@@ -119,11 +119,11 @@ impl PodCrashRecorder {
         crate::crashes::append_unless_recorded(&self.pool, &crash, Some(finished - SKEW)).await
     }
 
-    /// Watches the pods of every namespace with a deployed function and
+    /// Watches the pods of every namespace with a function and
     /// records their crashes, until `shutdown`.
     pub async fn run(self, shutdown: watch::Receiver<bool>) {
         let (client, pool, wake) = (self.client.clone(), self.pool.clone(), self.wake.clone());
-        let namespaces = || sless_store::readmodel::namespaces_with_deployed(&pool);
+        let namespaces = || sless_store::readmodel::namespaces_with_functions(&pool);
         let seen = move |pod: Pod| {
             let me = self.clone();
             async move {
