@@ -60,6 +60,22 @@ pub trait Aggregate: Default + Clone + Send + Sync + 'static {
     fn after(&self, events: &[Self::Event]) -> Self {
         events.iter().fold(self.clone(), Self::evolve)
     }
+
+    /// Decides `commands` in order, each on the state the events of those
+    /// before it make: the events of all of them, or the first refusal.
+    fn decide_all(
+        &self,
+        commands: impl IntoIterator<Item = Self::Command>,
+    ) -> Result<Vec<Self::Event>, DomainError> {
+        let mut state = self.clone();
+        let mut events = Vec::new();
+        for command in commands {
+            let decided = state.decide(command)?;
+            state = state.after(&decided);
+            events.extend(decided);
+        }
+        Ok(events)
+    }
 }
 
 impl Aggregate for Function {

@@ -102,6 +102,17 @@ impl Metadata {
             ..Default::default()
         }
     }
+
+    /// Metadata of an event sless itself records in answer to request
+    /// `request_id` (a call that activates a function at zero).
+    pub fn caused_by_request(role: &str, request_id: &str) -> Metadata {
+        Metadata {
+            actor: format!("system:{role}"),
+            request_id: Some(request_id.to_owned()),
+            correlation_id: Some(request_id.to_owned()),
+            ..Default::default()
+        }
+    }
 }
 
 /// An event as the log holds it.

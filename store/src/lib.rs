@@ -4,10 +4,14 @@
 //!
 //! Store functions take a connection or transaction from the caller, so the
 //! caller owns the transaction: an API handler appends events and enqueues
-//! work in one commit.
+//! work in one commit. The decisions sless makes itself (a worker's, the
+//! scheduler's, the idle sweep's, the invoke proxy's activation) go through
+//! one executor, `system`, which loads, decides with the aggregate, appends,
+//! enqueues and fences in one transaction.
 //!
-//! Architecture Invariant: store depends on `sless-domain` only among our
-//! crates; it knows nothing of HTTP, workers or projections.
+//! Architecture Invariant: store depends on `sless-domain` among our
+//! crates, and on `sless-telemetry` to count its appends and blob
+//! operations; it knows nothing of HTTP, workers or projections.
 
 pub mod audit;
 pub mod blobs;
@@ -26,6 +30,7 @@ pub mod readmodel;
 pub mod retention;
 pub mod sandbox_uids;
 pub mod scaling;
+pub mod system;
 pub mod trigger_index;
 pub mod triggers;
 pub mod usage;

@@ -8,12 +8,13 @@
 //! transaction, so several sweeps or several proxies asking at once
 //! record it once and start or stop one instance.
 
-use sless_domain::function::{FunctionCommand, decide};
-use sless_domain::{Function, FunctionKey};
+use sless_domain::function::FunctionCommand;
+use sless_domain::{Aggregate, Function, FunctionKey};
 use sqlx::{PgPool, Row};
 
-use crate::eventlog::{self, Appended, Metadata, NewEvent};
-use crate::{Error, Result, queue};
+use crate::eventlog::{Appended, Metadata};
+use crate::system::{self, Executed, SystemCommand};
+use crate::{Error, Result};
 
 /// Records that a call reached `ns/name` now.
 pub async fn touch(pool: &PgPool, ns: &str, name: &str) -> Result<()> {
@@ -86,48 +87,32 @@ pub struct Decided {
 
 /// Decides `command` (`ScaleToZero` or `Activate`) on the function's
 /// stream as the log has it, and appends what it decides with a reconcile
-/// of the function, in one transaction.
+/// of the function, in one transaction (`crate::system`: a lost race is
+/// decided again on the stream as it is now).
 pub async fn decide_and_enqueue(
     pool: &PgPool,
     key: &FunctionKey,
     command: FunctionCommand,
     metadata: Metadata,
 ) -> Result<Decided> {
-    let mut version = 0;
-    for _ in 0..4 {
-        let (state, now) = eventlog::load::<Function>(pool, &key.stream()).await?;
-        version = now;
-        let events = decide(&state, command.clone())
-            .map_err(|e| Error::Internal(format!("{}: {e}", key.queue_key())))?;
-        if events.is_empty() {
-            return Ok(Decided {
-                appended: None,
-                version,
-            });
-        }
-        let new: Vec<NewEvent> = events
-            .iter()
-            .map(|e| NewEvent::function(key, e, metadata.clone()))
-            .collect();
-        let mut tx = pool.begin().await?;
-        match eventlog::append(&mut tx, &key.stream(), version, &new).await {
-            Ok(appended) => {
-                queue::enqueue_reconcile(&mut *tx, &key.queue_key()).await?;
-                tx.commit().await?;
-                return Ok(Decided {
-                    appended: Some(appended),
-                    version: appended.version,
-                });
-            }
-            // Someone appended first: decide again on what they wrote.
-            Err(Error::Conflict { .. }) => continue,
-            Err(e) => return Err(e),
-        }
+    let cmd = SystemCommand::new(key.stream(), &key.namespace, metadata).reconcile(key.queue_key());
+    let executed =
+        system::execute::<Function>(pool, &cmd, |current| current.state.decide(command.clone()))
+            .await?;
+    match executed {
+        Executed::Appended { appended, .. } => Ok(Decided {
+            appended: Some(appended),
+            version: appended.version,
+        }),
+        Executed::Unchanged { version } | Executed::Lost { version } => Ok(Decided {
+            appended: None,
+            version,
+        }),
+        Executed::Refused(e) => Err(Error::Internal(format!("{}: {e}", key.queue_key()))),
+        Executed::Fenced => Err(Error::Internal(
+            "a command without a lease was fenced".into(),
+        )),
     }
-    Ok(Decided {
-        appended: None,
-        version,
-    })
 }
 
 /// How long the last start of an instance after a call took, as the log
