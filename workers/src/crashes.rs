@@ -5,9 +5,10 @@
 //! tell a caller why its call failed (killed for memory, say). The
 //! Kubernetes driver's pods are watched for the same (`kube::crashes`).
 
-use sless_domain::{CrashCause, FunctionEvent, FunctionKey};
+use sless_domain::{CrashCause, Function, FunctionEvent, FunctionKey};
 use sless_store::PgPool;
-use sless_store::eventlog::{self, Metadata, NewEvent};
+use sless_store::eventlog::Metadata;
+use sless_store::system::{self, Executed, SystemCommand};
 use tokio::sync::{mpsc, watch};
 
 /// One process that ended on its own.
@@ -62,28 +63,32 @@ pub async fn append_unless_recorded(
         detail: crash.detail.clone(),
         memory_mb: crash.memory_mb,
     };
-    let stream = crash.key.stream();
-    for _ in 0..8 {
-        let at = sless_store::jobs::log_version(pool, &stream).await?;
-        if let Some(since) = since
-            && sless_store::crashes::since(pool, &crash.key, since)
-                .await?
-                .is_some()
-        {
-            return Ok(false);
-        }
-        let mut tx = pool.begin().await?;
-        let new = NewEvent::function(&crash.key, &event, Metadata::system("worker", 0));
-        match eventlog::append(&mut tx, &stream, at, &[new]).await {
-            Ok(_) => {
-                tx.commit().await?;
-                return Ok(true);
-            }
-            Err(sless_store::Error::Conflict { .. }) => continue,
-            Err(e) => return Err(e),
-        }
+    // A crash depends on nothing in the stream: a lost race is decided
+    // again, on the stream as it is now.
+    let cmd = SystemCommand::new(
+        crash.key.stream(),
+        &crash.key.namespace,
+        Metadata::system("worker", 0),
+    );
+    let executed = system::execute::<Function>(pool, &cmd, |current| {
+        let recorded = since.is_some_and(|since| {
+            current.events.iter().any(|e| {
+                matches!(e.event, FunctionEvent::FunctionCrashed { .. }) && e.recorded_at >= since
+            })
+        });
+        Ok(if recorded {
+            Vec::new()
+        } else {
+            vec![event.clone()]
+        })
+    })
+    .await?;
+    match executed {
+        Executed::Appended { .. } => Ok(true),
+        Executed::Unchanged { .. } => Ok(false),
+        _ => Err(sless_store::Error::Internal(format!(
+            "the stream {} kept moving",
+            cmd.stream()
+        ))),
     }
-    Err(sless_store::Error::Internal(format!(
-        "the stream {stream} kept moving"
-    )))
 }

@@ -15,9 +15,10 @@ use std::time::Duration;
 use chrono::Utc;
 use sless_domain::job::{self, Job, JobCommand, JobEvent, Output, RunResult};
 use sless_domain::{FunctionKey, Namespace};
-use sless_store::eventlog::{self, Metadata, NewEvent};
+use sless_store::eventlog;
 use sless_store::invocations::{self, Invocation};
-use sless_store::queue::{self, WorkItem};
+use sless_store::queue::WorkItem;
+use sless_store::system::{self, Executed, SystemCommand};
 
 use crate::driver::{
     self, Artifact, BuildLog, BuildRequest, Captured, Driver, DriverError, JobOutput, JobRequest,
@@ -136,28 +137,14 @@ impl<D: Driver> Reconciler<D> {
         command: JobCommand,
     ) -> HandlerResult<Vec<JobEvent>> {
         let events = job::decide(state, command).map_err(|e| HandlerError::Fatal(e.to_string()))?;
-        if events.is_empty() {
-            return Ok(events);
+        let cmd = SystemCommand::fenced(item.key.clone(), ns, "worker", item).stands_on_its_state();
+        match system::record(&self.pool, &cmd, state, events).await {
+            Ok(Executed::Appended { events, .. }) => Ok(events),
+            Ok(Executed::Fenced) => Err(HandlerError::LeaseLost),
+            // Nothing to do, or a delete came first: the next look sees it.
+            Ok(_) => Ok(Vec::new()),
+            Err(e) => Err(HandlerError::retry(e)),
         }
-        let mut tx = self.pool.begin().await.map_err(HandlerError::retry)?;
-        let new: Vec<NewEvent> = events
-            .iter()
-            .map(|e| NewEvent::job(ns, e, Metadata::system("worker", item.id)))
-            .collect();
-        match eventlog::append(&mut tx, &item.key, state.stream_version, &new).await {
-            Ok(_) => {}
-            // A delete came first; the next look sees it.
-            Err(sless_store::Error::Conflict { .. }) => return Ok(vec![]),
-            Err(e) => return Err(HandlerError::retry(e)),
-        }
-        if !queue::holds_lease(&mut tx, item)
-            .await
-            .map_err(HandlerError::retry)?
-        {
-            return Err(HandlerError::LeaseLost);
-        }
-        tx.commit().await.map_err(HandlerError::retry)?;
-        Ok(events)
     }
 
     /// Runs the job of a `RunJob` item.

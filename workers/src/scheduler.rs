@@ -24,12 +24,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sless_domain::Aggregate;
 use sless_domain::cron::Cron;
 use sless_domain::job::{self, CronTick, Job, JobCommand};
 use sless_domain::trigger::{self, TriggerKind};
 use sless_domain::{FunctionKey, FunctionName, Namespace, TriggerName};
-use sless_store::eventlog::{self, Metadata, NewEvent};
+use sless_store::eventlog::{self, Metadata};
 use sless_store::jobs::{last_cron_run, unfinished_cron_run};
+use sless_store::system::{self, Executed, SystemCommand};
 use sless_store::triggers::{CronTrigger, enabled_cron};
 use sless_store::{PgPool, queue};
 use tokio::sync::watch;
@@ -174,8 +176,6 @@ impl Scheduler {
             ));
         }
         let stream = job::cron_stream(&ns, &name, at);
-        let mut state = Job::default();
-        let mut events = Vec::new();
         let mut commands = vec![JobCommand::Request {
             function,
             version,
@@ -192,36 +192,31 @@ impl Scheduler {
         if let Some(reason) = skip.clone() {
             commands.push(JobCommand::Skip { reason });
         }
-        for c in commands {
-            let new = job::decide(&state, c).map_err(invalid)?;
-            state = new.iter().fold(state, |s, e| s.evolve(e));
-            events.extend(new);
-        }
         let metadata = Metadata {
             actor: "system:scheduler".into(),
             ..Default::default()
         };
-        let new: Vec<NewEvent> = events
-            .iter()
-            .map(|e| NewEvent::job(&ns, e, metadata.clone()))
-            .collect();
-        let mut tx = self.pool.begin().await?;
-        match eventlog::append(&mut tx, &stream, 0, &new).await {
-            Ok(_) => {}
-            Err(sless_store::Error::Conflict { .. }) => return Ok(Fired::Already),
-            Err(e) => return Err(e),
-        }
+        // A tick's run is a stream of its own: one that exists was fired.
+        let mut cmd = SystemCommand::new(stream.clone(), &ns, metadata).stands_on_its_state();
         if skip.is_none() {
             let payload = match sless_telemetry::trace::current() {
                 Some(tick) => serde_json::json!({ "links": [tick] }),
                 None => serde_json::json!({}),
             };
-            queue::enqueue(&mut *tx, queue::RUN_JOB, &stream, &payload).await?;
+            cmd = cmd.work(queue::RUN_JOB, stream.clone(), payload);
         }
-        tx.commit().await?;
-        Ok(match skip {
-            None => Fired::Run(stream),
-            Some(_) => Fired::Skipped(stream),
+        let fired = system::execute::<Job>(&self.pool, &cmd, |current| {
+            if current.state.stream_version() > 0 {
+                return Ok(Vec::new());
+            }
+            current.state.decide_all(commands.clone())
+        })
+        .await?;
+        Ok(match fired {
+            Executed::Appended { .. } if skip.is_none() => Fired::Run(stream),
+            Executed::Appended { .. } => Fired::Skipped(stream),
+            Executed::Refused(e) => return Err(invalid(e)),
+            _ => Fired::Already,
         })
     }
 

@@ -35,10 +35,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sless_domain::{FunctionEvent, FunctionKey};
+use sless_domain::{Function, FunctionEvent, FunctionKey};
 use sless_store::PgPool;
-use sless_store::eventlog::{self, Metadata, NewEvent};
+use sless_store::eventlog::Metadata;
 use sless_store::queue::{self, Backoff, Kinds, WorkItem};
+use sless_store::system::{self, Executed, SystemCommand};
 use sqlx::postgres::PgListener;
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
 use tracing::Instrument;
@@ -629,14 +630,29 @@ impl<D: Driver> Worker<D> {
         if item.kind == reconcile::KIND
             && let Ok(key) = FunctionKey::from_queue_key(&item.key)
         {
-            let at = eventlog::read_stream(&mut *tx, &key.stream()).await?.len() as u64;
             let event = FunctionEvent::ReconcileAbandoned {
                 attempts: item.attempt,
                 error: error.to_owned(),
             };
-            let new = NewEvent::function(&key, &event, Metadata::system("worker", item.id));
-            if at > 0 {
-                eventlog::append(&mut tx, &key.stream(), at, &[new]).await?;
+            let cmd = SystemCommand::new(
+                key.stream(),
+                &key.namespace,
+                Metadata::system("worker", item.id),
+            );
+            // Recorded on a function whose stream exists, with the dead
+            // letter or not at all.
+            let recorded = system::execute_in::<Function>(&mut tx, &cmd, |current| {
+                Ok(match current.state.stream_version {
+                    0 => Vec::new(),
+                    _ => vec![event],
+                })
+            })
+            .await?;
+            if let Executed::Lost { .. } = recorded {
+                return Err(sless_store::Error::Internal(format!(
+                    "the stream {} moved while its reconcile was abandoned",
+                    key.stream()
+                )));
             }
         }
         if queue::dead_letter(&mut tx, item, error).await? {

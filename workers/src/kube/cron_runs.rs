@@ -14,12 +14,14 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams};
+use sless_domain::Aggregate;
 use sless_domain::job::{self, CronTick, Job as JobState, JobCommand, JobStatus};
 use sless_domain::trigger::{self, TriggerKind};
 use sless_domain::{FunctionName, Namespace, TriggerName};
 use sless_store::PgPool;
-use sless_store::eventlog::{self, Metadata, NewEvent};
+use sless_store::eventlog::{self, Metadata};
 use sless_store::invocations::{self, Invocation};
+use sless_store::system::{self, SystemCommand};
 use sless_store::triggers;
 use tokio::sync::watch;
 
@@ -199,32 +201,18 @@ impl CronRunRecorder {
         state: &JobState,
         commands: &[JobCommand],
     ) -> Result<bool, String> {
-        let mut next = state.clone();
-        let mut events = Vec::new();
-        for c in commands {
-            let new = job::decide(&next, c.clone()).map_err(|e| e.to_string())?;
-            next = new.iter().fold(next, |s, e| s.evolve(e));
-            events.extend(new);
-        }
-        if events.is_empty() {
-            return Ok(false);
-        }
+        let events = state
+            .decide_all(commands.iter().cloned())
+            .map_err(|e| e.to_string())?;
         let metadata = Metadata {
             actor: "system:cronjob".into(),
             ..Default::default()
         };
-        let new: Vec<NewEvent> = events
-            .iter()
-            .map(|e| NewEvent::job(ns, e, metadata.clone()))
-            .collect();
-        let mut tx = self.pool.begin().await.map_err(|e| e.to_string())?;
-        match eventlog::append(&mut tx, stream, state.stream_version, &new).await {
-            Ok(_) => {}
-            Err(sless_store::Error::Conflict { .. }) => return Ok(false),
-            Err(e) => return Err(e.to_string()),
-        }
-        tx.commit().await.map_err(|e| e.to_string())?;
-        Ok(true)
+        let cmd = SystemCommand::new(stream.to_owned(), ns, metadata).stands_on_its_state();
+        system::record(&self.pool, &cmd, state, events)
+            .await
+            .map(|executed| executed.appended())
+            .map_err(|e| e.to_string())
     }
 
     /// How the run's pod ended and what it printed.

@@ -20,23 +20,36 @@
 //! before `BuildSucceeded` or `BuildFailed` (which carries the log's
 //! tail) is appended. A converged function's pruned versions lose their
 //! build logs here too.
+//!
+//! Each round looks (`Reconciler::observe`: the http triggers, what the
+//! driver runs, whether the worker the log names is alive), decides the
+//! next [`Action`] with the pure [`next`], and carries it out
+//! (`Reconciler::act`) through the driver; what it did is recorded
+//! through the system executor (`sless_store::system`), fenced by the work
+//! item's lease, on the stream version the round read. A round that loses
+//! a race looks again.
 
 use sless_domain::{Function, FunctionEvent, FunctionKey};
 use sless_store::PgPool;
 use sless_store::blobs::BlobStore;
-use sless_store::eventlog::{self, Metadata, NewEvent};
-use sless_store::queue::{self, WorkItem};
+use sless_store::build_logs::{End, Outcome};
+use sless_store::eventlog;
+use sless_store::queue::WorkItem;
+use sless_store::system::{self, Executed, SystemCommand};
 use sless_store::trigger_index;
 
 use crate::build_log::Recording;
 use crate::driver::{
-    self, Artifact, BuildRequest, CronRequest, DeployRequest, Driver, DriverError,
+    self, Artifact, BuildRequest, CronRequest, DeployRequest, Deployment, Driver, DriverError,
 };
 use crate::{HandlerError, HandlerResult};
 use sless_domain::Runtime;
 use sless_telemetry::Step;
 
 pub use sless_store::queue::RECONCILE_FUNCTION as KIND;
+
+mod next;
+pub use next::{Action, Observed, next};
 
 /// What the reconciler works with.
 pub struct Reconciler<D> {
@@ -62,11 +75,12 @@ async fn load(pool: &PgPool, key: &FunctionKey) -> HandlerResult<Function> {
         .map_err(HandlerError::retry)
 }
 
-/// Outcome of recording an event.
-enum Recorded {
-    Done,
-    /// Someone appended first; look again.
-    Stale,
+/// What carrying out an action came to.
+enum Progress {
+    /// Nothing more to do: the function has converged.
+    Converged,
+    /// Recorded something, or found the stream moved: look again.
+    Again,
 }
 
 impl<D: Driver> Reconciler<D> {
@@ -93,62 +107,105 @@ impl<D: Driver> Reconciler<D> {
         );
     }
 
-    /// Appends `event` to the function's stream if it is still at the version
-    /// we read and this worker still holds the item's lease.
+    /// Records `events`, decided on `state`, through the system executor:
+    /// appended only if the stream is still at the version `state` was
+    /// read at and this worker still holds the item's lease.
     async fn record(
         &self,
         item: &WorkItem,
         key: &FunctionKey,
         state: &Function,
-        event: FunctionEvent,
-    ) -> HandlerResult<Recorded> {
-        self.record_all(item, key, state, &[event]).await
+        events: Vec<FunctionEvent>,
+    ) -> HandlerResult<Progress> {
+        let cmd = SystemCommand::fenced(key.stream(), &key.namespace, "worker", item)
+            .stands_on_its_state();
+        match system::record(&self.pool, &cmd, state, events).await {
+            Ok(Executed::Fenced) => Err(HandlerError::LeaseLost),
+            // Appended, or someone appended first: look again.
+            Ok(_) => Ok(Progress::Again),
+            Err(e) => Err(HandlerError::retry(e)),
+        }
     }
 
-    /// [`Reconciler::record`] for events appended together.
-    async fn record_all(
-        &self,
-        item: &WorkItem,
-        key: &FunctionKey,
-        state: &Function,
-        events: &[FunctionEvent],
-    ) -> HandlerResult<Recorded> {
-        let mut tx = self.pool.begin().await.map_err(HandlerError::retry)?;
-        let new: Vec<NewEvent> = events
-            .iter()
-            .map(|e| NewEvent::function(key, e, Metadata::system("worker", item.id)))
-            .collect();
-        match eventlog::append(&mut tx, &key.stream(), state.stream_version, &new).await {
-            Ok(_) => {}
-            Err(sless_store::Error::Conflict { .. }) => return Ok(Recorded::Stale),
-            Err(e) => return Err(HandlerError::retry(e)),
-        }
-        if !queue::holds_lease(&mut tx, item)
-            .await
-            .map_err(HandlerError::retry)?
-        {
-            return Err(HandlerError::LeaseLost);
-        }
-        tx.commit().await.map_err(HandlerError::retry)?;
-        Ok(Recorded::Done)
-    }
-
-    /// Converges one function. Retried on conflict a few times, then left to
-    /// the next item (an append that raced us enqueued one).
+    /// Converges one function: looks, decides the next action ([`next`]),
+    /// carries it out, and again until nothing is left to do. Left to the
+    /// next item after a few rounds (an append that raced us enqueued one).
     pub async fn reconcile(&self, item: &WorkItem) -> HandlerResult<()> {
         let key = FunctionKey::from_queue_key(&item.key)
             .map_err(|e| HandlerError::Fatal(e.to_string()))?;
         for _ in 0..8 {
             let state = load(&self.pool, &key).await?;
-            match self.step(item, &key, &state).await? {
-                Some(Recorded::Done) | Some(Recorded::Stale) => continue,
-                None => {
+            let observed = self.observe(&key, &state).await?;
+            let action = next(&state, &observed);
+            // Boxed: the driver's futures are large, and a caller's stack
+            // (a test's, say) need not hold them.
+            match Box::pin(self.act(item, &key, &state, action)).await? {
+                Progress::Again => continue,
+                Progress::Converged => {
                     self.collect_build_logs(&key, &state).await;
                     return self.sync_cron(&key, &state).await;
                 }
             }
         }
         Ok(())
+    }
+
+    /// What `next` needs to know beyond the log: the function's http
+    /// triggers, what the driver runs for it, and whether the worker the
+    /// log says it runs on is alive. Nothing, for a function that should
+    /// not run.
+    async fn observe(&self, key: &FunctionKey, state: &Function) -> HandlerResult<Observed> {
+        if state.spec.is_none() || state.current().is_none() {
+            return Ok(Observed::default());
+        }
+        let triggers = trigger_index::http_triggers(&self.pool, &key.namespace, key.name.as_str())
+            .await
+            .map_err(HandlerError::retry)?;
+        let running = self.driver.status(key).await;
+        let here = self.driver.node();
+        let there_alive = match (&here, state.deployed_node.as_deref()) {
+            (Some(here), Some(there)) if here.id != there => {
+                sless_store::workers::alive(&self.pool, there, here.dead_after)
+                    .await
+                    .map_err(HandlerError::retry)?
+            }
+            _ => false,
+        };
+        Ok(Observed {
+            triggers,
+            running,
+            here: here.map(|h| h.id),
+            there_alive,
+        })
+    }
+
+    /// Carries out `action`, decided on `state`.
+    async fn act(
+        &self,
+        item: &WorkItem,
+        key: &FunctionKey,
+        state: &Function,
+        action: Action,
+    ) -> HandlerResult<Progress> {
+        match action {
+            Action::Nothing => Ok(Progress::Converged),
+            Action::Remove => {
+                self.driver.remove(key).await.map_err(infra)?;
+                Ok(Progress::Converged)
+            }
+            Action::Stop { then } => {
+                self.driver.stop(key).await.map_err(infra)?;
+                match then {
+                    Some(event) => self.record(item, key, state, vec![event]).await,
+                    None => Ok(Progress::Converged),
+                }
+            }
+            Action::Record(event) => self.record(item, key, state, vec![event]).await,
+            Action::Restore { version } => self.restore(item, key, state, version).await,
+            Action::Build { version } | Action::Deploy { version } => {
+                Box::pin(self.build_and_deploy(item, key, state, version)).await
+            }
+        }
     }
 
     /// Deletes the build logs of the versions retention pruned (an upload
@@ -211,178 +268,46 @@ impl<D: Driver> Reconciler<D> {
         self.driver.sync_cron(key, wanted).await.map_err(infra)
     }
 
-    /// The current version serves, as deployed: converged. Made current
-    /// again while it served (a rollback to the live version before a newer
-    /// upload was deployed), it is `Pending` in the log, which records that
-    /// it serves as it is (the same endpoint and node).
-    async fn serving_as_it_is(
+    /// Starts `served`, the version that served before the current one
+    /// failed, again; a version that cannot start either leaves the
+    /// function as it is.
+    async fn restore(
         &self,
         item: &WorkItem,
         key: &FunctionKey,
         state: &Function,
-    ) -> HandlerResult<Option<Recorded>> {
-        let (Some(version), Some(endpoint)) = (state.deployed_version, state.endpoint.clone())
-        else {
-            return Ok(None);
+        served: u32,
+    ) -> HandlerResult<Progress> {
+        let Some(spec) = state.spec.as_ref() else {
+            return Ok(Progress::Converged);
         };
-        if state.phase != sless_domain::Phase::Pending {
-            return Ok(None);
-        }
-        let again = FunctionEvent::FunctionDeployed {
-            version,
-            endpoint,
-            node: state.deployed_node.clone(),
+        let artifact = Artifact {
+            reference: state.artifacts[&served].clone(),
         };
-        self.record(item, key, state, again).await.map(Some)
-    }
-
-    /// The current version failed to build or deploy and nothing runs,
-    /// although a version served before (it was stopped while the function
-    /// was scaled to zero, and the upload that failed made it warm): that
-    /// version is started again, as a failed deploy leaves what served
-    /// before it serving. The function stays `Failed` with its error.
-    async fn restore_served(
-        &self,
-        item: &WorkItem,
-        key: &FunctionKey,
-        state: &Function,
-        spec: &sless_domain::FunctionSpec,
-    ) -> HandlerResult<Option<Recorded>> {
-        let Some(served) = state.deployed_version else {
-            return Ok(None);
-        };
-        let runs_here = state.version(served).is_some_and(|v| {
-            v.runtime.is_none_or(|r| r == spec.runtime) && state.artifacts.contains_key(&served)
-        });
-        if state.endpoint.is_some()
-            || state.idle
-            || state.current_version == Some(served)
-            || !runs_here
-        {
-            return Ok(None);
-        }
-        let started = std::time::Instant::now();
-        let deployed = driver::traced(
-            "deploy",
-            key,
-            served,
-            spec.runtime,
-            self.driver.kind(),
-            self.driver.deploy(DeployRequest {
-                key: key.clone(),
-                version: served,
-                runtime: spec.runtime,
-                entrypoint: spec.entrypoint.clone(),
-                memory_mb: spec.memory_mb,
-                timeout_sec: spec.timeout_sec,
-                env_vars: spec.env_vars.clone(),
-                artifact: Artifact {
-                    reference: state.artifacts[&served].clone(),
-                },
-            }),
-        )
-        .await;
-        self.count(Step::Deploy, spec.runtime, &deployed, started);
-        match deployed {
-            Ok(d) => {
-                let again = FunctionEvent::FunctionDeployed {
-                    version: d.version,
-                    endpoint: d.endpoint,
-                    node: d.node,
-                };
-                self.record(item, key, state, again).await.map(Some)
-            }
-            // It cannot start either: the function stays as it is.
+        match self.deploy(key, served, spec, artifact).await {
+            Ok(d) => self.record(item, key, state, vec![deployed(d)]).await,
             Err(DriverError::Deploy { message, .. }) => {
                 tracing::warn!(function = %key.queue_key(), version = served, error = %message, "the version that served before does not start again");
-                Ok(None)
+                Ok(Progress::Converged)
             }
             Err(e) => Err(infra(e)),
         }
     }
 
-    /// Does the next thing the function needs; `None` when it has converged.
-    async fn step(
+    /// Builds the current version `version` (or, built already, checks its
+    /// artifact), records how the build ended, and deploys a version whose
+    /// build was recorded already.
+    async fn build_and_deploy(
         &self,
         item: &WorkItem,
         key: &FunctionKey,
         state: &Function,
-    ) -> HandlerResult<Option<Recorded>> {
+        version: u32,
+    ) -> HandlerResult<Progress> {
         let (Some(spec), Some(current)) = (state.spec.as_ref(), state.current()) else {
-            // Deleted, never created, or nothing uploaded since it was
-            // (created again): nothing should run.
-            self.driver.remove(key).await.map_err(infra)?;
-            return Ok(None);
+            return Ok(Progress::Again);
         };
-        // A function with http triggers runs only while one of them is
-        // enabled; otherwise it is scaled to zero (and not built: enabling
-        // a trigger builds and deploys its current version).
-        let triggers = trigger_index::http_triggers(&self.pool, &key.namespace, key.name.as_str())
-            .await
-            .map_err(HandlerError::retry)?;
-        if !triggers.served() {
-            self.driver.stop(key).await.map_err(infra)?;
-            if let Some(version) = state.deployed_version {
-                let stopped = FunctionEvent::FunctionStopped {
-                    version,
-                    reason: format!(
-                        "no http trigger of it is enabled ({})",
-                        triggers.names.join(", ")
-                    ),
-                };
-                return self.record(item, key, state, stopped).await.map(Some);
-            }
-            return Ok(None);
-        }
-        // Scaled to zero: nothing runs until a call scales it up (the
-        // build is kept, so that deploys at once).
-        if state.idle {
-            self.driver.stop(key).await.map_err(infra)?;
-            return Ok(None);
-        }
-        if state.failed_version == Some(current.version) {
-            // Waits for a new upload, with what served before serving.
-            return self.restore_served(item, key, state, spec).await;
-        }
-        let running = self.driver.status(key).await;
-        // A driver whose functions run on one worker each: the log says
-        // which. The current version with the current spec on another
-        // worker that is alive is where it should be (no second copy here);
-        // an older one, or one on a worker that is gone, is deployed here.
-        let elsewhere = match (self.driver.node(), state.deployed_node.as_deref()) {
-            (Some(here), Some(there)) if here.id != there => Some((here, there)),
-            _ => None,
-        };
-        if let Some((here, there)) = &elsewhere {
-            let current_there = state.deployed_version == Some(current.version)
-                && state.deployed_with_current_spec();
-            if current_there
-                && sless_store::workers::alive(&self.pool, there, here.dead_after)
-                    .await
-                    .map_err(HandlerError::retry)?
-            {
-                return self.serving_as_it_is(item, key, state).await;
-            }
-        }
-        // Converged: the current version runs, where the log says, started
-        // with the spec the log has now (a spec change redeploys).
-        let converged = elsewhere.is_none()
-            && running.as_ref().is_some_and(|d| {
-                d.version == current.version
-                    && state.deployed_version == Some(current.version)
-                    && state.endpoint.as_deref() == Some(d.endpoint.as_str())
-                    && state.deployed_with_current_spec()
-            });
-        if converged {
-            return self.serving_as_it_is(item, key, state).await;
-        }
-        let built = state.built.as_ref().filter(|(v, _)| *v == current.version);
-        if built.is_none() && state.phase != sless_domain::Phase::Building {
-            let started = FunctionEvent::BuildStarted {
-                version: current.version,
-            };
-            return self.record(item, key, state, started).await.map(Some);
-        }
+        let built = state.built.as_ref().filter(|(v, _)| *v == version);
         let context = self
             .blobs
             .get(&current.context_key)
@@ -390,26 +315,26 @@ impl<D: Driver> Reconciler<D> {
             .map_err(HandlerError::retry)?;
         // The build's log: written down while it runs, stored when it ends,
         // before the event that says how it ended.
-        let recording = Recording::start(&self.pool, key, current.version)
+        let recording = Recording::start(&self.pool, key, version)
             .await
             .map_err(HandlerError::retry)?;
         let started = std::time::Instant::now();
         let build = driver::traced(
             "build",
             key,
-            current.version,
+            version,
             spec.runtime,
             self.driver.kind(),
             self.driver.build(BuildRequest {
                 key: key.clone(),
-                version: current.version,
+                version,
                 runtime: spec.runtime,
                 context_sha256: current.context_sha256.clone(),
                 context_key: current.context_key.clone(),
                 context,
                 built: state
                     .artifacts
-                    .get(&current.version)
+                    .get(&version)
                     .cloned()
                     .map(|reference| Artifact { reference }),
                 log: recording.log(),
@@ -421,44 +346,79 @@ impl<D: Driver> Reconciler<D> {
             self.count(Step::Build, spec.runtime, &build, started);
         }
         recording
-            .finish(&self.pool, &self.blobs, &build)
+            .finish(&self.pool, &self.blobs, build_end(&build))
             .await
             .map_err(HandlerError::retry)?;
         let artifact = match build {
             Ok(a) => a,
             Err(DriverError::Build { message, log_tail }) => {
                 let failed = FunctionEvent::BuildFailed {
-                    version: current.version,
+                    version,
                     error: message,
                     log_tail,
                 };
-                return self.record(item, key, state, failed).await.map(Some);
+                return self.record(item, key, state, vec![failed]).await;
             }
             Err(e) => return Err(infra(e)),
         };
         if built.is_none_or(|(_, a)| *a != artifact.reference) {
             let ok = FunctionEvent::BuildSucceeded {
-                version: current.version,
+                version,
                 artifact: artifact.reference,
             };
-            return self.record(item, key, state, ok).await.map(Some);
+            return self.record(item, key, state, vec![ok]).await;
         }
         // Newer work supersedes: never deploy a version that is no longer
         // current, nor a spec that was changed since.
         let now = load(&self.pool, key).await?;
-        if now.current_version != Some(current.version) || now.spec != state.spec {
-            return Ok(Some(Recorded::Stale));
+        if now.current_version != Some(version) || now.spec != state.spec {
+            return Ok(Progress::Again);
         }
+        let events = match self.deploy(key, version, spec, artifact).await {
+            Ok(d) => vec![deployed(d)],
+            Err(DriverError::Deploy { message, log_tail }) => {
+                let failed = FunctionEvent::DeployFailed {
+                    version,
+                    error: message,
+                    log_tail,
+                };
+                // A failed deploy leaves what served before serving (the
+                // drivers keep it, or put it back): the log says which.
+                match self.driver.status(key).await {
+                    Some(serving) => vec![
+                        failed,
+                        FunctionEvent::DeployRolledBack {
+                            failed_version: version,
+                            restored_version: serving.version,
+                        },
+                    ],
+                    None => vec![failed],
+                }
+            }
+            Err(e) => return Err(infra(e)),
+        };
+        self.record(item, key, state, events).await
+    }
+
+    /// Asks the driver to deploy `version` of the function, with `spec`,
+    /// counted and traced.
+    async fn deploy(
+        &self,
+        key: &FunctionKey,
+        version: u32,
+        spec: &sless_domain::FunctionSpec,
+        artifact: Artifact,
+    ) -> Result<Deployment, DriverError> {
         let started = std::time::Instant::now();
         let deployed = driver::traced(
             "deploy",
             key,
-            current.version,
+            version,
             spec.runtime,
             self.driver.kind(),
             self.driver.deploy(DeployRequest {
                 key: key.clone(),
-                version: current.version,
+                version,
                 runtime: spec.runtime,
                 entrypoint: spec.entrypoint.clone(),
                 memory_mb: spec.memory_mb,
@@ -469,34 +429,36 @@ impl<D: Driver> Reconciler<D> {
         )
         .await;
         self.count(Step::Deploy, spec.runtime, &deployed, started);
-        let events = match deployed {
-            Ok(d) => vec![FunctionEvent::FunctionDeployed {
-                version: d.version,
-                endpoint: d.endpoint,
-                node: d.node,
-            }],
-            Err(DriverError::Deploy { message, log_tail }) => {
-                let failed = FunctionEvent::DeployFailed {
-                    version: current.version,
-                    error: message,
-                    log_tail,
-                };
-                // A failed deploy leaves what served before serving (the
-                // drivers keep it, or put it back): the log says which.
-                match self.driver.status(key).await {
-                    Some(serving) => vec![
-                        failed,
-                        FunctionEvent::DeployRolledBack {
-                            failed_version: current.version,
-                            restored_version: serving.version,
-                        },
-                    ],
-                    None => vec![failed],
-                }
-            }
-            Err(e) => return Err(infra(e)),
-        };
-        self.record_all(item, key, state, &events).await.map(Some)
+        deployed
+    }
+}
+
+/// How a build ended, as its log records it.
+fn build_end(built: &Result<Artifact, DriverError>) -> End {
+    match built {
+        Ok(_) => End {
+            outcome: Outcome::Succeeded,
+            error: None,
+        },
+        Err(DriverError::Build { message, .. }) => End {
+            outcome: Outcome::Failed,
+            error: Some(message.clone()),
+        },
+        Err(e) => End {
+            outcome: Outcome::Failed,
+            error: Some(format!(
+                "the build was interrupted ({e}); it is tried again"
+            )),
+        },
+    }
+}
+
+/// The event that records a deploy.
+fn deployed(d: Deployment) -> FunctionEvent {
+    FunctionEvent::FunctionDeployed {
+        version: d.version,
+        endpoint: d.endpoint,
+        node: d.node,
     }
 }
 
