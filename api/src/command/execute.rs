@@ -14,17 +14,15 @@
 use std::future::Future;
 
 use sless_domain::{Aggregate, Namespace};
-use sless_store::eventlog::{self, Appended, Loaded, NewEvent};
+use sless_store::eventlog::{self, Appended, NewEvent};
+use sless_store::system::decides_again;
 
 use super::{Answered, BLOB_COLLECTED, Command, RequestContext, collect_unused, commit, settle};
 use crate::AppState;
 use crate::error::{ApiResult, QUOTA_EXCEEDED, VERSION_CONFLICT};
 use crate::quota::Demand;
 
-/// How many times a command is decided again after losing races it does
-/// not depend on. Each lost race means another append to the stream went
-/// through, so this bounds only how long one request waits its turn.
-pub const MAX_TRIES: u32 = 32;
+pub use sless_store::system::{Current, MAX_TRIES};
 
 /// The stream a command changes.
 #[derive(Debug, Clone)]
@@ -44,13 +42,6 @@ impl Target {
             what: format!("{} {name:?}", A::KIND),
         }
     }
-}
-
-/// The state a command is decided on, and the events it was folded from
-/// (with when each was recorded, for answers that show it).
-pub struct Current<'a, A: Aggregate> {
-    pub state: &'a A,
-    pub events: &'a [Loaded<A::Event>],
 }
 
 /// What a command makes of the state it is decided on.
@@ -213,7 +204,8 @@ pub async fn execute<A: Aggregate, H: Handler<A>>(
                 {
                     return abandon(state, ctx, handler, refused).await;
                 }
-                if tries >= MAX_TRIES || handler.depends_on(&current, &now) {
+                // The rule system commands follow too.
+                if !decides_again(tries, handler.depends_on(&current, &now)) {
                     return abandon(state, ctx, handler, e).await;
                 }
                 tries += 1;

@@ -96,16 +96,19 @@ impl Drop for Holding {
     }
 }
 
-/// Holds a call to `ns/name`, which has no instance, until one serves.
+/// Holds a call to `ns/name`, which has no instance, until one serves. The
+/// first call held asks for the instance: its request id is the cause the
+/// log records.
 pub(super) async fn activate(
     state: &AppState,
     ns: &str,
     name: &str,
+    request_id: &str,
     started: Instant,
 ) -> ApiResult<Activated> {
     let limits = state.http.limits;
     let activation = {
-        let mut running = state.endpoints.activations.running.lock().unwrap();
+        let mut running = state.activations.running.lock().unwrap();
         running
             .entry(format!("{ns}/{name}"))
             .or_insert_with(|| {
@@ -117,6 +120,7 @@ pub(super) async fn activate(
                     state.clone(),
                     ns.to_owned(),
                     name.to_owned(),
+                    request_id.to_owned(),
                     a.clone(),
                 ));
                 a
@@ -223,15 +227,20 @@ fn activating(name: &str, why: String) -> ApiError {
 /// Asks for an instance and watches the read model until it serves, the
 /// start fails, or the activation timeout passes; then tells the held
 /// calls and leaves the registry, so the next call starts afresh.
-async fn drive(state: AppState, ns: String, name: String, activation: Arc<Activation>) {
+async fn drive(
+    state: AppState,
+    ns: String,
+    name: String,
+    request_id: String,
+    activation: Arc<Activation>,
+) {
     let deadline = tokio::time::Instant::now() + state.http.limits.activation_timeout;
-    let ended = ask_and_watch(&state, &ns, &name, deadline).await;
+    let ended = ask_and_watch(&state, &ns, &name, &request_id, deadline).await;
     // After a failed or slow start the next call reads the function again.
     if !matches!(ended, Some(Ended::Serving { .. })) {
         state.endpoints.forget(&ns, &name);
     }
     state
-        .endpoints
         .activations
         .running
         .lock()
@@ -247,6 +256,7 @@ async fn ask_and_watch(
     state: &AppState,
     ns: &str,
     name: &str,
+    request_id: &str,
     deadline: tokio::time::Instant,
 ) -> Option<Ended> {
     let (Ok(namespace), Ok(function)) = (Namespace::parse(ns), FunctionName::parse(name)) else {
@@ -259,10 +269,7 @@ async fn ask_and_watch(
         FunctionCommand::Activate {
             reason: format!("a call to /fn/{ns}/{name}"),
         },
-        Metadata {
-            actor: "system:proxy".into(),
-            ..Default::default()
-        },
+        Metadata::caused_by_request("proxy", request_id),
     )
     .await;
     let since = match asked {

@@ -27,7 +27,7 @@ use super::edge;
 use super::endpoints::Target;
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::invocations::X_REQUEST_ID;
+use crate::request_id::X_REQUEST_ID;
 
 type Pool =
     hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
@@ -243,7 +243,9 @@ async fn send(
             super::activation::after_failure(name, error, *at)?;
         }
         if (target.activating || target.start_failed.is_some()) && target.disabled.is_none() {
-            let activated = super::activation::activate(state, ns, name, call.started).await?;
+            let activated =
+                super::activation::activate(state, ns, name, &call.request_id, call.started)
+                    .await?;
             call.activation = Some((activated.held, activated.instance_start));
             target = activated.target;
         }
