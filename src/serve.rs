@@ -389,7 +389,7 @@ fn app_state(pool: PgPool, blobs: BlobStore, auth: Auth, api: &config::Api) -> A
     sless_api::faults::crash_after_commit(api.crash_after_commit);
     let mut state = AppState::new(pool.clone(), blobs, auth);
     state.http = sless_api::proxy::HttpClient::new(api.proxy);
-    state.invocations = sless_api::invocations::Recorder::start(pool.clone(), api.invocations);
+    state.invocations = sless_api::recorder::Recorder::start(pool.clone(), api.invocations);
     state.uploads = api.upload_gate();
     state.keep_versions = api.keep_versions;
     state.quotas = api.quotas;

@@ -156,7 +156,7 @@ impl RequestContext {
         };
         Ok(RequestContext {
             caller,
-            request_id: header("x-request-id").unwrap_or_else(crate::invocations::new_request_id),
+            request_id: header("x-request-id").unwrap_or_else(crate::request_id::new_request_id),
             traceparent: sless_telemetry::trace::current().or_else(|| header("traceparent")),
             idempotency,
             precondition: Precondition::from_headers(headers)?,

@@ -40,8 +40,6 @@ use serde::Serialize;
 use sless_domain::DomainError;
 use sless_domain::archive::ArchiveError;
 
-use crate::quota::Exceeded;
-
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// An error as the API answers it.
@@ -254,9 +252,10 @@ impl IntoResponse for ApiError {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        if let Some(version) = self.etag() {
-            res.headers_mut()
-                .insert(header::ETAG, crate::command::precondition::etag(version));
+        if let Some(tag) = self.members.as_ref().and_then(|m| m.get("etag")?.as_str())
+            && let Ok(tag) = HeaderValue::from_str(tag)
+        {
+            res.headers_mut().insert(header::ETAG, tag);
         }
         res
     }
@@ -277,27 +276,6 @@ impl From<DomainError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "conflict", "Conflict", detail)
             }
         }
-    }
-}
-
-/// 409 for a count (the namespace must give something up first), 429 with
-/// `Retry-After` for a rate (it may go on later).
-impl From<Exceeded> for ApiError {
-    fn from(e: Exceeded) -> ApiError {
-        let status = match e.retry_after {
-            Some(_) => StatusCode::TOO_MANY_REQUESTS,
-            None => StatusCode::CONFLICT,
-        };
-        let mut error = ApiError::new(status, QUOTA_EXCEEDED, "Quota exceeded", e.detail);
-        error.retry_after = e
-            .retry_after
-            .map(|d| u32::try_from(d.as_secs().max(1)).unwrap_or(u32::MAX));
-        error.members = Some(Box::new(serde_json::Map::from_iter([
-            ("quota".to_owned(), e.quota.name().into()),
-            ("limit".to_owned(), e.limit.into()),
-            ("used".to_owned(), e.used.into()),
-        ])));
-        error
     }
 }
 

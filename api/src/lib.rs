@@ -40,6 +40,8 @@ pub mod paging;
 pub mod path;
 pub mod proxy;
 pub mod quota;
+pub mod recorder;
+pub mod request_id;
 pub mod serve;
 pub mod source;
 pub mod triggers;
@@ -106,8 +108,10 @@ pub struct Shared {
     pub breaker: Arc<Breaker>,
     /// Where functions run, remembered briefly by the invoke proxy.
     pub endpoints: Arc<proxy::Endpoints>,
+    /// Calls held by the invoke proxy for functions scaled to zero.
+    pub activations: Arc<proxy::Activations>,
     /// Invocation records, written off the request path.
-    pub invocations: invocations::Recorder,
+    pub invocations: recorder::Recorder,
     /// How many uploads are checked at once.
     pub uploads: upload::UploadGate,
     /// Versions kept per function besides the live one.
@@ -145,7 +149,7 @@ pub const DEFAULT_KEEP_VERSIONS: usize = 50;
 
 impl AppState {
     pub fn new(pool: PgPool, blobs: BlobStore, auth: Auth) -> AppState {
-        let invocations = invocations::Recorder::new(pool.clone());
+        let invocations = recorder::Recorder::new(pool.clone());
         AppState(Arc::new(Shared {
             work: sless_store::queue::Ringer::new(pool.clone()),
             pool,
@@ -156,6 +160,7 @@ impl AppState {
             deadlines: Deadlines::default(),
             breaker: Arc::default(),
             endpoints: Arc::new(proxy::Endpoints::new(Duration::from_secs(1))),
+            activations: Arc::default(),
             invocations,
             uploads: upload::UploadGate::default(),
             keep_versions: DEFAULT_KEEP_VERSIONS,
@@ -290,5 +295,5 @@ fn finish(router: Router<AppState>, state: AppState) -> Router {
         .with_state(state)
         .layer(middleware::from_fn(serve::limit_headers))
         // Outermost, so every answer carries it, refusals included.
-        .layer(middleware::from_fn(invocations::with_request_id))
+        .layer(middleware::from_fn(request_id::with_request_id))
 }

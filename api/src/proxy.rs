@@ -55,11 +55,11 @@
 //! What crosses, each way, is `edge`'s: hop-by-hop headers are stripped
 //! both ways, the platform's credentials (its tokens, its cookies) never
 //! reach a function, and a function's cookies stay under its own path. The
-//! request's `X-Request-Id` (see `invocations::request_id`) goes to the
+//! request's `X-Request-Id` (see `request_id::request_id`) goes to the
 //! function and back.
 //!
 //! Every call that reaches the lookup of an existing function is recorded
-//! (`invocations::Recorder`) when its answer has been sent, or abandoned:
+//! (`recorder::Recorder`) when its answer has been sent, or abandoned:
 //! the version that answered, start time, duration to the last byte, the
 //! status the client got, body bytes in and out as they streamed (in: as
 //! read from the client, so a body refused past the limit counts what was
@@ -84,7 +84,7 @@ use chrono::Utc;
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::invocations::{self, X_REQUEST_ID};
+use crate::request_id::{self, X_REQUEST_ID};
 
 mod activation;
 mod admission;
@@ -94,6 +94,7 @@ pub mod edge;
 mod endpoints;
 mod forward;
 
+pub use activation::Activations;
 pub use admission::ProxyLimits;
 pub use endpoints::Endpoints;
 pub use forward::{BAD_UPSTREAM_RESPONSE, HttpClient, client};
@@ -164,7 +165,7 @@ pub async fn elsewhere(State(state): State<AppState>, uri: Uri) -> Response {
 async fn invoke(state: AppState, mut req: Request) -> Response {
     let started = Instant::now();
     let started_at = Utc::now();
-    let request_id = invocations::request_id(req.headers_mut());
+    let request_id = request_id::request_id(req.headers_mut());
     let mut res = forward::forward(&state, started, started_at, &request_id, req)
         .await
         .unwrap_or_else(IntoResponse::into_response);

@@ -18,11 +18,12 @@
 
 use std::time::Duration;
 
+use axum::http::StatusCode;
 use sless_domain::Namespace;
 use sless_store::usage;
 use sqlx::PgConnection;
 
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult, QUOTA_EXCEEDED};
 
 /// The quotas every namespace has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,5 +363,26 @@ impl Exceeded {
     fn hint(mut self, hint: &str) -> Exceeded {
         self.detail = format!("{}: {hint}", self.detail);
         self
+    }
+}
+
+/// 409 for a count (the namespace must give something up first), 429 with
+/// `Retry-After` for a rate (it may go on later).
+impl From<Exceeded> for ApiError {
+    fn from(e: Exceeded) -> ApiError {
+        let status = match e.retry_after {
+            Some(_) => StatusCode::TOO_MANY_REQUESTS,
+            None => StatusCode::CONFLICT,
+        };
+        let mut error = ApiError::new(status, QUOTA_EXCEEDED, "Quota exceeded", e.detail);
+        error.retry_after = e
+            .retry_after
+            .map(|d| u32::try_from(d.as_secs().max(1)).unwrap_or(u32::MAX));
+        error.members = Some(Box::new(serde_json::Map::from_iter([
+            ("quota".to_owned(), e.quota.name().into()),
+            ("limit".to_owned(), e.limit.into()),
+            ("used".to_owned(), e.used.into()),
+        ])));
+        error
     }
 }

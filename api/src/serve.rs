@@ -34,7 +34,7 @@ use tokio::net::TcpListener;
 use tower::ServiceExt as _;
 
 use crate::error::ApiError;
-use crate::invocations::X_REQUEST_ID;
+use crate::request_id::X_REQUEST_ID;
 
 /// Header fields a request may carry (each value of a repeated field
 /// counted). The invoke proxy has a lower limit of its own

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use anyhow::bail;
 use sless_api::faults::CRASH_AFTER_COMMIT_ENV;
-use sless_api::invocations::RecorderConfig;
 use sless_api::proxy::ProxyLimits;
 use sless_api::quota::{Quota, Quotas};
+use sless_api::recorder::RecorderConfig;
 use sless_api::upload::UploadGate;
 
 use super::source::var;

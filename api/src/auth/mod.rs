@@ -16,6 +16,7 @@
 //! Every refusal is a 401 problem document with a `WWW-Authenticate: Bearer`
 //! header, whose detail says why without repeating the token.
 
+pub mod algorithm;
 pub mod keys;
 pub mod token;
 
@@ -34,7 +35,8 @@ use sless_domain::Namespace;
 use crate::AppState;
 use crate::error::ApiError;
 
-pub use keys::{JwksReport, KeyError, KeySet, TokenAlgorithm};
+pub use algorithm::TokenAlgorithm;
+pub use keys::{JwksReport, KeyError, KeySet};
 
 /// The claim that lets a token act in any namespace, unless configured otherwise.
 pub const DEFAULT_ADMIN_CLAIM: &str = "sless_admin";

@@ -10,7 +10,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::keys::TokenAlgorithm;
+use super::algorithm::TokenAlgorithm;
 
 /// The longest token accepted, in bytes of its compact form.
 pub const MAX_TOKEN_BYTES: usize = 8 * 1024;

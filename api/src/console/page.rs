@@ -6,7 +6,6 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
-use super::session::Session;
 use super::text::Text;
 use crate::error::ApiError;
 
@@ -24,35 +23,6 @@ impl Page {
             markup: document(title, html! { main { (body) } }),
         }
     }
-
-    /// A page of namespace `ns`, with the navigation and the sign-out form.
-    pub fn of(session: &Session, ns: &str, title: &str, body: Markup) -> Page {
-        let nav = html! {
-            header {
-                nav {
-                    a.brand href={ "/console/ns/" (ns) } { "sless" }
-                    a href={ "/console/ns/" (ns) } { "Functions" }
-                    a href={ "/console/ns/" (ns) "/events" } { "Audit log" }
-                    span.who { (Text(&session.caller.sub)) " · " code { (Text(ns)) } }
-                    @if session.caller.admin {
-                        form.switch method="get" action="/console/switch" {
-                            label for="switch-ns" { "Namespace" }
-                            input id="switch-ns" name="ns" value=(ns) size="24";
-                            button type="submit" { "Open" }
-                        }
-                    }
-                    form.sign-out method="post" action="/console/sign-out" {
-                        input type="hidden" name="csrf" value=(session.csrf);
-                        button type="submit" { "Sign out" }
-                    }
-                }
-            }
-        };
-        Page {
-            status: StatusCode::OK,
-            markup: document(title, html! { (nav) main { (body) } }),
-        }
-    }
 }
 
 impl IntoResponse for Page {
@@ -61,7 +31,7 @@ impl IntoResponse for Page {
     }
 }
 
-fn document(title: &str, body: Markup) -> Markup {
+pub(super) fn document(title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {

@@ -37,12 +37,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::Engine;
 use chrono::{DateTime, Duration, Utc};
-use maud::html;
+use maud::{Markup, html};
 use rand::RngCore;
 use serde::Deserialize;
 use sless_store::console::{self as store, Principal};
 
-use super::page::{self, Page};
+use super::page::{self, Page, document};
+use super::text::Text;
 use crate::AppState;
 use crate::auth::Caller;
 
@@ -490,6 +491,38 @@ pub async fn issue_code(
     let until = Utc::now() + Duration::from_std(valid_for).unwrap_or(Duration::hours(1));
     store::create_code(pool, &code, &principal, until).await?;
     Ok(code)
+}
+
+/// The pages of a signed-in session.
+impl Page {
+    /// A page of namespace `ns`, with the navigation and the sign-out form.
+    pub fn of(session: &Session, ns: &str, title: &str, body: Markup) -> Page {
+        let nav = html! {
+            header {
+                nav {
+                    a.brand href={ "/console/ns/" (ns) } { "sless" }
+                    a href={ "/console/ns/" (ns) } { "Functions" }
+                    a href={ "/console/ns/" (ns) "/events" } { "Audit log" }
+                    span.who { (Text(&session.caller.sub)) " · " code { (Text(ns)) } }
+                    @if session.caller.admin {
+                        form.switch method="get" action="/console/switch" {
+                            label for="switch-ns" { "Namespace" }
+                            input id="switch-ns" name="ns" value=(ns) size="24";
+                            button type="submit" { "Open" }
+                        }
+                    }
+                    form.sign-out method="post" action="/console/sign-out" {
+                        input type="hidden" name="csrf" value=(session.csrf);
+                        button type="submit" { "Sign out" }
+                    }
+                }
+            }
+        };
+        Page {
+            status: StatusCode::OK,
+            markup: document(title, html! { (nav) main { (body) } }),
+        }
+    }
 }
 
 #[cfg(test)]

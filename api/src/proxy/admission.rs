@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode};
 
 use crate::error::{ApiError, ApiResult};
-use crate::invocations::X_REQUEST_ID;
+use crate::request_id::X_REQUEST_ID;
 
 /// The limits a request must stay within to be forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +109,7 @@ pub(super) fn check_suffix(suffix: &str) -> ApiResult<()> {
 }
 
 /// Checks the request's header fields against the limits. `X-Request-Id`
-/// is not counted: it is bounded on its own (`invocations::request_id`),
+/// is not counted: it is bounded on its own (`request_id::request_id`),
 /// and may have been added by the API itself.
 pub(super) fn check_headers(headers: &HeaderMap, limits: &ProxyLimits) -> ApiResult<()> {
     let too_large = |detail: String| {

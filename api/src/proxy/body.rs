@@ -20,7 +20,27 @@ use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
 use hyper::body::{Frame, SizeHint};
 
-use super::call::{Call, Failure};
+/// Why a call failed: the detail and the short kind its record keeps.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub detail: String,
+    pub kind: &'static str,
+}
+
+impl Failure {
+    pub fn new(kind: &'static str, detail: impl Into<String>) -> Failure {
+        Failure {
+            detail: detail.into(),
+            kind,
+        }
+    }
+}
+
+/// What is told once an answer's body ended: its status, the bytes sent,
+/// and why it failed, if it did (a call, which records itself).
+pub(super) trait Ends {
+    fn ended(self, status: u16, sent: u64, failure: Option<Failure>);
+}
 
 /// What a call's bodies counted while they streamed.
 #[derive(Default)]
@@ -134,26 +154,26 @@ impl Timer {
 
 /// The answer's body, counted and bounded; records the call when it ends,
 /// fails, is cut short, or is dropped unfinished (the client went away).
-pub(super) struct Outbound<B: HttpBody> {
+pub(super) struct Outbound<B: HttpBody, E: Ends> {
     inner: B,
     sent: u64,
     status: u16,
     failure: Option<Failure>,
-    call: Option<Call>,
+    call: Option<E>,
     /// None for an answer of ours (a problem document), which is whole.
     bounds: Option<Bounds>,
     /// Made the first time the body has to wait.
     timer: Option<Timer>,
 }
 
-impl<B: HttpBody> Outbound<B> {
+impl<B: HttpBody, E: Ends> Outbound<B, E> {
     pub(super) fn new(
         inner: B,
-        call: Call,
+        call: E,
         status: u16,
         failure: Option<Failure>,
         bounds: Option<Bounds>,
-    ) -> Outbound<B> {
+    ) -> Outbound<B, E> {
         Outbound {
             inner,
             sent: 0,
@@ -168,7 +188,7 @@ impl<B: HttpBody> Outbound<B> {
     fn finish(&mut self, failure: Option<Failure>) {
         if let Some(call) = self.call.take() {
             let failure = self.failure.take().or(failure);
-            call.record(self.status, self.sent, failure);
+            call.ended(self.status, self.sent, failure);
         }
     }
 
@@ -190,9 +210,10 @@ impl<B: HttpBody> Outbound<B> {
     }
 }
 
-impl<B> HttpBody for Outbound<B>
+impl<B, E> HttpBody for Outbound<B, E>
 where
     B: HttpBody<Data = Bytes> + Unpin,
+    E: Ends + Unpin,
     B::Error: Into<BoxError>,
 {
     type Data = Bytes;
@@ -249,7 +270,7 @@ where
     }
 }
 
-impl<B: HttpBody> Drop for Outbound<B> {
+impl<B: HttpBody, E: Ends> Drop for Outbound<B, E> {
     fn drop(&mut self) {
         if self.call.is_some() {
             // Dropped before its end was read: fine when there was nothing

@@ -1,6 +1,7 @@
 //! One call through the proxy and its invocation record: the function and
 //! version it reached, when it started and how long it took, the status
-//! and bytes each way, whether it was cold, and why it failed (`Failure`),
+//! and bytes each way, whether it was cold, and why it failed
+//! (`body::Failure`),
 //! recorded once its answer has been sent or abandoned (`body::Outbound`).
 
 use std::sync::Arc;
@@ -13,35 +14,19 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use sless_store::invocations::{Invocation, id_for};
 
-use super::body::{Bounds, Meter, Outbound};
+use super::body::{Bounds, Ends, Failure, Meter, Outbound};
 use crate::error::ApiError;
-use crate::invocations::Recorder;
+use crate::recorder::Recorder;
 
-/// Why a call failed: the detail and the short kind its record keeps.
-#[derive(Debug, Clone)]
-pub struct Failure {
-    pub detail: String,
-    pub kind: &'static str,
-}
-
-impl Failure {
-    pub fn new(kind: &'static str, detail: impl Into<String>) -> Failure {
-        Failure {
-            detail: detail.into(),
-            kind,
-        }
-    }
-
-    /// The failure a problem answer stands for: its kind shortened (`oom`
-    /// for a function killed for memory).
-    fn of(e: &ApiError) -> Failure {
-        let kind = match e.kind {
-            crate::crashes::OUT_OF_MEMORY => "oom",
-            crate::crashes::CRASHED => "crashed",
-            other => other.strip_prefix("function-").unwrap_or(other),
-        };
-        Failure::new(kind, e.detail.clone())
-    }
+/// The failure a problem answer stands for: its kind shortened (`oom` for
+/// a function killed for memory).
+fn failure_of(e: &ApiError) -> Failure {
+    let kind = match e.kind {
+        crate::crashes::OUT_OF_MEMORY => "oom",
+        crate::crashes::CRASHED => "crashed",
+        other => other.strip_prefix("function-").unwrap_or(other),
+    };
+    Failure::new(kind, e.detail.clone())
 }
 
 /// One call to an existing function, to be recorded once it is answered.
@@ -88,14 +73,14 @@ impl Call {
 
     /// A problem instead of the function's answer, recorded likewise.
     pub fn refuse(self, e: ApiError) -> Response {
-        let failure = Failure::of(&e);
+        let failure = failure_of(&e);
         let (parts, body) = e.into_response().into_parts();
         let status = parts.status.as_u16();
         let body = Outbound::new(body, self, status, Some(failure), None);
         Response::from_parts(parts, Body::new(body))
     }
 
-    pub(super) fn record(self, status: u16, bytes_out: u64, failure: Option<Failure>) {
+    fn record(self, status: u16, bytes_out: u64, failure: Option<Failure>) {
         let duration = self.started.elapsed();
         self.metrics.invocation(
             &self.namespace,
@@ -138,5 +123,12 @@ impl Call {
             instance_start: self.activation.and_then(|(_, start)| start),
         };
         self.recorder.record(record);
+    }
+}
+
+/// A call is recorded once its answer's body ended.
+impl Ends for Call {
+    fn ended(self, status: u16, sent: u64, failure: Option<Failure>) {
+        self.record(status, sent, failure);
     }
 }

@@ -16,8 +16,6 @@ use crate::error::ApiResult;
 pub struct Endpoints {
     ttl: Duration,
     known: RwLock<HashMap<String, Remembered>>,
-    /// Calls held for functions scaled to zero.
-    pub(super) activations: super::activation::Activations,
     /// When this process last recorded a call of each function.
     touched: Mutex<HashMap<String, Instant>>,
 }
@@ -85,7 +83,6 @@ impl Endpoints {
         Endpoints {
             ttl,
             known: RwLock::new(HashMap::new()),
-            activations: Default::default(),
             touched: Mutex::new(HashMap::new()),
         }
     }
