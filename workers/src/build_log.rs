@@ -21,12 +21,11 @@ use std::time::Duration;
 use sless_domain::FunctionKey;
 use sless_store::PgPool;
 use sless_store::blobs::{self, BlobStore};
-use sless_store::build_logs::{self, End, Outcome};
+use sless_store::build_logs::{self, End};
 use tokio::sync::{Notify, oneshot};
 use uuid::Uuid;
 
 use crate::capture::Capture;
-use crate::driver::{Artifact, DriverError};
 
 /// Most bytes of a build's log kept: the first half live, the last half
 /// at the end.
@@ -237,24 +236,8 @@ impl Recording {
         mut self,
         pool: &PgPool,
         blobs: &BlobStore,
-        built: &Result<Artifact, DriverError>,
+        end: End,
     ) -> sless_store::Result<()> {
-        let end = match built {
-            Ok(_) => End {
-                outcome: Outcome::Succeeded,
-                error: None,
-            },
-            Err(DriverError::Build { message, .. }) => End {
-                outcome: Outcome::Failed,
-                error: Some(message.clone()),
-            },
-            Err(e) => End {
-                outcome: Outcome::Failed,
-                error: Some(format!(
-                    "the build was interrupted ({e}); it is tried again"
-                )),
-            },
-        };
         let written = self.stop_writer(pool).await?;
         if let Some(error) = &end.error {
             self.log.note(&format!("sless: {error}"));

@@ -7,7 +7,22 @@
 //! A build's log (`crate::build_log`) is kept the same way, with a limit of
 //! its own.
 
-use crate::driver::{Captured, JOB_OUTPUT_LIMIT};
+/// Most bytes of stdout (and of stderr) a job's record keeps.
+pub const JOB_OUTPUT_LIMIT: usize = 64 * 1024;
+
+/// What a run printed: at most [`JOB_OUTPUT_LIMIT`] bytes of it, with
+/// truncation marked.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Captured {
+    /// The output as UTF-8 (invalid bytes replaced). When truncated: its
+    /// first and last part, with a line between them saying how many bytes
+    /// were left out.
+    pub text: String,
+    /// How many bytes were printed in all.
+    pub bytes: u64,
+    /// Whether `text` leaves something out.
+    pub truncated: bool,
+}
 
 /// What a record keeps of `bytes`, output read back whole.
 pub(crate) fn captured(bytes: &[u8]) -> Captured {

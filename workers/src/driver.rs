@@ -12,6 +12,7 @@ use std::time::Duration;
 use sless_domain::{FunctionKey, Runtime};
 
 pub use crate::build_log::BuildLog;
+pub use crate::capture::{Captured, JOB_OUTPUT_LIMIT};
 
 /// Everything a driver needs to turn a build context into a runnable artifact.
 #[derive(Debug, Clone)]
@@ -109,20 +110,6 @@ pub struct JobRequest {
     pub event: serde_json::Value,
 }
 
-/// What a run printed: at most [`JOB_OUTPUT_LIMIT`] bytes of it, with
-/// truncation marked.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Captured {
-    /// The output as UTF-8 (invalid bytes replaced). When truncated: its
-    /// first and last part, with a line between them saying how many bytes
-    /// were left out.
-    pub text: String,
-    /// How many bytes were printed in all.
-    pub bytes: u64,
-    /// Whether `text` leaves something out.
-    pub truncated: bool,
-}
-
 /// How a run ended and what it printed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobOutput {
@@ -159,9 +146,6 @@ pub struct CronRequest {
     pub timeout: Duration,
     pub artifact: Artifact,
 }
-
-/// Most bytes of stdout (and of stderr) a job's record keeps.
-pub const JOB_OUTPUT_LIMIT: usize = 64 * 1024;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum DriverError {

@@ -1,9 +1,11 @@
 //! Queue consumers of sless: the worker loop, the reconciler that converges
 //! a function towards what the log says, and the drivers that run functions.
 //!
-//! Architecture Invariant: workers depend on store and domain only; they
-//! never import the API or the projector. What they learn, they append to
-//! the log as events.
+//! Architecture Invariant: workers depend on `store` and `domain` (and on
+//! `sandbox`, which jails the local driver's processes, and `telemetry`);
+//! they never import the API or the projector. What they learn, they
+//! append to the log as events, through the system executor
+//! (`sless_store::system`) only.
 
 pub mod build_log;
 mod capture;
