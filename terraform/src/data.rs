@@ -1,8 +1,8 @@
 //! The data sources: `sless_function` (one function, with its versions)
 //! and `sless_functions` (the namespace's functions).
 
+use crate::api::Api;
 use crate::diag::Diag;
-use crate::provider::Api;
 use crate::resources::{api_diag, domain_diag, id};
 use crate::schema::{Attr, Block, Mode};
 use crate::value::{Type, Value};

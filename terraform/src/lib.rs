@@ -3,12 +3,15 @@
 //! and the data sources `sless_function` and `sless_functions`.
 //!
 //! It speaks Terraform's provider protocol 6 over gRPC (`plugin`: the
-//! handshake and mutual TLS of go-plugin; `provider`: the calls), and
-//! reaches sless through `sless-client` only: it imports no crate of the
-//! server (`api`, `store`, `workers`), and checks what it can before
+//! handshake and mutual TLS of go-plugin; `provider`: the calls, handed to
+//! `resources` and `data`, which reach sless through the configured
+//! [`api::Api`]), and reaches sless through `sless-client` only: it
+//! imports no crate of the server (the crates `sless-api`, `sless-store`,
+//! `sless-workers`), and checks what it can before
 //! anything is sent with the domain's own rules (`sless-domain`), so a
 //! plan reports bad input with the API's words and writes nothing.
 
+pub mod api;
 pub mod data;
 pub mod diag;
 pub mod plugin;
@@ -48,7 +51,8 @@ pub fn main(env: Environment) -> i32 {
             return 1;
         }
     };
-    runtime.block_on(plugin::serve(env))
+    let provider = provider::ProviderService::new(env.endpoint.clone(), env.token.clone());
+    runtime.block_on(plugin::serve(env, provider))
 }
 
 #[cfg(test)]

@@ -28,8 +28,8 @@ use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tonic::transport::server::Connected;
 
+use crate::proto::tfplugin6::provider_server::{Provider, ProviderServer};
 use crate::proto::{health, plugin};
-use crate::provider::ProviderService;
 
 /// The cookie Terraform sets (`TF_PLUGIN_MAGIC_COOKIE`), so the binary
 /// knows it runs as its plugin.
@@ -37,8 +37,9 @@ const MAGIC_COOKIE_VALUE: &str = "d602bf8f470bc67ca7faa0386276bbdd4330efaf76d1a2
 /// The provider protocol this plugin speaks.
 const PROTOCOL_VERSION: &str = "6";
 
-/// Runs the plugin; the process's exit code.
-pub async fn serve(env: crate::Environment) -> i32 {
+/// Runs the plugin, serving `provider` (the crate root hands it the
+/// provider's service); the process's exit code.
+pub async fn serve(env: crate::Environment, provider: impl Provider) -> i32 {
     if env.magic_cookie.as_deref() != Some(MAGIC_COOKIE_VALUE) {
         eprintln!(
             "terraform-provider-sless is a Terraform provider: Terraform runs it. \
@@ -55,7 +56,7 @@ pub async fn serve(env: crate::Environment) -> i32 {
         );
         return 1;
     }
-    match run(env).await {
+    match run(env, provider).await {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("terraform-provider-sless: {e}");
@@ -64,7 +65,10 @@ pub async fn serve(env: crate::Environment) -> i32 {
     }
 }
 
-async fn run(env: crate::Environment) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn run(
+    env: crate::Environment,
+    provider: impl Provider,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // A directory of the user's own (mode 0700): only the user that runs
     // Terraform can reach the socket.
     let dir = tempfile::Builder::new()
@@ -100,12 +104,7 @@ async fn run(env: crate::Environment) -> Result<(), Box<dyn std::error::Error + 
     let incoming = accept(listener, tls.map(|t| t.acceptor));
     let stopped = shutdown.clone();
     tonic::transport::Server::builder()
-        .add_service(
-            crate::proto::tfplugin6::provider_server::ProviderServer::new(ProviderService::new(
-                env.endpoint,
-                env.token,
-            )),
-        )
+        .add_service(ProviderServer::new(provider))
         .add_service(plugin::grpc_controller_server::GrpcControllerServer::new(
             Controller(shutdown),
         ))

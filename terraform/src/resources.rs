@@ -9,8 +9,8 @@ pub mod trigger;
 use sha2::{Digest, Sha256};
 use sless_domain::DomainError;
 
+use crate::api::Api;
 use crate::diag::Diag;
-use crate::provider::Api;
 use crate::schema::Block;
 use crate::value::Value;
 

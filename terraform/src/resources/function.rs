@@ -28,8 +28,8 @@ use super::{
     Change, Planned, api_diag, check_whole, domain_diag, id, identified, private_of,
     validate_timeouts,
 };
+use crate::api::Api;
 use crate::diag::Diag;
-use crate::provider::Api;
 use crate::schema::{Attr, Block, Mode, timeouts};
 use crate::secret;
 use crate::value::{Type, Value};

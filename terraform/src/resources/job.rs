@@ -13,8 +13,8 @@ use super::{
     Applied, Change, Kind, Planned, api_diag, check_whole, domain_diag, id, idempotency_key,
     identified, last_version, private_of, removed, timeout,
 };
+use crate::api::Api;
 use crate::diag::Diag;
-use crate::provider::Api;
 use crate::schema::{Attr, Block, Mode, timeouts};
 use crate::value::{Type, Value};
 

@@ -10,8 +10,8 @@ use super::{
     Applied, Change, Kind, Planned, api_diag, domain_diag, id, idempotency_key, identified,
     last_version, private_of, removed, stream_version_of,
 };
+use crate::api::Api;
 use crate::diag::Diag;
-use crate::provider::Api;
 use crate::schema::{Attr, Block, Mode};
 use crate::value::{Type, Value};
 

@@ -29,9 +29,10 @@ use tokio::process::ChildStdin;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
+use super::jails::Jails;
 use super::process::{self, Running, Spawner};
 use super::sandbox::{self, Launch};
-use super::{Jails, NODE_WRAPPER_RELATIVE, PYTHON_WRAPPER_RELATIVE};
+use super::{NODE_WRAPPER_RELATIVE, PYTHON_WRAPPER_RELATIVE};
 
 /// The memory limit of a pooled process until it is specialised: the
 /// largest a function may have, as a limit that is a resource limit can
@@ -360,9 +361,9 @@ impl Maker {
                 "--pool".into(),
             ],
             env: {
-                let mut env = super::jailed_env(jails);
+                let mut env = super::jails::jailed_env(jails);
                 if runtime == Runtime::Python311 {
-                    env.extend(super::python_env());
+                    env.extend(super::jails::python_env());
                 }
                 env
             },
@@ -402,7 +403,7 @@ fn backoff(pool: &RuntimePool) -> Duration {
 async fn start_one(shared: &Arc<Shared>, i: usize) -> std::io::Result<()> {
     let pool = &shared.runtimes[i];
     let listener =
-        Arc::new(super::listen_on(shared.maker.advertise).map_err(std::io::Error::other)?);
+        Arc::new(super::launch::listen_on(shared.maker.advertise).map_err(std::io::Error::other)?);
     let launch = shared
         .maker
         .launch(pool.runtime, shared.uids.take(), listener.clone());

@@ -13,8 +13,8 @@ use super::super::{
     timeout,
 };
 use super::{DEFAULT_BUILD_TIMEOUT_SEC, SPEC, block, read, redact, source, spec_of};
+use crate::api::Api;
 use crate::diag::Diag;
-use crate::provider::Api;
 use crate::value::Value;
 
 /// Lines of a build log shown with a failure.

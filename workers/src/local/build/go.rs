@@ -20,8 +20,10 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use super::{GO_BINARY, Steps, Toolchains, build_error, infra, inherited_env};
+use super::{GO_BINARY, Steps, Toolchains, build_error, infra};
 use crate::driver::DriverError;
+use crate::local::process::inherited_env;
+use crate::local::sandbox::{self, Launch};
 
 /// The wrapper, compiled into every Go function.
 const WRAPPER: &str = include_str!("../../../../runtimes/go1.23/main.go");
@@ -78,7 +80,7 @@ pub(super) async fn build(steps: &Steps<'_>) -> Result<(), DriverError> {
         tokio::task::spawn_blocking(move || {
             prepare_module(&code, &work, minor)?;
             if let Some(id) = owner {
-                super::sandbox::hand_over(&work, Some(id))
+                sandbox::hand_over(&work, Some(id))
                     .map_err(|e| infra("handing the Go work tree to its user", e))?;
             }
             Ok::<_, DriverError>(())
@@ -229,7 +231,7 @@ fn go_minor(version: &str) -> Option<u32> {
 }
 
 /// A go command of a build, in the module copy, with its environment.
-fn go_step(steps: &Steps<'_>, go: &Toolchain, args: Vec<OsString>) -> super::Launch {
+fn go_step(steps: &Steps<'_>, go: &Toolchain, args: Vec<OsString>) -> Launch {
     let tools = steps.builder.tools;
     let path = |p: PathBuf| p.to_string_lossy().into_owned();
     let roots: Vec<PathBuf> = if go.root.as_os_str().is_empty() {

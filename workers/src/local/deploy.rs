@@ -1,0 +1,239 @@
+//! Deploying a function on the local driver: a process (warm from the
+//! pool, or started cold) is handed its socket, waited for until it
+//! answers its health check, and then replaces the function's previous
+//! process under a supervisor.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use sless_domain::FunctionKey;
+use tokio::time::Instant;
+
+use super::launch::{INSTANCE_ENV, listener_port};
+use super::process::{self, Instance, InstanceParts, LogSink, Running};
+use super::sandbox::Launch;
+use super::{LocalDriver, build, pool};
+use crate::driver::{DeployRequest, Deployment, DriverError};
+
+/// How often deploy asks a starting function whether it is healthy.
+const HEALTH_POLL: Duration = Duration::from_millis(5);
+/// How long one health request may take.
+const HEALTH_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl LocalDriver {
+    fn log_path(&self, key: &FunctionKey, version: u32) -> PathBuf {
+        self.cfg
+            .data_dir
+            .join("logs")
+            .join(key.namespace.as_str())
+            .join(key.name.as_str())
+            .join(format!("v{version}.log"))
+    }
+
+    /// Whether the process started as `spec` answers its health check on
+    /// `port`: the answer must name the instance `spec` was started as, so
+    /// another process that took the port does not pass for it.
+    async fn healthy(&self, port: u16, spec: &Launch) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Health {
+            instance: Option<String>,
+        }
+        let url = format!(
+            "http://{}/__sless/health",
+            SocketAddr::new(self.cfg.advertise, port)
+        );
+        let Ok(resp) = self
+            .client
+            .get(url)
+            .timeout(HEALTH_REQUEST_TIMEOUT)
+            .send()
+            .await
+        else {
+            return false;
+        };
+        if resp.status() != reqwest::StatusCode::OK {
+            return false;
+        }
+        let answered = resp.json::<Health>().await.ok().and_then(|h| h.instance);
+        answered.as_deref() == spec.env_value(INSTANCE_ENV)
+    }
+
+    /// Waits until the process answers its health check; on failure says
+    /// why.
+    async fn wait_healthy(
+        &self,
+        port: u16,
+        spec: &Launch,
+        running: &mut Running,
+    ) -> Result<(), String> {
+        let deadline = Instant::now() + self.cfg.health_timeout;
+        let timed_out = || {
+            format!(
+                "function not healthy within {}",
+                human_duration(self.cfg.health_timeout)
+            )
+        };
+        let exited =
+            |status: std::io::Result<std::process::ExitStatus>, running: &Running| match status {
+                Ok(status) => format!("function {} during start", running.describe(&status)),
+                Err(e) => format!("function process could not be waited for: {e}"),
+            };
+        loop {
+            tokio::select! {
+                status = running.child.wait() => return Err(exited(status, running)),
+                probe = tokio::time::timeout_at(deadline, self.healthy(port, spec)) => match probe {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => {}
+                    Err(_) => return Err(timed_out()),
+                },
+            }
+            let next = (Instant::now() + HEALTH_POLL).min(deadline);
+            tokio::select! {
+                status = running.child.wait() => return Err(exited(status, running)),
+                () = tokio::time::sleep_until(next) => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(timed_out());
+            }
+        }
+    }
+
+    /// A process of the warm pool for `req`, unless its environment sets
+    /// what an interpreter reads only when it starts.
+    pub(super) async fn warm_for(&self, req: &DeployRequest) -> Option<pool::Warm> {
+        let pool = self.pool.as_ref()?;
+        if req
+            .env_vars
+            .keys()
+            .any(|k| pool::read_at_start(req.runtime, k))
+        {
+            return None;
+        }
+        pool.take(req.runtime).await
+    }
+
+    pub(super) async fn deploy_locked(
+        &self,
+        req: DeployRequest,
+    ) -> Result<Deployment, DriverError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(DriverError::Infra("the local driver is shut down".into()));
+        }
+        let artifact_dir = PathBuf::from(&req.artifact.reference);
+        let complete = artifact_dir.join(build::COMPLETE_MARKER);
+        if !tokio::fs::try_exists(&complete).await.unwrap_or(false) {
+            return Err(DriverError::Deploy {
+                message: format!(
+                    "artifact {} is not a finished local build",
+                    req.artifact.reference
+                ),
+                log_tail: String::new(),
+            });
+        }
+
+        // Idempotence: the same thing already runs and is healthy.
+        if let Some(cur) = self.current(&req.key)
+            && cur.deployment.version == req.version
+            && cur.deployment.artifact == req.artifact
+            && cur.entrypoint == req.entrypoint
+            && cur.env_vars == req.env_vars
+            && cur.pid().is_some()
+            && self.healthy(cur.port, cur.spec()).await
+        {
+            return Ok(cur.deployment.clone());
+        }
+
+        let log_path = self.log_path(&req.key, req.version);
+        let sink = tokio::task::spawn_blocking(move || LogSink::open(&log_path))
+            .await
+            .map_err(|e| DriverError::Infra(format!("log task: {e}")))?
+            .map_err(|e| DriverError::Infra(format!("cannot open the function log: {e}")))?;
+        let sink = Arc::new(sink);
+
+        // The socket the function serves on is bound here and handed to its
+        // process: a warm process brought one from its start, a cold one gets
+        // a new one. sless holds it for as long as the instance lives, so
+        // while the process is down (a crash, a restart) the port stays
+        // sless's and calls wait in its backlog; nobody else can take it.
+        let warm = self.warm_for(&req).await;
+        let listener = match warm.as_ref() {
+            Some(warm) => warm.listener(),
+            None => Arc::new(self.listen()?),
+        };
+        let port = listener_port(&listener)?;
+        let spec = self
+            .launch_spec(&req, &artifact_dir, Some(listener), Vec::new())
+            .await?;
+        let to = pool::Specialisation {
+            artifact_dir: &artifact_dir,
+            spec: &spec,
+            memory_mb: req.memory_mb,
+            job: None,
+        };
+        let what = format!("function {}", req.key);
+        let cold = async || process::start(&self.spawner, &spec, &sink).await;
+        let started =
+            pool::warm_or_cold(warm, to, &what, cold)
+                .await
+                .map(|(mut running, pooled)| {
+                    // A cold start reads its output from the start.
+                    if pooled {
+                        process::read_output(&mut running, &sink);
+                    }
+                    running
+                });
+        let mut running = started.map_err(|e| {
+            DriverError::Infra(format!(
+                "cannot start {}: {e}",
+                spec.program.to_string_lossy()
+            ))
+        })?;
+        if let Err(failure) = self.wait_healthy(port, &spec, &mut running).await {
+            process::terminate(&mut running, process::STOP_GRACE).await;
+            running.drain_output().await;
+            return Err(DriverError::Deploy {
+                message: failure,
+                log_tail: sink.tail(),
+            });
+        }
+
+        let deployment = Deployment {
+            version: req.version,
+            endpoint: format!("http://{}", SocketAddr::new(self.cfg.advertise, port)),
+            artifact: req.artifact,
+            node: self.cfg.placement.as_ref().map(|n| n.id.clone()),
+        };
+        let inst = Instance::supervise(
+            InstanceParts {
+                key: req.key.clone(),
+                deployment: deployment.clone(),
+                port,
+                entrypoint: req.entrypoint,
+                env_vars: req.env_vars,
+                memory_mb: req.memory_mb,
+                spec,
+                sink,
+                crashes: self.crashes.0.clone(),
+            },
+            running,
+            self.spawner.clone(),
+        );
+        let previous = self.registry.lock().unwrap().insert(req.key, inst);
+        self.count_processes();
+        if let Some(previous) = previous {
+            previous.stop().await;
+        }
+        Ok(deployment)
+    }
+}
+
+fn human_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
