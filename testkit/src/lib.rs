@@ -206,5 +206,6 @@ pub fn after_on_whole_line(path: &std::path::Path, marker: &str) -> Option<Strin
 }
 
 pub mod kube;
+pub mod modules;
 pub mod processes;
 pub mod zips;

@@ -19,6 +19,7 @@ mod deploy;
 pub mod rbac;
 pub mod render;
 mod rollback;
+mod rollout;
 mod run;
 pub mod settings;
 mod tenant;

@@ -23,9 +23,9 @@ use kube::api::{Api, ListParams};
 
 use super::Inner;
 use super::api::selector;
-use super::deploy::{apply_deployment, rollout_of};
 use super::render::function::deployment;
 use super::render::{ANNOTATION_IMAGE, LABEL_VERSION, names, serving_selector};
+use super::rollout::{apply_deployment, rollout_of};
 use crate::driver::{DeployRequest, DriverError};
 
 /// The label the Deployment controller adds to a ReplicaSet's template.

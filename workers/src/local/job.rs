@@ -18,15 +18,11 @@ use tokio::time::Instant;
 
 use sless_sandbox::Mount;
 
+use super::launch::EVENT_FILE_ENV;
 use super::{LocalDriver, build, pool, process, sandbox};
 use crate::capture::Capture;
 use crate::driver::{DeployRequest, DriverError, JobOutput, JobRequest};
 
-/// The environment variable that names the file with a job's input.
-pub(crate) const EVENT_FILE_ENV: &str = "SLESS_JOB_EVENT_FILE";
-
-/// The argument that starts a runtime wrapper in job mode.
-pub(super) const JOB_FLAG: &str = "--job";
 /// How long a job gets between SIGTERM and SIGKILL once its time is up.
 const JOB_STOP_GRACE: Duration = Duration::from_secs(2);
 /// How long output is still read after the run's process group is gone

@@ -13,8 +13,14 @@ use sless_sandbox::Mount;
 
 use super::jails::{jailed_env, python_env};
 use super::sandbox::{self, Launch};
-use super::{LocalDriver, NODE_WRAPPER_RELATIVE, PYTHON_WRAPPER_RELATIVE, build, job, process};
+use super::{LocalDriver, NODE_WRAPPER_RELATIVE, PYTHON_WRAPPER_RELATIVE, build, process};
 use crate::driver::{DeployRequest, DriverError};
+
+/// The environment variable that names the file with a job's input.
+pub(crate) const EVENT_FILE_ENV: &str = "SLESS_JOB_EVENT_FILE";
+
+/// The argument that starts a runtime wrapper in job mode.
+pub(super) const JOB_FLAG: &str = "--job";
 
 /// The environment variable naming the instance a served process was
 /// started as; its health check answers with it.
@@ -130,7 +136,7 @@ impl LocalDriver {
             }
         };
         if port.is_none() {
-            args.push(OsString::from(job::JOB_FLAG));
+            args.push(OsString::from(JOB_FLAG));
         }
         let jail = match &self.jails {
             None => None,

@@ -146,7 +146,7 @@ impl Warm {
         self.running.jail = Some(jail);
         let mut env = serde_json::Map::new();
         for (k, v) in &to.spec.env {
-            if to.job.is_some() && k == super::job::EVENT_FILE_ENV {
+            if to.job.is_some() && k == super::launch::EVENT_FILE_ENV {
                 continue; // the event comes on stdin
             }
             env.insert(k.clone(), serde_json::Value::String(v.clone()));
