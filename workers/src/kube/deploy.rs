@@ -132,18 +132,18 @@ pub(super) async fn remove(
     of_function.remove(super::render::LABEL_COMPONENT);
     let all = selector(&of_function);
     if tenant::exists(inner, &key.namespace).await? {
-        api::delete(&Api::<K8sDeployment>::namespaced(client.clone(), ns), &name)
-            .await
-            .map_err(infra(what("deployment")))?;
-        api::delete(&Api::<Service>::namespaced(client.clone(), ns), &name)
-            .await
-            .map_err(infra(what("service")))?;
-        api::delete_matching(&Api::<CronJob>::namespaced(client.clone(), ns), &all)
-            .await
-            .map_err(infra(what("cron jobs")))?;
-        api::delete_matching(&Api::<Job>::namespaced(client.clone(), ns), &all)
-            .await
-            .map_err(infra(what("jobs")))?;
+        let deployments = Api::<K8sDeployment>::namespaced(client.clone(), ns);
+        let services = Api::<Service>::namespaced(client.clone(), ns);
+        let cron_jobs = Api::<CronJob>::namespaced(client.clone(), ns);
+        let jobs = Api::<Job>::namespaced(client.clone(), ns);
+        let deployment = api::delete(&deployments, &name).await;
+        deployment.map_err(infra(what("deployment")))?;
+        let service = api::delete(&services, &name).await;
+        service.map_err(infra(what("service")))?;
+        let cron = api::delete_matching(&cron_jobs, &all).await;
+        cron.map_err(infra(what("cron jobs")))?;
+        let runs = api::delete_matching(&jobs, &all).await;
+        runs.map_err(infra(what("jobs")))?;
     }
     api::delete_matching(
         &Api::<Job>::namespaced(client, &inner.settings.build_namespace),

@@ -84,27 +84,40 @@ enum Progress {
 }
 
 impl<D: Driver> Reconciler<D> {
-    /// Counts a build or deploy in the metrics: `failed` when the
-    /// function's own build or start failed, `error` when the platform did.
-    fn count<T>(
+    /// Runs a build or deploy of `version` (`work`) in a trace span, and
+    /// counts it in the metrics unless `counted` is false: `failed` when
+    /// the function's own build or start failed, `error` when the platform
+    /// did.
+    async fn measured<T>(
         &self,
         step: Step,
+        counted: bool,
+        key: &FunctionKey,
+        version: u32,
         runtime: Runtime,
-        result: &Result<T, DriverError>,
-        started: std::time::Instant,
-    ) {
-        let outcome = match result {
-            Ok(_) => "succeeded",
-            Err(DriverError::Build { .. } | DriverError::Deploy { .. }) => "failed",
-            Err(DriverError::Infra(_)) => "error",
+        work: impl Future<Output = Result<T, DriverError>>,
+    ) -> Result<T, DriverError> {
+        let started = std::time::Instant::now();
+        let name = match step {
+            Step::Build => "build",
+            Step::Deploy => "deploy",
         };
-        sless_telemetry::global().step(
-            step,
-            runtime.as_str(),
-            self.driver.kind(),
-            outcome,
-            started.elapsed().as_secs_f64(),
-        );
+        let result = driver::traced(name, key, version, runtime, self.driver.kind(), work).await;
+        if counted {
+            let outcome = match &result {
+                Ok(_) => "succeeded",
+                Err(DriverError::Build { .. } | DriverError::Deploy { .. }) => "failed",
+                Err(DriverError::Infra(_)) => "error",
+            };
+            sless_telemetry::global().step(
+                step,
+                runtime.as_str(),
+                self.driver.kind(),
+                outcome,
+                started.elapsed().as_secs_f64(),
+            );
+        }
+        result
     }
 
     /// Records `events`, decided on `state`, through the system executor:
@@ -318,33 +331,31 @@ impl<D: Driver> Reconciler<D> {
         let recording = Recording::start(&self.pool, key, version)
             .await
             .map_err(HandlerError::retry)?;
-        let started = std::time::Instant::now();
-        let build = driver::traced(
-            "build",
-            key,
-            version,
-            spec.runtime,
-            self.driver.kind(),
-            self.driver.build(BuildRequest {
-                key: key.clone(),
+        // A version built already only has its artifact checked: not
+        // counted as a build.
+        let build = self
+            .measured(
+                Step::Build,
+                built.is_none(),
+                key,
                 version,
-                runtime: spec.runtime,
-                context_sha256: current.context_sha256.clone(),
-                context_key: current.context_key.clone(),
-                context,
-                built: state
-                    .artifacts
-                    .get(&version)
-                    .cloned()
-                    .map(|reference| Artifact { reference }),
-                log: recording.log(),
-            }),
-        )
-        .await;
-        // A version built already only has its artifact checked.
-        if built.is_none() {
-            self.count(Step::Build, spec.runtime, &build, started);
-        }
+                spec.runtime,
+                self.driver.build(BuildRequest {
+                    key: key.clone(),
+                    version,
+                    runtime: spec.runtime,
+                    context_sha256: current.context_sha256.clone(),
+                    context_key: current.context_key.clone(),
+                    context,
+                    built: state
+                        .artifacts
+                        .get(&version)
+                        .cloned()
+                        .map(|reference| Artifact { reference }),
+                    log: recording.log(),
+                }),
+            )
+            .await;
         recording
             .finish(&self.pool, &self.blobs, build_end(&build))
             .await
@@ -409,13 +420,12 @@ impl<D: Driver> Reconciler<D> {
         spec: &sless_domain::FunctionSpec,
         artifact: Artifact,
     ) -> Result<Deployment, DriverError> {
-        let started = std::time::Instant::now();
-        let deployed = driver::traced(
-            "deploy",
+        self.measured(
+            Step::Deploy,
+            true,
             key,
             version,
             spec.runtime,
-            self.driver.kind(),
             self.driver.deploy(DeployRequest {
                 key: key.clone(),
                 version,
@@ -427,9 +437,7 @@ impl<D: Driver> Reconciler<D> {
                 artifact,
             }),
         )
-        .await;
-        self.count(Step::Deploy, spec.runtime, &deployed, started);
-        deployed
+        .await
     }
 }
 

@@ -54,14 +54,36 @@ fn deployed(version: u32, node: Option<&str>) -> FunctionEvent {
     }
 }
 
-/// The history of a function that serves `version` (here, on no node).
-fn serving(version: u32) -> Vec<FunctionEvent> {
+fn build_failed(version: u32) -> FunctionEvent {
+    FunctionEvent::BuildFailed {
+        version,
+        error: "no".into(),
+        log_tail: String::new(),
+    }
+}
+
+/// The history of a function that serves `version` on worker `node` (on
+/// none: a cluster).
+fn serving_on(version: u32, node: Option<&str>) -> Vec<FunctionEvent> {
     let mut events = vec![created()];
     for v in 1..=version {
         events.extend([uploaded(v), started(v), built(v)]);
     }
-    events.push(deployed(version, None));
+    events.push(deployed(version, node));
     events
+}
+
+fn serving(version: u32) -> Vec<FunctionEvent> {
+    serving_on(version, None)
+}
+
+/// Seen from worker `here`, with the worker the log names alive or not.
+fn from(here: &str, there_alive: bool, running: Option<Deployment>) -> Observed {
+    Observed {
+        here: Some(here.into()),
+        there_alive,
+        ..seen(running)
+    }
 }
 
 fn running(version: u32) -> Option<Deployment> {
@@ -202,18 +224,7 @@ fn each_state_calls_for_its_action() {
         ),
         (
             "the current version failed while the one before serves",
-            with(
-                serving(1),
-                [
-                    uploaded(2),
-                    started(2),
-                    FunctionEvent::BuildFailed {
-                        version: 2,
-                        error: "no".into(),
-                        log_tail: String::new(),
-                    },
-                ],
-            ),
+            with(serving(1), [uploaded(2), started(2), build_failed(2)]),
             seen(running(1)),
             Action::Nothing,
         ),
@@ -228,11 +239,7 @@ fn each_state_calls_for_its_action() {
                     },
                     uploaded(2),
                     started(2),
-                    FunctionEvent::BuildFailed {
-                        version: 2,
-                        error: "no".into(),
-                        log_tail: String::new(),
-                    },
+                    build_failed(2),
                 ],
             ),
             seen(None),
@@ -240,40 +247,20 @@ fn each_state_calls_for_its_action() {
         ),
         (
             "serving on another worker that is alive",
-            with(
-                serving(1)[..serving(1).len() - 1].to_vec(),
-                [deployed(1, Some("b"))],
-            ),
-            Observed {
-                here: Some("a".into()),
-                there_alive: true,
-                ..seen(None)
-            },
+            serving_on(1, Some("b")),
+            from("a", true, None),
             Action::Nothing,
         ),
         (
             "serving on another worker that is gone",
-            with(
-                serving(1)[..serving(1).len() - 1].to_vec(),
-                [deployed(1, Some("b"))],
-            ),
-            Observed {
-                here: Some("a".into()),
-                there_alive: false,
-                ..seen(None)
-            },
+            serving_on(1, Some("b")),
+            from("a", false, None),
             Action::Deploy { version: 1 },
         ),
         (
             "serving here",
-            with(
-                serving(1)[..serving(1).len() - 1].to_vec(),
-                [deployed(1, Some("a"))],
-            ),
-            Observed {
-                here: Some("a".into()),
-                ..seen(running(1))
-            },
+            serving_on(1, Some("a")),
+            from("a", false, running(1)),
             Action::Nothing,
         ),
     ];
