@@ -12,8 +12,8 @@ use serde_json::json;
 use sless_api_types::{CreateFunction, UpdateFunction};
 use sless_domain::archive;
 use sless_domain::{
-    Aggregate, DomainError, Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName,
-    FunctionSpec, Namespace, Runtime, SourceVersion, UploadedSource,
+    DomainError, Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName, FunctionSpec,
+    Namespace, Runtime, SourceVersion, UploadedSource,
 };
 use sless_store::eventlog::Appended;
 use sless_store::readmodel::{self, FunctionRow};
@@ -32,7 +32,7 @@ use crate::json::parse_json;
 use crate::paging::{PageQuery, Paged, page_query};
 use crate::path::PathParams;
 use crate::quota::Demand;
-use crate::versions::version_demand;
+use crate::versions::{retention, version_demand};
 
 fn parse_name(name: &str) -> ApiResult<FunctionName> {
     FunctionName::parse(name).map_err(ApiError::from)
@@ -84,7 +84,10 @@ impl Handler<Function> for Create {
         current: Current<'_, Function>,
     ) -> ApiResult<Decided<Function>> {
         let spec = self.spec.clone();
-        let events = current.state.decide(FunctionCommand::Create { spec })?;
+        let events = current
+            .state
+            .decide(FunctionCommand::Create { spec })?
+            .events;
         let quota = Demand::function(self.target.namespace.clone());
         Ok(Decided::Append(Plan::new(events).quota(quota)))
     }
@@ -285,12 +288,9 @@ async fn rebuild_for_runtime(
         .put_if_absent(&context_key, context, "application/gzip")
         .await?;
     let rebuilt = UploadedSource {
-        sha256: source.sha256.clone(),
-        size: source.size,
-        files: source.files,
-        zip_key: source.zip_key.clone(),
         context_sha256,
         context_key,
+        ..UploadedSource::from(source)
     };
     Ok((rebuilt, stored))
 }
@@ -363,14 +363,17 @@ impl ChangeSpec {
         if let Some(r) = self.rebuilt.as_ref().filter(|r| r.sha256 == v.sha256) {
             return Ok(Some(r.clone()));
         }
-        // The version it makes counts against the quotas: checked before
-        // its context is stored (and again at the commit).
-        let mut next = vec![FunctionEvent::FunctionUploaded(SourceVersion {
-            version: current.next_version(),
-            ..v.clone()
-        })];
-        let (pruned, _) = crate::versions::retain(state, current, &mut next);
-        let demand = version_demand(&self.target, current, v.size, &pruned, false);
+        // The version it makes counts against the quotas (less what
+        // retention prunes with it): checked before its context is stored
+        // (and again at the commit). Decided ahead on the source as it is:
+        // the context packed for the new runtime differs only in its
+        // digest, which neither reads.
+        let ahead = current.decide(FunctionCommand::ChangeSpec {
+            spec: spec.clone(),
+            rebuilt: Some(UploadedSource::from(&v)),
+            retention: retention(state),
+        })?;
+        let demand = version_demand(&self.target, v.size, &ahead.pruned, false);
         command::check_quota(state, &demand).await?;
         let (source, stored) = rebuild_for_runtime(state, &v, spec.runtime).await?;
         if stored {
@@ -396,25 +399,30 @@ impl Handler<Function> for ChangeSpec {
         // Refused before anything is stored for it.
         spec.validate()?;
         let rebuilt = self.rebuilt_for(state, current, &spec).await?;
-        let mut events = current.decide(FunctionCommand::ChangeSpec { spec, rebuilt })?;
-        if events.is_empty() {
+        let retention = retention(state);
+        let decision = current.decide(FunctionCommand::ChangeSpec {
+            spec,
+            rebuilt,
+            retention,
+        })?;
+        if decision.events.is_empty() {
             let answer = unchanged(self.fn_url.as_deref(), &self.target, current);
             return Ok(Decided::Unchanged(answer));
         }
-        // A runtime change makes a new version: retention applies, and its
-        // repacked context must still be stored when the events commit.
-        let (pruned, collect) = crate::versions::retain(state, current, &mut events);
+        // A runtime change makes a new version: it counts against the
+        // quotas, and its repacked context must still be stored when the
+        // events commit.
         let mut plan = Plan::new(Vec::new()).reconcile(self.target.queue_key());
-        for e in &events {
+        for e in &decision.events {
             if let FunctionEvent::FunctionUploaded(v) = e {
-                let demand = version_demand(&self.target, current, v.size, &pruned, false);
+                let demand = version_demand(&self.target, v.size, &decision.pruned, false);
                 plan = plan.quota(demand);
                 plan.blobs
                     .extend([v.zip_key.clone(), v.context_key.clone()]);
             }
         }
-        plan.events = events;
-        plan.collect = collect;
+        plan.collect = decision.pruned_blobs();
+        plan.events = decision.events;
         Ok(Decided::Append(plan))
     }
 
@@ -472,7 +480,8 @@ impl Handler<Function> for Delete {
             .map_err(|e| match e {
                 DomainError::NotFound(_) => function_not_found(&self.target),
                 e => e.into(),
-            })?;
+            })?
+            .events;
         Ok(Decided::Append(
             Plan::new(events).reconcile(self.target.queue_key()),
         ))

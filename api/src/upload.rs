@@ -25,8 +25,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sless_domain::archive::{self, PackedArchive};
 use sless_domain::{
-    Aggregate, Function, FunctionCommand, FunctionEvent, FunctionKey, Runtime, SourceVersion,
-    UploadedSource,
+    Function, FunctionCommand, FunctionEvent, FunctionKey, Runtime, SourceVersion, UploadedSource,
 };
 use sless_store::eventlog::Appended;
 use sless_store::{blobs, orphans};
@@ -319,8 +318,9 @@ impl Handler<Function> for Upload {
             Some(_) => {}
         }
         let source = self.source.clone();
-        let mut events = current.decide(FunctionCommand::Upload { source })?;
-        let (version, reused) = match events.first() {
+        let retention = crate::versions::retention(state);
+        let decision = current.decide(FunctionCommand::Upload { source, retention })?;
+        let (version, reused) = match decision.events.first() {
             Some(FunctionEvent::FunctionUploaded(v)) => (v.clone(), false),
             // The files of a kept version: it becomes live again.
             Some(FunctionEvent::FunctionRolledBack { version }) => {
@@ -339,12 +339,12 @@ impl Handler<Function> for Upload {
                 return Ok(Decided::Unchanged(Answered::new(StatusCode::OK, body)));
             }
         };
-        let (pruned, collect) = crate::versions::retain(state, current, &mut events);
         // A kept version again adds nothing; a new one counts against the
-        // namespace's quotas, checked before its blobs are stored so that a
-        // refused upload stores nothing (and again when it commits).
+        // namespace's quotas (less what retention prunes with it), checked
+        // before its blobs are stored so that a refused upload stores
+        // nothing (and again when it commits).
         let demand = (!reused).then(|| {
-            crate::versions::version_demand(&self.target, current, version.size, &pruned, true)
+            crate::versions::version_demand(&self.target, version.size, &decision.pruned, true)
         });
         // The blobs go first: the event that references them must never exist without them.
         if !self.stored && !reused {
@@ -353,7 +353,8 @@ impl Handler<Function> for Upload {
             }
             self.store(state).await?;
         }
-        let mut plan = Plan::new(events).reconcile(self.target.queue_key());
+        let (pruned, collect) = (decision.pruned_versions(), decision.pruned_blobs());
+        let mut plan = Plan::new(decision.events).reconcile(self.target.queue_key());
         plan.blobs = vec![version.zip_key.clone(), version.context_key.clone()];
         plan.collect = collect;
         plan.quota = demand;

@@ -15,9 +15,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sless_api_types::Rollback;
 use sless_domain::source::read_context;
-use sless_domain::{
-    Aggregate, Function, FunctionCommand, FunctionEvent, FunctionKey, SourceVersion, prune_versions,
-};
+use sless_domain::{Function, FunctionCommand, FunctionKey, Retention, SourceVersion};
 use sless_store::eventlog::Appended;
 use sless_store::readmodel;
 
@@ -35,45 +33,23 @@ use crate::quota::Demand;
 /// without their diff.
 pub const DIFF_LIMIT: u64 = 1024 * 1024;
 
-/// Versions retention drops once `events` are applied to `current`: adds
-/// `VersionsPruned` to `events` when some go, and returns the pruned
-/// numbers and the blobs to collect after the commit.
-pub(crate) fn retain(
-    state: &AppState,
-    current: &Function,
-    events: &mut Vec<FunctionEvent>,
-) -> (Vec<u32>, Vec<String>) {
-    let after = events.iter().fold(current.clone(), Function::evolve);
-    let Some(event) = prune_versions(&after, state.keep_versions) else {
-        return (Vec::new(), Vec::new());
-    };
-    let mut collect = Vec::new();
-    let mut pruned = Vec::new();
-    if let FunctionEvent::VersionsPruned { versions } = &event {
-        for v in versions.iter().filter_map(|v| after.version(*v)) {
-            collect.extend([v.zip_key.clone(), v.context_key.clone()]);
-        }
-        pruned.clone_from(versions);
+/// How many versions each function keeps, as this API was configured.
+pub(crate) fn retention(state: &AppState) -> Retention {
+    Retention {
+        keep: state.keep_versions,
     }
-    events.push(event);
-    (pruned, collect)
 }
 
 /// What a new version of `size` bytes adds to its namespace's usage, for
-/// the quotas: retention's pruning of `pruned` (versions of `current`) in
-/// the same append frees theirs. `upload` when an upload makes it.
+/// the quotas: the versions retention prunes with it in the same append
+/// (`pruned`) free theirs. `upload` when an upload makes it.
 pub(crate) fn version_demand(
     key: &FunctionKey,
-    current: &Function,
     size: u64,
-    pruned: &[u32],
+    pruned: &[SourceVersion],
     upload: bool,
 ) -> Demand {
-    let freed: Vec<u64> = pruned
-        .iter()
-        .filter_map(|v| current.version(*v))
-        .map(|v| v.size)
-        .collect();
+    let freed: Vec<u64> = pruned.iter().map(|v| v.size).collect();
     Demand::version(key.namespace.clone(), size, &freed, upload)
 }
 
@@ -369,7 +345,9 @@ impl Handler<Function> for RollBack {
             return Err(function_not_found(&self.target));
         }
         let version = self.version;
-        let events = current.decide(FunctionCommand::Rollback { version })?;
+        let events = current
+            .decide(FunctionCommand::Rollback { version })?
+            .events;
         if events.is_empty() {
             let answer = unchanged(self.fn_url.as_deref(), &self.target, current);
             return Ok(Decided::Unchanged(answer));
