@@ -6,14 +6,11 @@ use std::sync::Arc;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{OriginalUri, Query, State};
 use axum::http::StatusCode;
-use serde::Serialize;
-use serde::ser::SerializeStruct;
-use serde_json::json;
-use sless_api_types::{CreateFunction, UpdateFunction};
+use sless_api_types::{CreateFunction, Deleted, FunctionList, FunctionView, UpdateFunction};
 use sless_domain::archive;
 use sless_domain::{
     DomainError, Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName, FunctionSpec,
-    Namespace, Runtime, SourceVersion, UploadedSource,
+    Namespace, Phase, Runtime, SourceVersion, UploadedSource,
 };
 use sless_store::eventlog::Appended;
 use sless_store::readmodel::{self, FunctionRow};
@@ -25,7 +22,7 @@ use crate::catch_up;
 use crate::command::{self, Answered, Current, Decided, Handler, Opened, Plan, RequestContext};
 use crate::error::{ApiError, ApiResult};
 use crate::function::{
-    RowView, accepted, function_not_found, load, path_key, target, unchanged, view_of_row,
+    accepted, answer, function_not_found, load, path_key, target, unchanged, view_of_row,
     view_of_state,
 };
 use crate::json::parse_json;
@@ -93,9 +90,11 @@ impl Handler<Function> for Create {
     }
 
     fn answer(&self, after: &Function, appended: Appended) -> Answered {
-        let mut view = view_of_state(self.fn_url.as_deref(), &self.target, after);
-        view["position"] = json!(appended.position);
-        Answered::new(StatusCode::CREATED, view)
+        let view = FunctionView {
+            position: Some(appended.position),
+            ..view_of_state(self.fn_url.as_deref(), &self.target, after)
+        };
+        answer(StatusCode::CREATED, &view)
     }
 }
 
@@ -123,10 +122,10 @@ pub async fn list(
         .pages
         .page(&state.pool, &list, &query, async || {
             let (rows, next) = rows_page(&state, &namespace, &query).await?;
-            let page = FunctionPage {
-                fn_url: state.fn_url.as_deref(),
-                rows: &rows,
-                next_cursor: next.as_deref(),
+            let fn_url = state.fn_url.as_deref();
+            let page = FunctionList {
+                items: rows.iter().map(|r| view_of_row(fn_url, r)).collect(),
+                next_cursor: next.clone(),
             };
             // About 400 bytes a function, written once.
             let mut body = Vec::with_capacity(64 + rows.len() * 512);
@@ -168,28 +167,6 @@ pub(crate) async fn rows_page(
         .await
 }
 
-/// A page of the list as its document: `items` and `next_cursor`.
-struct FunctionPage<'a> {
-    fn_url: Option<&'a str>,
-    rows: &'a [FunctionRow],
-    next_cursor: Option<&'a str>,
-}
-
-impl Serialize for FunctionPage<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        struct Items<'a>(Option<&'a str>, &'a [FunctionRow]);
-        impl Serialize for Items<'_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_seq(self.1.iter().map(|r| RowView::of(self.0, r)))
-            }
-        }
-        let mut page = s.serialize_struct("FunctionList", 2)?;
-        page.serialize_field("items", &Items(self.fn_url, self.rows))?;
-        page.serialize_field("next_cursor", &self.next_cursor)?;
-        page.end()
-    }
-}
-
 /// How long a read of a function waits for the read model to show the
 /// function's last event.
 const READ_YOUR_WRITES: std::time::Duration = std::time::Duration::from_secs(1);
@@ -225,7 +202,7 @@ pub async fn get(
             return Err(function_not_found(&key));
         }
         let view = view_of_row(state.fn_url.as_deref(), &row);
-        return Ok(Answered::new(StatusCode::OK, view).etag(version));
+        return Ok(answer(StatusCode::OK, &view).etag(version));
     }
     // Not projected yet (just created, or created again): answer from the log.
     let f = load(&state, &key).await?;
@@ -233,7 +210,7 @@ pub async fn get(
         return Err(function_not_found(&key));
     }
     let view = view_of_state(state.fn_url.as_deref(), &key, &f);
-    Ok(Answered::new(StatusCode::OK, view).etag(f.stream_version))
+    Ok(answer(StatusCode::OK, &view).etag(f.stream_version))
 }
 
 /// The spec `current` becomes with the changes of `update`.
@@ -488,12 +465,13 @@ impl Handler<Function> for Delete {
     }
 
     fn answer(&self, _: &Function, appended: Appended) -> Answered {
-        let body = json!({
-            "namespace": self.target.namespace,
-            "name": self.target.name,
-            "phase": "Deleted",
-            "position": appended.position,
-        });
+        let deleted = Deleted {
+            namespace: self.target.namespace.to_string(),
+            name: self.target.name.to_string(),
+            phase: Phase::Deleted.as_str().to_owned(),
+            position: appended.position,
+        };
+        let body = serde_json::to_value(deleted).expect("a delete's answer is JSON");
         Answered::new(StatusCode::ACCEPTED, body)
     }
 
