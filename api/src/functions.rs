@@ -26,8 +26,9 @@ use crate::function::{
     view_of_state,
 };
 use crate::json::parse_json;
-use crate::paging::{PageQuery, Paged, page_query};
-use crate::path::PathParams;
+use crate::openapi::IdempotencyKey;
+use crate::paging::{FunctionPages, PageQuery, Paged, page_query};
+use crate::path::{FunctionPath, NamespacePath, PathParams};
 use crate::quota::Demand;
 use crate::versions::{retention, version_demand};
 
@@ -37,7 +38,7 @@ fn parse_name(name: &str) -> ApiResult<FunctionName> {
 
 #[utoipa::path(post, path = "/namespaces/{ns}/functions", operation_id = "createFunction", tag = "functions",
     summary = "Create a function",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(NamespacePath, IdempotencyKey),
     request_body = CreateFunction,
     responses((status = 201, description = "Created; upload its source next", body = crate::openapi::FunctionView)))]
 pub async fn create(
@@ -103,9 +104,7 @@ impl Handler<Function> for Create {
     description = "One page of the functions, by name. When more follow, `next_cursor` is set and \
         a `Link: <…>; rel=\"next\"` header gives the next page's URL; the last page has \
         `next_cursor` null and no `Link`.",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Functions per page (default 100)"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
+    params(NamespacePath, FunctionPages),
     responses((status = 200, description = "One page of functions", body = crate::openapi::FunctionList,
         headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
 pub async fn list(
@@ -173,7 +172,7 @@ const READ_YOUR_WRITES: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}", operation_id = "getFunction", tag = "functions",
     summary = "Get a function",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function")),
+    params(FunctionPath),
     responses((status = 200, description = "The function", body = crate::openapi::FunctionView)))]
 pub async fn get(
     State(state): State<AppState>,
@@ -281,7 +280,7 @@ async fn rebuild_for_runtime(
 /// A spec that changes nothing answers 200 and appends nothing.
 #[utoipa::path(put, path = "/namespaces/{ns}/functions/{name}", operation_id = "updateFunction", tag = "functions",
     summary = "Change a function's spec; a deployed function is redeployed",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(FunctionPath, IdempotencyKey),
     request_body = UpdateFunction,
     responses(
         (status = 200, description = "Nothing changed (`unchanged`)", body = crate::openapi::FunctionView),
@@ -427,7 +426,7 @@ impl Handler<Function> for ChangeSpec {
 /// so do its version numbers.
 #[utoipa::path(delete, path = "/namespaces/{ns}/functions/{name}", operation_id = "deleteFunction", tag = "functions",
     summary = "Delete a function; its name may be created again",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(FunctionPath, IdempotencyKey),
     responses((status = 202, description = "Accepted: it stops running next", body = crate::openapi::Deleted)))]
 pub async fn delete(
     State(state): State<AppState>,

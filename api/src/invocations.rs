@@ -447,9 +447,7 @@ fn view(r: &Invocation) -> Value {
 /// on the last).
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/invocations", operation_id = "listInvocations", tag = "functions",
     summary = "The function's invocation records, newest first",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Records per page (default 100)"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
+    params(crate::path::FunctionPath, crate::paging::InvocationPages),
     responses((status = 200, description = "One page of records", body = crate::openapi::InvocationPage)))]
 pub async fn list(
     State(state): State<AppState>,

@@ -27,8 +27,9 @@ use crate::command::{
 use crate::error::{ApiError, ApiResult};
 use crate::function;
 use crate::json::parse_json;
-use crate::paging::{Paged, page_query};
-use crate::path::PathParams;
+use crate::openapi::IdempotencyKey;
+use crate::paging::{JobPages, Paged, page_query};
+use crate::path::{JobPath, NamespacePath, PathParams};
 use crate::quota::Demand;
 
 /// A job named in the path: a name that cannot be a job's is not found.
@@ -244,7 +245,7 @@ fn exists_answer(doc: &Doc) -> ApiError {
 /// namespace with its quota of jobs pending or running gets 409.
 #[utoipa::path(post, path = "/namespaces/{ns}/jobs", operation_id = "createJob", tag = "jobs",
     summary = "Create a one-shot job",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(NamespacePath, IdempotencyKey),
     request_body = CreateJob,
     responses((status = 202, description = "Accepted: it runs next (`Pending`)", body = crate::openapi::JobView,
         headers(("Location" = String, description = "The job's URL, to poll")))))]
@@ -357,9 +358,7 @@ impl Handler<Job> for Create {
     description = "One page of the jobs, by name, each without `stdout` and `stderr` (get the job \
         for them). When more follow, `next_cursor` is set and a `Link: <…>; rel=\"next\"` header \
         gives the next page's URL.",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Jobs per page (default 100)"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
+    params(NamespacePath, JobPages),
     responses((status = 200, description = "One page of jobs", body = crate::openapi::JobList,
         headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
 pub async fn list(
@@ -402,7 +401,7 @@ pub async fn list(
 
 #[utoipa::path(get, path = "/namespaces/{ns}/jobs/{name}", operation_id = "getJob", tag = "jobs",
     summary = "Get a job (status, output)",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job")),
+    params(JobPath),
     responses((status = 200, description = "The job", body = crate::openapi::JobView)))]
 pub async fn get(
     State(state): State<AppState>,
@@ -431,7 +430,7 @@ pub async fn get(
 /// running job is stopped by the worker running it. 202; the name is free again.
 #[utoipa::path(delete, path = "/namespaces/{ns}/jobs/{name}", operation_id = "deleteJob", tag = "jobs",
     summary = "Delete a job; a running one is stopped",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(JobPath, IdempotencyKey),
     responses((status = 202, description = "Deleted: a running job stops next", body = crate::openapi::Removed)))]
 pub async fn delete(
     State(state): State<AppState>,

@@ -6,7 +6,11 @@
 //! handler's `#[utoipa::path]`, so a route cannot be served without being
 //! documented, nor documented without being served. What every route of a
 //! kind shares is added here, in `finish`: the bearer scheme on `/v1`, and
-//! the problem documents (see `error`) each route can answer.
+//! the problem documents (see `error`) each route can answer. The
+//! parameters many routes take are described once, by `IntoParams` types
+//! a route names in its `params`: the path's (`path::FunctionPath` and its
+//! kin), a list's `limit` and `cursor` (`paging::FunctionPages` …) and
+//! `IdempotencyKey`.
 //!
 //! Every operation has an `operationId` of its own, which client
 //! generators name their calls after: the handler's `operation_id`, and
@@ -19,7 +23,6 @@ use std::sync::Arc;
 use axum::Extension;
 use axum::http::header;
 use axum::response::IntoResponse;
-use utoipa::ToSchema;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
@@ -27,6 +30,7 @@ use utoipa::openapi::{
     ContentBuilder, InfoBuilder, ObjectBuilder, OpenApi, Ref, RefOr, Required, ResponseBuilder,
     Type,
 };
+use utoipa::{IntoParams, ToSchema};
 
 use crate::error::PROBLEM_JSON;
 
@@ -34,6 +38,16 @@ pub use sless_api_types::views::*;
 
 /// The name of the bearer security scheme.
 pub const BEARER: &str = "bearer";
+
+/// The `Idempotency-Key` header of a command, as its route documents it
+/// (`params(…, IdempotencyKey)`); `command::RequestContext` reads it.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IdempotencyKey {
+    /// Makes a retry of the same request safe: answered as the first time
+    #[param(rename = "Idempotency-Key", min_length = 1, max_length = 255)]
+    pub key: Option<String>,
+}
 
 /// `GET /openapi.json`: this document.
 #[utoipa::path(

@@ -14,6 +14,9 @@
 //! position, not a secret: it says nothing a client did not already see.
 //! One that does not decode, names another list or another namespace, or a
 //! key no row can have, is refused (422 `invalid-field`, field `cursor`).
+//!
+//! A list route's `#[utoipa::path]` documents the two parameters with the
+//! list's own `…Pages` (`FunctionPages`).
 
 use axum::body::Body;
 use axum::extract::Query;
@@ -22,6 +25,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use utoipa::IntoParams;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{KnownFormat, ObjectBuilder, Required, SchemaFormat, Type};
 
 use crate::error::{ApiError, ApiResult};
 
@@ -155,6 +161,64 @@ pub fn page_query(
         return Err(bad_cursor());
     }
     Ok(PageQuery { limit, cursor })
+}
+
+/// `?limit=` and `?cursor=` as a list's route documents them
+/// (`params(…, FunctionPages)`), each list naming its rows.
+macro_rules! page_params {
+    ($($(#[$doc:meta])* $ty:ident $rows:literal;)*) => {$(
+        $(#[$doc])*
+        pub struct $ty;
+
+        impl IntoParams for $ty {
+            fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+                page_params($rows)
+            }
+        }
+    )*};
+}
+
+page_params! {
+    /// The pages of a namespace's functions.
+    FunctionPages "Functions";
+    /// The pages of a namespace's triggers.
+    TriggerPages "Triggers";
+    /// The pages of a namespace's jobs.
+    JobPages "Jobs";
+    /// The pages of a function's versions.
+    VersionPages "Versions";
+    /// The pages of a function's invocation records.
+    InvocationPages "Records";
+}
+
+/// `limit` (of `rows`) and `cursor`, as `page_query` reads them.
+fn page_params(rows: &str) -> Vec<Parameter> {
+    let limit = ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int32)))
+        .minimum(Some(1))
+        .maximum(Some(MAX_PAGE));
+    let query = |name: &str, description: String, schema: ObjectBuilder| {
+        ParameterBuilder::new()
+            .name(name)
+            .parameter_in(ParameterIn::Query)
+            .description(Some(description))
+            .required(Required::False)
+            .schema(Some(schema))
+            .build()
+    };
+    vec![
+        query(
+            "limit",
+            format!("{rows} per page (default {DEFAULT_PAGE})"),
+            limit,
+        ),
+        query(
+            "cursor",
+            "The `next_cursor` of the page before".to_owned(),
+            ObjectBuilder::new().schema_type(Type::String),
+        ),
+    ]
 }
 
 /// The answer to a cursor this API did not give out for this list.

@@ -36,7 +36,8 @@ use crate::command::{self, Answered, Current, Decided, Handler, Plan, RequestCon
 use crate::deadlines::Progress;
 use crate::error::{ApiError, ApiResult, VERSION_CONFLICT};
 use crate::function::{function_not_found, function_path, load, path_key, target};
-use crate::path::PathParams;
+use crate::openapi::IdempotencyKey;
+use crate::path::{FunctionPath, PathParams};
 
 /// How many uploads are read and checked at once, and how long one waits
 /// for its turn.
@@ -127,7 +128,7 @@ fn check_zip_content_type(headers: &HeaderMap) -> ApiResult<()> {
 
 #[utoipa::path(post, path = "/namespaces/{ns}/functions/{name}/upload", operation_id = "uploadFunctionSource", tag = "functions",
     summary = "Upload the function's source as a zip; a build follows",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(FunctionPath, IdempotencyKey),
     request_body(content((crate::openapi::ZipArchive = "application/zip"), (crate::openapi::ZipArchive = "application/octet-stream")), description = "The source directory, zipped, as the raw body: `application/zip` or `application/octet-stream`, checked alike"),
     responses(
         (status = 200, description = "The same zip as the current version: nothing changed", body = crate::openapi::Uploaded),

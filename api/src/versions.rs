@@ -25,8 +25,9 @@ use crate::command::{self, Answered, Current, Decided, Handler, Opened, Plan, Re
 use crate::error::{ApiError, ApiResult};
 use crate::function::{accepted, function_not_found, load, path_key, target, unchanged};
 use crate::json::parse_json;
-use crate::paging::{Cursor, PageQuery, Paged, page_query};
-use crate::path::PathParams;
+use crate::openapi::IdempotencyKey;
+use crate::paging::{Cursor, PageQuery, Paged, VersionPages, page_query};
+use crate::path::{FunctionPath, PathParams};
 use crate::quota::Demand;
 
 /// Bytes of diff text one answer holds at most; files past it are listed
@@ -107,9 +108,7 @@ fn item(v: &readmodel::VersionRow, f: &Function) -> serde_json::Value {
     summary = "The kept versions of the function's source, newest first, a page at a time",
     description = "One page of the versions, newest first. When more follow, `next_cursor` is set \
         and a `Link: <…>; rel=\"next\"` header gives the next page's URL.",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Versions per page (default 100)"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
+    params(FunctionPath, VersionPages),
     responses((status = 200, description = "The versions; `live` marks the one users want running", body = crate::openapi::VersionList,
         headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
 pub async fn list(
@@ -177,7 +176,7 @@ pub(crate) async fn page(
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{version}/source", operation_id = "getFunctionVersionSource", tag = "versions",
     summary = "One version's source files",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("version" = u32, Path, description = "The version number")),
+    params(FunctionPath, ("version" = u32, Path, description = "The version number")),
     responses((status = 200, description = "The files, text inlined up to a limit", body = crate::openapi::SourceView)))]
 pub async fn source(
     State(state): State<AppState>,
@@ -192,7 +191,7 @@ pub async fn source(
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{version}/archive", operation_id = "getFunctionVersionArchive", tag = "versions",
     summary = "One version's zip, byte for byte as it was uploaded",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("version" = u32, Path, description = "The version number")),
+    params(FunctionPath, ("version" = u32, Path, description = "The version number")),
     responses((status = 200, description = "The zip: `application/zip`, or `application/octet-stream` when `Accept` asks for that and not for a zip", content(
         (crate::openapi::ZipArchive = "application/zip"),
         (crate::openapi::ZipArchive = "application/octet-stream")))))]
@@ -256,7 +255,7 @@ fn archive_media_type(headers: &HeaderMap) -> &'static str {
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{from}/diff/{to}", operation_id = "diffFunctionVersions", tag = "versions",
     summary = "What changed from one version to another: files added, removed and modified, with unified diffs",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("from" = u32, Path, description = "The version compared from"), ("to" = u32, Path, description = "The version compared to")),
+    params(FunctionPath, ("from" = u32, Path, description = "The version compared from"), ("to" = u32, Path, description = "The version compared to")),
     responses((status = 200, description = "The files that differ, by path", body = crate::openapi::VersionDiff)))]
 pub async fn diff(
     State(state): State<AppState>,
@@ -300,7 +299,7 @@ pub async fn diff(
 /// live version answers 200 and appends nothing.
 #[utoipa::path(post, path = "/namespaces/{ns}/functions/{name}/rollback", operation_id = "rollbackFunction", tag = "versions",
     summary = "Make an earlier version live again",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(FunctionPath, IdempotencyKey),
     request_body = Rollback,
     responses(
         (status = 200, description = "That version is live already (`unchanged`)", body = crate::openapi::FunctionView),
