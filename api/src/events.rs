@@ -54,11 +54,9 @@ use utoipa::IntoParams;
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
+use crate::paging;
 use crate::path::{NamespacePath, PathParams};
 
-/// The most entries one page holds, and the default.
-pub const MAX_PAGE: u32 = 1000;
-pub const DEFAULT_PAGE: u32 = 100;
 /// The most `type` values one request may give.
 pub const MAX_TYPES: usize = 50;
 /// The longest value of any parameter.
@@ -301,19 +299,7 @@ fn filter(p: &Params, namespace: Option<Namespace>) -> ApiResult<Filter> {
 
 /// `limit`, `order` and `after` of a page.
 fn paging(p: &Params) -> ApiResult<(u32, Order, Option<i64>)> {
-    let limit = match &p.limit {
-        None => DEFAULT_PAGE,
-        Some(l) => l
-            .parse::<u32>()
-            .ok()
-            .filter(|l| (1..=MAX_PAGE).contains(l))
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    "limit",
-                    format!("limit must be a whole number from 1 to {MAX_PAGE} (got {l:?})"),
-                )
-            })?,
-    };
+    let limit = paging::limit(p.limit.as_deref())?;
     let order = match &p.order {
         None => Order::default(),
         Some(o) => Order::parse(o).ok_or_else(|| {
@@ -366,18 +352,13 @@ pub fn view(e: &Entry) -> Value {
 async fn page(state: &AppState, filter: &Filter, p: &Params) -> ApiResult<Json<Value>> {
     let (limit, order, after) = paging(p)?;
     let mut entries = audit::page(&state.pool, filter, order, after, limit + 1).await?;
-    let next = if entries.len() > limit as usize {
-        entries.truncate(limit as usize);
-        entries.last().map(|e| {
-            PageCursor {
-                order,
-                position: e.position,
-            }
-            .encode()
-        })
-    } else {
-        None
-    };
+    let next = paging::cut(&mut entries, limit, |e| {
+        PageCursor {
+            order,
+            position: e.position,
+        }
+        .encode()
+    });
     let items: Vec<Value> = entries.iter().map(view).collect();
     Ok(Json(json!({ "items": items, "next": next })))
 }

@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{OriginalUri, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use sless_api_types::{CreateFunction, Deleted, FunctionList, FunctionView, UpdateFunction};
 use sless_domain::archive;
@@ -27,7 +26,7 @@ use crate::function::{
 };
 use crate::json::parse_json;
 use crate::openapi::IdempotencyKey;
-use crate::paging::{FunctionPages, PageQuery, Paged, page_query};
+use crate::paging::{FunctionPages, PageQuery, PageRequest, Paged};
 use crate::path::{FunctionPath, NamespacePath, PathParams};
 use crate::quota::Demand;
 use crate::versions::{retention, version_demand};
@@ -105,22 +104,21 @@ impl Handler<Function> for Create {
         a `Link: <…>; rel=\"next\"` header gives the next page's URL; the last page has \
         `next_cursor` null and no `Link`.",
     params(NamespacePath, FunctionPages),
-    responses((status = 200, description = "One page of functions", body = crate::openapi::FunctionList,
-        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
+    responses((status = 200, description = "One page of functions", body = crate::openapi::FunctionList)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     PathParams(ns): PathParams<String>,
-    OriginalUri(uri): OriginalUri,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    asked: PageRequest,
 ) -> ApiResult<Paged> {
     let namespace = caller.namespace(&ns)?;
-    let query = page_query(query)?;
+    let asked = asked.read()?;
+    let query = &asked.query;
     let list = format!("functions/{namespace}");
     let page = state
         .pages
-        .page(&state.pool, &list, &query, async || {
-            let (rows, next) = rows_page(&state, &namespace, &query).await?;
+        .page(&state.pool, &list, query, async || {
+            let (rows, next) = rows_page(&state, &namespace, query).await?;
             let fn_url = state.fn_url.as_deref();
             let page = FunctionList {
                 items: rows.iter().map(|r| view_of_row(fn_url, r)).collect(),
@@ -133,12 +131,7 @@ pub async fn list(
             Ok((body, next))
         })
         .await?;
-    Ok(Paged::new(
-        page.body.clone(),
-        uri.path(),
-        &query,
-        page.next.as_deref(),
-    ))
+    Ok(asked.answer(page.body.clone(), page.next.as_deref()))
 }
 
 /// One page of a namespace's functions (read with `query`), and the

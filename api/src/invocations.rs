@@ -482,12 +482,7 @@ pub async fn list(
         limit + 1,
     )
     .await?;
-    let next_cursor = if items.len() > limit as usize {
-        items.truncate(limit as usize);
-        items.last().map(|r| Cursor::of(r).encode())
-    } else {
-        None
-    };
+    let next_cursor = crate::paging::cut(&mut items, limit, |r| Cursor::of(r).encode());
     let items: Vec<Value> = items.iter().map(view).collect();
     Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
 }

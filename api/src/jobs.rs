@@ -7,8 +7,7 @@
 //! model, and the log whenever the row is missing or behind it: a client
 //! polling for `Succeeded` never sees an older status after a newer one.
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{OriginalUri, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -28,7 +27,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::function;
 use crate::json::parse_json;
 use crate::openapi::IdempotencyKey;
-use crate::paging::{JobPages, Paged, page_query};
+use crate::paging::{JobPages, PageRequest, Paged};
 use crate::path::{JobPath, NamespacePath, PathParams};
 use crate::quota::Demand;
 
@@ -359,18 +358,17 @@ impl Handler<Job> for Create {
         for them). When more follow, `next_cursor` is set and a `Link: <…>; rel=\"next\"` header \
         gives the next page's URL.",
     params(NamespacePath, JobPages),
-    responses((status = 200, description = "One page of jobs", body = crate::openapi::JobList,
-        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
+    responses((status = 200, description = "One page of jobs", body = crate::openapi::JobList)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     PathParams(ns): PathParams<String>,
-    OriginalUri(uri): OriginalUri,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    asked: PageRequest,
 ) -> ApiResult<Paged> {
     let namespace = caller.namespace(&ns)?;
-    let query = page_query(query)?;
-    let (rows, next) = query
+    let asked = asked.read()?;
+    let (rows, next) = asked
+        .query
         .read(
             &format!("jobs/{namespace}"),
             |k| JobName::parse(k).is_ok(),
@@ -396,7 +394,7 @@ pub async fn list(
         })
         .collect::<ApiResult<Vec<Value>>>()?;
     let page = json!({ "items": items, "next_cursor": next });
-    Paged::json(&page, uri.path(), &query, next.as_deref())
+    asked.json(&page, next.as_deref())
 }
 
 #[utoipa::path(get, path = "/namespaces/{ns}/jobs/{name}", operation_id = "getJob", tag = "jobs",

@@ -11,8 +11,7 @@
 //! next tick and its last runs (the `jobs` read model).
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{OriginalUri, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -35,7 +34,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::function;
 use crate::json::parse_json;
 use crate::openapi::IdempotencyKey;
-use crate::paging::{PageQuery, Paged, TriggerPages, page_query};
+use crate::paging::{PageQuery, PageRequest, Paged, TriggerPages};
 use crate::path::{NamespacePath, PathParams, TriggerPath};
 use crate::quota::Demand;
 
@@ -206,20 +205,17 @@ fn reconcile_of(ns: &Namespace, spec: &TriggerSpec) -> String {
     description = "One page of the triggers, by name. When more follow, `next_cursor` is set and \
         a `Link: <…>; rel=\"next\"` header gives the next page's URL.",
     params(NamespacePath, TriggerPages),
-    responses((status = 200, description = "One page of the namespace's triggers, by name", body = crate::openapi::TriggerList,
-        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
+    responses((status = 200, description = "One page of the namespace's triggers, by name", body = crate::openapi::TriggerList)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     PathParams(ns): PathParams<String>,
-    OriginalUri(uri): OriginalUri,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    asked: PageRequest,
 ) -> ApiResult<Paged> {
     let namespace = caller.namespace(&ns)?;
-    let query = page_query(query)?;
-    let Json(page) = page(&state, &namespace, &query).await?;
-    let next = page["next_cursor"].as_str();
-    Paged::json(&page, uri.path(), &query, next)
+    let asked = asked.read()?;
+    let Json(page) = page(&state, &namespace, &asked.query).await?;
+    asked.json(&page, page["next_cursor"].as_str())
 }
 
 /// One page of a namespace's triggers (read with `query`) as the list

@@ -8,8 +8,7 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{OriginalUri, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -26,7 +25,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::function::{accepted, function_not_found, load, path_key, target, unchanged};
 use crate::json::parse_json;
 use crate::openapi::IdempotencyKey;
-use crate::paging::{Cursor, PageQuery, Paged, VersionPages, page_query};
+use crate::paging::{PageQuery, PageRequest, Paged, VersionPages};
 use crate::path::{FunctionPath, PathParams};
 use crate::quota::Demand;
 
@@ -109,20 +108,17 @@ fn item(v: &readmodel::VersionRow, f: &Function) -> serde_json::Value {
     description = "One page of the versions, newest first. When more follow, `next_cursor` is set \
         and a `Link: <…>; rel=\"next\"` header gives the next page's URL.",
     params(FunctionPath, VersionPages),
-    responses((status = 200, description = "The versions; `live` marks the one users want running", body = crate::openapi::VersionList,
-        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
+    responses((status = 200, description = "The versions; `live` marks the one users want running", body = crate::openapi::VersionList)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-    OriginalUri(uri): OriginalUri,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    asked: PageRequest,
 ) -> ApiResult<Paged> {
     let key = path_key(&caller, &ns, &name)?;
-    let query = page_query(query)?;
-    let Json(page) = page(&state, &key, &query).await?;
-    let next = page["next_cursor"].as_str();
-    Paged::json(&page, uri.path(), &query, next)
+    let asked = asked.read()?;
+    let Json(page) = page(&state, &key, &asked.query).await?;
+    asked.json(&page, page["next_cursor"].as_str())
 }
 
 /// One page of a function's versions (read with `query`) as the list shows
@@ -132,29 +128,23 @@ pub(crate) async fn page(
     key: &FunctionKey,
     query: &PageQuery,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let list = format!("versions/{}/{}", key.namespace, key.name);
-    let before = query
-        .cursor
-        .as_deref()
-        .map(|c| Cursor::decode(c, &list, |k| k.parse::<u32>().is_ok_and(|v| v > 0)))
-        .transpose()?
-        .map(|v| v.parse::<u32>().expect("checked above"));
-    let f = existing(state, key).await?;
-    let mut rows = readmodel::version_rows(
-        &state.pool,
-        key.namespace.as_str(),
-        key.name.as_str(),
-        before,
-        query.fetch(),
-    )
-    .await?;
-    let next = query.cut(&mut rows, |r| {
-        Cursor {
-            list: &list,
-            key: &r.version.to_string(),
-        }
-        .encode()
-    });
+    let mut function = None;
+    let (rows, next) = query
+        .read(
+            &format!("versions/{}/{}", key.namespace, key.name),
+            |k| k.parse::<u32>().is_ok_and(|v| v > 0),
+            async |after, fetch| {
+                // After the cursor is checked, before any row: a function
+                // that is not there is 404.
+                function = Some(existing(state, key).await?);
+                let before = after.map(|v| v.parse::<u32>().expect("checked by read"));
+                let (ns, name) = (key.namespace.as_str(), key.name.as_str());
+                Ok(readmodel::version_rows(&state.pool, ns, name, before, fetch).await?)
+            },
+            |r| r.version.to_string(),
+        )
+        .await?;
+    let f = function.expect("read reads the rows");
     // The read model may lag the stream by a moment: list what both know,
     // so that a pruned version never shows and a new one shows once the
     // projector has it.
