@@ -44,7 +44,7 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::events::{KEEP_ALIVE, LAST_EVENT_ID, RECONNECT_AFTER};
 use crate::function::{load, path_key};
-use crate::path::PathParams;
+use crate::path::{FunctionPath, PathParams};
 use crate::versions::{existing, version_of};
 
 /// How often a follower looks again when no NOTIFY woke it.
@@ -119,8 +119,7 @@ async fn listen(pool: sless_store::PgPool, tx: broadcast::Sender<String>) {
         Server-Sent Events, every line so far then each new one as `event: line` (the line as `data`), \
         then one `event: end` with `{\"outcome\": \"succeeded\"|\"failed\", \"error\": …}` when the build ends. \
         A follower that comes before the build started waits for it. 404 when the version was never built.",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"),
-        ("name" = String, Path, description = "The function"),
+    params(FunctionPath,
         ("version" = u32, Path, description = "The version number"),
         ("follow" = Option<bool>, Query, description = "Stream the log until the build ends"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume a followed log after this line")),

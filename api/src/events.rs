@@ -49,15 +49,14 @@ use sless_store::audit::{self, Entry, Filter, Order, PageCursor};
 use sless_store::eventlog::Checkpoint;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use utoipa::IntoParams;
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::path::PathParams;
+use crate::paging;
+use crate::path::{NamespacePath, PathParams};
 
-/// The most entries one page holds, and the default.
-pub const MAX_PAGE: u32 = 1000;
-pub const DEFAULT_PAGE: u32 = 100;
 /// The most `type` values one request may give.
 pub const MAX_TYPES: usize = 50;
 /// The longest value of any parameter.
@@ -125,6 +124,52 @@ struct Params {
     after: Option<String>,
     limit: Option<String>,
     order: Option<String>,
+}
+
+/// The stream filter of the three routes, as they document it.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StreamFilter {
+    /// One stream, exactly (`function/{ns}/{name}`)
+    pub stream: Option<String>,
+}
+
+/// The function filter of a namespace's routes, as they document it.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct FunctionFilter {
+    /// One function's stream, by name (not with `stream`)
+    pub function: Option<String>,
+}
+
+/// The other filters of the three routes, as they document them.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventFilters {
+    /// Event types; repeat for several (any matches)
+    #[param(rename = "type", style = Form, explode)]
+    pub types: Option<Vec<String>>,
+    /// Who caused the event: a token's `sub`, or `system:<role>`
+    pub actor: Option<String>,
+    /// Recorded at or after (RFC 3339)
+    #[param(format = DateTime)]
+    pub since: Option<String>,
+    /// Recorded before (RFC 3339)
+    #[param(format = DateTime)]
+    pub until: Option<String>,
+}
+
+/// The paging of the two lists, as they document it.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventPaging {
+    /// The `next` of the page before
+    pub after: Option<String>,
+    /// Entries per page (default 100)
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
+    /// `newest` (default) or `oldest` first
+    pub order: Option<String>,
 }
 
 const FILTERS: [&str; 6] = ["stream", "function", "type", "actor", "since", "until"];
@@ -254,19 +299,7 @@ fn filter(p: &Params, namespace: Option<Namespace>) -> ApiResult<Filter> {
 
 /// `limit`, `order` and `after` of a page.
 fn paging(p: &Params) -> ApiResult<(u32, Order, Option<i64>)> {
-    let limit = match &p.limit {
-        None => DEFAULT_PAGE,
-        Some(l) => l
-            .parse::<u32>()
-            .ok()
-            .filter(|l| (1..=MAX_PAGE).contains(l))
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    "limit",
-                    format!("limit must be a whole number from 1 to {MAX_PAGE} (got {l:?})"),
-                )
-            })?,
-    };
+    let limit = paging::limit(p.limit.as_deref())?;
     let order = match &p.order {
         None => Order::default(),
         Some(o) => Order::parse(o).ok_or_else(|| {
@@ -319,18 +352,13 @@ pub fn view(e: &Entry) -> Value {
 async fn page(state: &AppState, filter: &Filter, p: &Params) -> ApiResult<Json<Value>> {
     let (limit, order, after) = paging(p)?;
     let mut entries = audit::page(&state.pool, filter, order, after, limit + 1).await?;
-    let next = if entries.len() > limit as usize {
-        entries.truncate(limit as usize);
-        entries.last().map(|e| {
-            PageCursor {
-                order,
-                position: e.position,
-            }
-            .encode()
-        })
-    } else {
-        None
-    };
+    let next = paging::cut(&mut entries, limit, |e| {
+        PageCursor {
+            order,
+            position: e.position,
+        }
+        .encode()
+    });
     let items: Vec<Value> = entries.iter().map(view).collect();
     Ok(Json(json!({ "items": items, "next": next })))
 }
@@ -342,16 +370,8 @@ async fn page(state: &AppState, filter: &Filter, p: &Params) -> ApiResult<Json<V
         changed what (`stream`, `type`, `data`), when (`time`) and in which request (`request_id`). \
         Filters combine; `type` may be repeated (any of them). Page with `after` set to the `next` of \
         the page before.",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"),
-        ("stream" = Option<String>, Query, description = "One stream, exactly (`function/{ns}/{name}`)"),
-        ("function" = Option<String>, Query, description = "One function's stream, by name (not with `stream`)"),
-        ("type" = Option<Vec<String>>, Query, style = Form, explode, description = "Event types; repeat for several (any matches)"),
-        ("actor" = Option<String>, Query, description = "Who caused the event: a token's `sub`, or `system:<role>`"),
-        ("since" = Option<String>, Query, format = DateTime, description = "Recorded at or after (RFC 3339)"),
-        ("until" = Option<String>, Query, format = DateTime, description = "Recorded before (RFC 3339)"),
-        ("after" = Option<String>, Query, description = "The `next` of the page before"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Entries per page (default 100)"),
-        ("order" = Option<String>, Query, description = "`newest` (default) or `oldest` first")),
+    params(NamespacePath,
+        StreamFilter, FunctionFilter, EventFilters, EventPaging),
     responses((status = 200, description = "One page of entries", body = crate::openapi::EventPage)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -372,15 +392,9 @@ pub async fn list(
     description = "As `/v1/namespaces/{ns}/events`, across namespaces; `namespace` narrows it to one. \
         A token without the admin claim gets 403.",
     params(("namespace" = Option<String>, Query, description = "One namespace"),
-        ("stream" = Option<String>, Query, description = "One stream, exactly (`function/{ns}/{name}`)"),
+        StreamFilter,
         ("function" = Option<String>, Query, description = "One function's stream, by name (needs `namespace`; not with `stream`)"),
-        ("type" = Option<Vec<String>>, Query, style = Form, explode, description = "Event types; repeat for several (any matches)"),
-        ("actor" = Option<String>, Query, description = "Who caused the event: a token's `sub`, or `system:<role>`"),
-        ("since" = Option<String>, Query, format = DateTime, description = "Recorded at or after (RFC 3339)"),
-        ("until" = Option<String>, Query, format = DateTime, description = "Recorded before (RFC 3339)"),
-        ("after" = Option<String>, Query, description = "The `next` of the page before"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Entries per page (default 100)"),
-        ("order" = Option<String>, Query, description = "`newest` (default) or `oldest` first")),
+        EventFilters, EventPaging),
     responses((status = 200, description = "One page of entries", body = crate::openapi::EventPage)))]
 pub async fn list_all(
     State(state): State<AppState>,
@@ -416,15 +430,10 @@ pub async fn list_all(
         events that committed just before, while an older transaction was still running), or after \
         the id in `Last-Event-ID` (sent by a reconnecting `EventSource`) or `after`. Events arrive in commit \
         order, none skipped. Takes the list's filters.",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"),
+    params(NamespacePath,
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id"),
         ("after" = Option<String>, Query, description = "Resume after this event id (when `Last-Event-ID` is not sent)"),
-        ("stream" = Option<String>, Query, description = "One stream, exactly (`function/{ns}/{name}`)"),
-        ("function" = Option<String>, Query, description = "One function's stream, by name (not with `stream`)"),
-        ("type" = Option<Vec<String>>, Query, style = Form, explode, description = "Event types; repeat for several (any matches)"),
-        ("actor" = Option<String>, Query, description = "Who caused the event: a token's `sub`, or `system:<role>`"),
-        ("since" = Option<String>, Query, format = DateTime, description = "Recorded at or after (RFC 3339)"),
-        ("until" = Option<String>, Query, format = DateTime, description = "Recorded before (RFC 3339)")),
+        StreamFilter, FunctionFilter, EventFilters),
     responses((status = 200, description = "An endless stream of events", content_type = "text/event-stream", body = String)))]
 pub async fn tail(
     State(state): State<AppState>,

@@ -1,17 +1,14 @@
 //! One function as the routes see it: named by a request's path (another
 //! user's, or a name that cannot be one, is not found), read from its
-//! stream, and shown as JSON. The routes of `functions`, `upload`,
+//! stream, and shown as its one document, `sless_api_types::FunctionView`
+//! (a list, a get and every command's answer alike). The routes of `functions`, `upload`,
 //! `versions`, `source`, `jobs` and `triggers` share it; it imports none
 //! of them.
 
-use std::collections::BTreeMap;
-use std::fmt;
-
 use axum::http::StatusCode;
-use chrono::{DateTime, Utc};
-use serde::Serialize;
-use serde_json::json;
-use sless_domain::{Function, FunctionKey, FunctionName, Phase, Runtime};
+use chrono::{DateTime, SecondsFormat, Utc};
+use sless_api_types::FunctionView;
+use sless_domain::{Function, FunctionKey, FunctionName};
 use sless_store::eventlog::{self, Appended};
 use sless_store::readmodel::FunctionRow;
 
@@ -39,105 +36,58 @@ pub(crate) fn function_path(key: &FunctionKey) -> String {
 /// Where a function is invoked: on the functions' origin when the API
 /// knows it (`AppState::fn_url`), else the path there.
 pub(crate) fn function_url(fn_url: Option<&str>, ns: &str, name: &str) -> String {
-    FunctionUrl { fn_url, ns, name }.to_string()
+    let origin = fn_url.unwrap_or_default();
+    format!("{origin}/fn/{ns}/{name}")
 }
 
-/// A function's read-model row as the API shows it, serialised straight
-/// from the row (a list writes a page of these without building a
-/// `serde_json::Value` per row).
-#[derive(Serialize)]
-pub(crate) struct RowView<'a> {
-    namespace: &'a str,
-    name: &'a str,
-    runtime: Runtime,
-    entrypoint: &'a str,
-    memory_mb: u32,
-    timeout_sec: u32,
-    env_vars: &'a BTreeMap<String, String>,
-    scale_to_zero_after_sec: Option<u32>,
-    phase: Phase,
-    instances: u32,
-    version: Option<u32>,
-    deployed_version: Option<u32>,
-    last_error: Option<&'a str>,
-    url: FunctionUrl<'a>,
-    created_at: &'a DateTime<Utc>,
-    updated_at: &'a DateTime<Utc>,
-}
-
-impl<'a> RowView<'a> {
-    pub(crate) fn of(fn_url: Option<&'a str>, r: &'a FunctionRow) -> RowView<'a> {
-        RowView {
-            namespace: &r.namespace,
-            name: &r.name,
-            runtime: r.spec.runtime,
-            entrypoint: &r.spec.entrypoint,
-            memory_mb: r.spec.memory_mb,
-            timeout_sec: r.spec.timeout_sec,
-            env_vars: &r.spec.env_vars,
-            scale_to_zero_after_sec: r.spec.scale_to_zero_after_sec,
-            phase: r.phase,
-            instances: u32::from(r.endpoint.is_some()),
-            version: r.current_version,
-            deployed_version: r.deployed_version,
-            last_error: r.last_error.as_deref(),
-            url: FunctionUrl {
-                fn_url,
-                ns: &r.namespace,
-                name: &r.name,
-            },
-            created_at: &r.created_at,
-            updated_at: &r.updated_at,
-        }
-    }
-}
-
-/// `function_url`, written where it is serialised.
-struct FunctionUrl<'a> {
-    fn_url: Option<&'a str>,
-    ns: &'a str,
-    name: &'a str,
-}
-
-impl fmt::Display for FunctionUrl<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let origin = self.fn_url.unwrap_or_default();
-        write!(f, "{origin}/fn/{}/{}", self.ns, self.name)
-    }
-}
-
-impl Serialize for FunctionUrl<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-pub(crate) fn view_of_row(fn_url: Option<&str>, r: &FunctionRow) -> serde_json::Value {
-    serde_json::to_value(RowView::of(fn_url, r)).expect("a row's view is JSON")
-}
-
-pub(crate) fn view_of_state(
-    fn_url: Option<&str>,
-    key: &FunctionKey,
-    f: &Function,
-) -> serde_json::Value {
+/// A function as the API shows it: its one document, `FunctionView`, made
+/// from its state (folded from its stream, or as a read-model row
+/// summarises it), without the timestamps only a row knows.
+fn view(fn_url: Option<&str>, ns: &str, name: &str, f: &Function) -> FunctionView {
     let spec = f.spec.as_ref();
-    json!({
-        "namespace": key.namespace,
-        "name": key.name,
-        "runtime": spec.map(|s| s.runtime),
-        "entrypoint": spec.map(|s| &s.entrypoint),
-        "memory_mb": spec.map(|s| s.memory_mb),
-        "timeout_sec": spec.map(|s| s.timeout_sec),
-        "env_vars": spec.map(|s| &s.env_vars),
-        "scale_to_zero_after_sec": spec.and_then(|s| s.scale_to_zero_after_sec),
-        "phase": f.phase,
-        "instances": u32::from(f.endpoint.is_some()),
-        "version": f.current_version,
-        "deployed_version": f.deployed_version,
-        "last_error": f.last_error,
-        "url": function_url(fn_url, key.namespace.as_str(), key.name.as_str()),
-    })
+    FunctionView {
+        namespace: ns.to_owned(),
+        name: name.to_owned(),
+        runtime: spec.map(|s| s.runtime.to_string()),
+        entrypoint: spec.map(|s| s.entrypoint.clone()),
+        memory_mb: spec.map(|s| s.memory_mb),
+        timeout_sec: spec.map(|s| s.timeout_sec),
+        env_vars: spec.map(|s| s.env_vars.clone()),
+        scale_to_zero_after_sec: spec.and_then(|s| s.scale_to_zero_after_sec),
+        phase: f.phase.as_str().to_owned(),
+        instances: Some(u32::from(f.endpoint.is_some())),
+        version: f.current_version,
+        deployed_version: f.deployed_version,
+        last_error: f.last_error.clone(),
+        url: function_url(fn_url, ns, name),
+        created_at: None,
+        updated_at: None,
+        position: None,
+        unchanged: None,
+        status_url: None,
+    }
+}
+
+/// A function as its read-model row shows it, with when it was created
+/// and last changed (RFC 3339, as they serialise).
+pub(crate) fn view_of_row(fn_url: Option<&str>, r: &FunctionRow) -> FunctionView {
+    let time = |t: &DateTime<Utc>| Some(t.to_rfc3339_opts(SecondsFormat::AutoSi, true));
+    FunctionView {
+        created_at: time(&r.created_at),
+        updated_at: time(&r.updated_at),
+        ..view(fn_url, &r.namespace, &r.name, &r.state())
+    }
+}
+
+/// A function as its stream shows it (`f`, folded from it).
+pub(crate) fn view_of_state(fn_url: Option<&str>, key: &FunctionKey, f: &Function) -> FunctionView {
+    view(fn_url, key.namespace.as_str(), key.name.as_str(), f)
+}
+
+/// An answer whose body is the function `view`.
+pub(crate) fn answer(status: StatusCode, view: &FunctionView) -> Answered {
+    let body = serde_json::to_value(view).expect("a function's view is JSON");
+    Answered::new(status, body)
 }
 
 /// A command's answer that changes what runs: 202 with the function as it
@@ -148,17 +98,21 @@ pub(crate) fn accepted(
     after: &Function,
     appended: Appended,
 ) -> Answered {
-    let mut view = view_of_state(fn_url, key, after);
-    view["position"] = json!(appended.position);
-    view["status_url"] = json!(function_path(key));
-    Answered::new(StatusCode::ACCEPTED, view)
+    let view = FunctionView {
+        position: Some(appended.position),
+        status_url: Some(function_path(key)),
+        ..view_of_state(fn_url, key, after)
+    };
+    answer(StatusCode::ACCEPTED, &view)
 }
 
 /// A command's answer that changed nothing: 200 with the function, `unchanged`.
 pub(crate) fn unchanged(fn_url: Option<&str>, key: &FunctionKey, f: &Function) -> Answered {
-    let mut view = view_of_state(fn_url, key, f);
-    view["unchanged"] = json!(true);
-    Answered::new(StatusCode::OK, view)
+    let view = FunctionView {
+        unchanged: Some(true),
+        ..view_of_state(fn_url, key, f)
+    };
+    answer(StatusCode::OK, &view)
 }
 
 /// The function a path names: a name that cannot be a function's is not

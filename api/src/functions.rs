@@ -3,17 +3,13 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{OriginalUri, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
-use serde::Serialize;
-use serde::ser::SerializeStruct;
-use serde_json::json;
-use sless_api_types::{CreateFunction, UpdateFunction};
+use sless_api_types::{CreateFunction, Deleted, FunctionList, FunctionView, UpdateFunction};
 use sless_domain::archive;
 use sless_domain::{
-    Aggregate, DomainError, Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName,
-    FunctionSpec, Namespace, Runtime, SourceVersion, UploadedSource,
+    DomainError, Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName, FunctionSpec,
+    Namespace, Phase, Runtime, SourceVersion, UploadedSource,
 };
 use sless_store::eventlog::Appended;
 use sless_store::readmodel::{self, FunctionRow};
@@ -25,14 +21,15 @@ use crate::catch_up;
 use crate::command::{self, Answered, Current, Decided, Handler, Opened, Plan, RequestContext};
 use crate::error::{ApiError, ApiResult};
 use crate::function::{
-    RowView, accepted, function_not_found, load, path_key, target, unchanged, view_of_row,
+    accepted, answer, function_not_found, load, path_key, target, unchanged, view_of_row,
     view_of_state,
 };
 use crate::json::parse_json;
-use crate::paging::{PageQuery, Paged, page_query};
-use crate::path::PathParams;
+use crate::openapi::IdempotencyKey;
+use crate::paging::{FunctionPages, PageQuery, PageRequest, Paged};
+use crate::path::{FunctionPath, NamespacePath, PathParams};
 use crate::quota::Demand;
-use crate::versions::version_demand;
+use crate::versions::{retention, version_demand};
 
 fn parse_name(name: &str) -> ApiResult<FunctionName> {
     FunctionName::parse(name).map_err(ApiError::from)
@@ -40,7 +37,7 @@ fn parse_name(name: &str) -> ApiResult<FunctionName> {
 
 #[utoipa::path(post, path = "/namespaces/{ns}/functions", operation_id = "createFunction", tag = "functions",
     summary = "Create a function",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(NamespacePath, IdempotencyKey),
     request_body = CreateFunction,
     responses((status = 201, description = "Created; upload its source next", body = crate::openapi::FunctionView)))]
 pub async fn create(
@@ -84,15 +81,20 @@ impl Handler<Function> for Create {
         current: Current<'_, Function>,
     ) -> ApiResult<Decided<Function>> {
         let spec = self.spec.clone();
-        let events = current.state.decide(FunctionCommand::Create { spec })?;
+        let events = current
+            .state
+            .decide(FunctionCommand::Create { spec })?
+            .events;
         let quota = Demand::function(self.target.namespace.clone());
         Ok(Decided::Append(Plan::new(events).quota(quota)))
     }
 
     fn answer(&self, after: &Function, appended: Appended) -> Answered {
-        let mut view = view_of_state(self.fn_url.as_deref(), &self.target, after);
-        view["position"] = json!(appended.position);
-        Answered::new(StatusCode::CREATED, view)
+        let view = FunctionView {
+            position: Some(appended.position),
+            ..view_of_state(self.fn_url.as_deref(), &self.target, after)
+        };
+        answer(StatusCode::CREATED, &view)
     }
 }
 
@@ -101,29 +103,26 @@ impl Handler<Function> for Create {
     description = "One page of the functions, by name. When more follow, `next_cursor` is set and \
         a `Link: <…>; rel=\"next\"` header gives the next page's URL; the last page has \
         `next_cursor` null and no `Link`.",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Functions per page (default 100)"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
-    responses((status = 200, description = "One page of functions", body = crate::openapi::FunctionList,
-        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
+    params(NamespacePath, FunctionPages),
+    responses((status = 200, description = "One page of functions", body = crate::openapi::FunctionList)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     PathParams(ns): PathParams<String>,
-    OriginalUri(uri): OriginalUri,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    asked: PageRequest,
 ) -> ApiResult<Paged> {
     let namespace = caller.namespace(&ns)?;
-    let query = page_query(query)?;
+    let asked = asked.read()?;
+    let query = &asked.query;
     let list = format!("functions/{namespace}");
     let page = state
         .pages
-        .page(&state.pool, &list, &query, async || {
-            let (rows, next) = rows_page(&state, &namespace, &query).await?;
-            let page = FunctionPage {
-                fn_url: state.fn_url.as_deref(),
-                rows: &rows,
-                next_cursor: next.as_deref(),
+        .page(&state.pool, &list, query, async || {
+            let (rows, next) = rows_page(&state, &namespace, query).await?;
+            let fn_url = state.fn_url.as_deref();
+            let page = FunctionList {
+                items: rows.iter().map(|r| view_of_row(fn_url, r)).collect(),
+                next_cursor: next.clone(),
             };
             // About 400 bytes a function, written once.
             let mut body = Vec::with_capacity(64 + rows.len() * 512);
@@ -132,12 +131,7 @@ pub async fn list(
             Ok((body, next))
         })
         .await?;
-    Ok(Paged::new(
-        page.body.clone(),
-        uri.path(),
-        &query,
-        page.next.as_deref(),
-    ))
+    Ok(asked.answer(page.body.clone(), page.next.as_deref()))
 }
 
 /// One page of a namespace's functions (read with `query`), and the
@@ -165,35 +159,13 @@ pub(crate) async fn rows_page(
         .await
 }
 
-/// A page of the list as its document: `items` and `next_cursor`.
-struct FunctionPage<'a> {
-    fn_url: Option<&'a str>,
-    rows: &'a [FunctionRow],
-    next_cursor: Option<&'a str>,
-}
-
-impl Serialize for FunctionPage<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        struct Items<'a>(Option<&'a str>, &'a [FunctionRow]);
-        impl Serialize for Items<'_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_seq(self.1.iter().map(|r| RowView::of(self.0, r)))
-            }
-        }
-        let mut page = s.serialize_struct("FunctionList", 2)?;
-        page.serialize_field("items", &Items(self.fn_url, self.rows))?;
-        page.serialize_field("next_cursor", &self.next_cursor)?;
-        page.end()
-    }
-}
-
 /// How long a read of a function waits for the read model to show the
 /// function's last event.
 const READ_YOUR_WRITES: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}", operation_id = "getFunction", tag = "functions",
     summary = "Get a function",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function")),
+    params(FunctionPath),
     responses((status = 200, description = "The function", body = crate::openapi::FunctionView)))]
 pub async fn get(
     State(state): State<AppState>,
@@ -222,7 +194,7 @@ pub async fn get(
             return Err(function_not_found(&key));
         }
         let view = view_of_row(state.fn_url.as_deref(), &row);
-        return Ok(Answered::new(StatusCode::OK, view).etag(version));
+        return Ok(answer(StatusCode::OK, &view).etag(version));
     }
     // Not projected yet (just created, or created again): answer from the log.
     let f = load(&state, &key).await?;
@@ -230,7 +202,7 @@ pub async fn get(
         return Err(function_not_found(&key));
     }
     let view = view_of_state(state.fn_url.as_deref(), &key, &f);
-    Ok(Answered::new(StatusCode::OK, view).etag(f.stream_version))
+    Ok(answer(StatusCode::OK, &view).etag(f.stream_version))
 }
 
 /// The spec `current` becomes with the changes of `update`.
@@ -285,12 +257,9 @@ async fn rebuild_for_runtime(
         .put_if_absent(&context_key, context, "application/gzip")
         .await?;
     let rebuilt = UploadedSource {
-        sha256: source.sha256.clone(),
-        size: source.size,
-        files: source.files,
-        zip_key: source.zip_key.clone(),
         context_sha256,
         context_key,
+        ..UploadedSource::from(source)
     };
     Ok((rebuilt, stored))
 }
@@ -304,7 +273,7 @@ async fn rebuild_for_runtime(
 /// A spec that changes nothing answers 200 and appends nothing.
 #[utoipa::path(put, path = "/namespaces/{ns}/functions/{name}", operation_id = "updateFunction", tag = "functions",
     summary = "Change a function's spec; a deployed function is redeployed",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(FunctionPath, IdempotencyKey),
     request_body = UpdateFunction,
     responses(
         (status = 200, description = "Nothing changed (`unchanged`)", body = crate::openapi::FunctionView),
@@ -363,14 +332,17 @@ impl ChangeSpec {
         if let Some(r) = self.rebuilt.as_ref().filter(|r| r.sha256 == v.sha256) {
             return Ok(Some(r.clone()));
         }
-        // The version it makes counts against the quotas: checked before
-        // its context is stored (and again at the commit).
-        let mut next = vec![FunctionEvent::FunctionUploaded(SourceVersion {
-            version: current.next_version(),
-            ..v.clone()
-        })];
-        let (pruned, _) = crate::versions::retain(state, current, &mut next);
-        let demand = version_demand(&self.target, current, v.size, &pruned, false);
+        // The version it makes counts against the quotas (less what
+        // retention prunes with it): checked before its context is stored
+        // (and again at the commit). Decided ahead on the source as it is:
+        // the context packed for the new runtime differs only in its
+        // digest, which neither reads.
+        let ahead = current.decide(FunctionCommand::ChangeSpec {
+            spec: spec.clone(),
+            rebuilt: Some(UploadedSource::from(&v)),
+            retention: retention(state),
+        })?;
+        let demand = version_demand(&self.target, v.size, &ahead.pruned, false);
         command::check_quota(state, &demand).await?;
         let (source, stored) = rebuild_for_runtime(state, &v, spec.runtime).await?;
         if stored {
@@ -396,25 +368,30 @@ impl Handler<Function> for ChangeSpec {
         // Refused before anything is stored for it.
         spec.validate()?;
         let rebuilt = self.rebuilt_for(state, current, &spec).await?;
-        let mut events = current.decide(FunctionCommand::ChangeSpec { spec, rebuilt })?;
-        if events.is_empty() {
+        let retention = retention(state);
+        let decision = current.decide(FunctionCommand::ChangeSpec {
+            spec,
+            rebuilt,
+            retention,
+        })?;
+        if decision.events.is_empty() {
             let answer = unchanged(self.fn_url.as_deref(), &self.target, current);
             return Ok(Decided::Unchanged(answer));
         }
-        // A runtime change makes a new version: retention applies, and its
-        // repacked context must still be stored when the events commit.
-        let (pruned, collect) = crate::versions::retain(state, current, &mut events);
+        // A runtime change makes a new version: it counts against the
+        // quotas, and its repacked context must still be stored when the
+        // events commit.
         let mut plan = Plan::new(Vec::new()).reconcile(self.target.queue_key());
-        for e in &events {
+        for e in &decision.events {
             if let FunctionEvent::FunctionUploaded(v) = e {
-                let demand = version_demand(&self.target, current, v.size, &pruned, false);
+                let demand = version_demand(&self.target, v.size, &decision.pruned, false);
                 plan = plan.quota(demand);
                 plan.blobs
                     .extend([v.zip_key.clone(), v.context_key.clone()]);
             }
         }
-        plan.events = events;
-        plan.collect = collect;
+        plan.collect = decision.pruned_blobs();
+        plan.events = decision.events;
         Ok(Decided::Append(plan))
     }
 
@@ -442,7 +419,7 @@ impl Handler<Function> for ChangeSpec {
 /// so do its version numbers.
 #[utoipa::path(delete, path = "/namespaces/{ns}/functions/{name}", operation_id = "deleteFunction", tag = "functions",
     summary = "Delete a function; its name may be created again",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(FunctionPath, IdempotencyKey),
     responses((status = 202, description = "Accepted: it stops running next", body = crate::openapi::Deleted)))]
 pub async fn delete(
     State(state): State<AppState>,
@@ -472,19 +449,21 @@ impl Handler<Function> for Delete {
             .map_err(|e| match e {
                 DomainError::NotFound(_) => function_not_found(&self.target),
                 e => e.into(),
-            })?;
+            })?
+            .events;
         Ok(Decided::Append(
             Plan::new(events).reconcile(self.target.queue_key()),
         ))
     }
 
     fn answer(&self, _: &Function, appended: Appended) -> Answered {
-        let body = json!({
-            "namespace": self.target.namespace,
-            "name": self.target.name,
-            "phase": "Deleted",
-            "position": appended.position,
-        });
+        let deleted = Deleted {
+            namespace: self.target.namespace.to_string(),
+            name: self.target.name.to_string(),
+            phase: Phase::Deleted.as_str().to_owned(),
+            position: appended.position,
+        };
+        let body = serde_json::to_value(deleted).expect("a delete's answer is JSON");
         Answered::new(StatusCode::ACCEPTED, body)
     }
 

@@ -55,9 +55,7 @@ fn view(r: &Invocation) -> Value {
 /// on the last).
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/invocations", operation_id = "listInvocations", tag = "functions",
     summary = "The function's invocation records, newest first",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Records per page (default 100)"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
+    params(crate::path::FunctionPath, crate::paging::InvocationPages),
     responses((status = 200, description = "One page of records", body = crate::openapi::InvocationPage)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -92,12 +90,7 @@ pub async fn list(
         limit + 1,
     )
     .await?;
-    let next_cursor = if items.len() > limit as usize {
-        items.truncate(limit as usize);
-        items.last().map(|r| Cursor::of(r).encode())
-    } else {
-        None
-    };
+    let next_cursor = crate::paging::cut(&mut items, limit, |r| Cursor::of(r).encode());
     let items: Vec<Value> = items.iter().map(view).collect();
     Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
 }

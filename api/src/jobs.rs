@@ -7,8 +7,7 @@
 //! model, and the log whenever the row is missing or behind it: a client
 //! polling for `Succeeded` never sees an older status after a newer one.
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{OriginalUri, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -27,8 +26,9 @@ use crate::command::{
 use crate::error::{ApiError, ApiResult};
 use crate::function;
 use crate::json::parse_json;
-use crate::paging::{Paged, page_query};
-use crate::path::PathParams;
+use crate::openapi::IdempotencyKey;
+use crate::paging::{JobPages, PageRequest, Paged};
+use crate::path::{JobPath, NamespacePath, PathParams};
 use crate::quota::Demand;
 
 /// A job named in the path: a name that cannot be a job's is not found.
@@ -244,7 +244,7 @@ fn exists_answer(doc: &Doc) -> ApiError {
 /// namespace with its quota of jobs pending or running gets 409.
 #[utoipa::path(post, path = "/namespaces/{ns}/jobs", operation_id = "createJob", tag = "jobs",
     summary = "Create a one-shot job",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(NamespacePath, IdempotencyKey),
     request_body = CreateJob,
     responses((status = 202, description = "Accepted: it runs next (`Pending`)", body = crate::openapi::JobView,
         headers(("Location" = String, description = "The job's URL, to poll")))))]
@@ -357,21 +357,18 @@ impl Handler<Job> for Create {
     description = "One page of the jobs, by name, each without `stdout` and `stderr` (get the job \
         for them). When more follow, `next_cursor` is set and a `Link: <…>; rel=\"next\"` header \
         gives the next page's URL.",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Jobs per page (default 100)"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
-    responses((status = 200, description = "One page of jobs", body = crate::openapi::JobList,
-        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
+    params(NamespacePath, JobPages),
+    responses((status = 200, description = "One page of jobs", body = crate::openapi::JobList)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     PathParams(ns): PathParams<String>,
-    OriginalUri(uri): OriginalUri,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    asked: PageRequest,
 ) -> ApiResult<Paged> {
     let namespace = caller.namespace(&ns)?;
-    let query = page_query(query)?;
-    let (rows, next) = query
+    let asked = asked.read()?;
+    let (rows, next) = asked
+        .query
         .read(
             &format!("jobs/{namespace}"),
             |k| JobName::parse(k).is_ok(),
@@ -397,12 +394,12 @@ pub async fn list(
         })
         .collect::<ApiResult<Vec<Value>>>()?;
     let page = json!({ "items": items, "next_cursor": next });
-    Paged::json(&page, uri.path(), &query, next.as_deref())
+    asked.json(&page, next.as_deref())
 }
 
 #[utoipa::path(get, path = "/namespaces/{ns}/jobs/{name}", operation_id = "getJob", tag = "jobs",
     summary = "Get a job (status, output)",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job")),
+    params(JobPath),
     responses((status = 200, description = "The job", body = crate::openapi::JobView)))]
 pub async fn get(
     State(state): State<AppState>,
@@ -431,7 +428,7 @@ pub async fn get(
 /// running job is stopped by the worker running it. 202; the name is free again.
 #[utoipa::path(delete, path = "/namespaces/{ns}/jobs/{name}", operation_id = "deleteJob", tag = "jobs",
     summary = "Delete a job; a running one is stopped",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The job"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(JobPath, IdempotencyKey),
     responses((status = 202, description = "Deleted: a running job stops next", body = crate::openapi::Removed)))]
 pub async fn delete(
     State(state): State<AppState>,

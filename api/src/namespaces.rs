@@ -23,11 +23,11 @@ use crate::command::{
     self, Answered, Current, Decided, Handler, Plan, RequestContext, Target, opening,
 };
 use crate::error::ApiResult;
-use crate::path::PathParams;
+use crate::path::{NamespacePath, PathParams};
 
 #[utoipa::path(post, path = "/namespaces/{ns}/ensure", operation_id = "ensureNamespace", tag = "namespaces",
     summary = "Create the namespace if it does not exist (idempotent)",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)")),
+    params(NamespacePath),
     responses((status = 200, description = "The namespace exists", body = crate::openapi::Ensured)))]
 pub async fn ensure(
     State(state): State<AppState>,

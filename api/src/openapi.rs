@@ -5,8 +5,12 @@
 //! with `utoipa_axum::routes!`, which takes its path and methods from the
 //! handler's `#[utoipa::path]`, so a route cannot be served without being
 //! documented, nor documented without being served. What every route of a
-//! kind shares is added here, in `finish`: the bearer scheme on `/v1`, and
-//! the problem documents (see `error`) each route can answer.
+//! kind shares is added here, in `finish`: the bearer scheme on `/v1`, the
+//! problem documents (see `error`) each route can answer, and the `Link`
+//! header of the paged lists. The parameters many routes take are
+//! described once, by `IntoParams` types a route names in its `params`:
+//! the path's (`path::FunctionPath` and its kin), a list's `limit` and
+//! `cursor` (`paging::FunctionPages` …) and `IdempotencyKey`.
 //!
 //! Every operation has an `operationId` of its own, which client
 //! generators name their calls after: the handler's `operation_id`, and
@@ -19,14 +23,14 @@ use std::sync::Arc;
 use axum::Extension;
 use axum::http::header;
 use axum::response::IntoResponse;
-use utoipa::ToSchema;
-use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::header::{Header, HeaderBuilder};
 use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
     ContentBuilder, InfoBuilder, ObjectBuilder, OpenApi, Ref, RefOr, Required, ResponseBuilder,
     Type,
 };
+use utoipa::{IntoParams, ToSchema};
 
 use crate::error::PROBLEM_JSON;
 
@@ -34,6 +38,16 @@ pub use sless_api_types::views::*;
 
 /// The name of the bearer security scheme.
 pub const BEARER: &str = "bearer";
+
+/// The `Idempotency-Key` header of a command, as its route documents it
+/// (`params(…, IdempotencyKey)`); `command::RequestContext` reads it.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IdempotencyKey {
+    /// Makes a retry of the same request safe: answered as the first time
+    #[param(rename = "Idempotency-Key", min_length = 1, max_length = 255)]
+    pub key: Option<String>,
+}
 
 /// `GET /openapi.json`: this document.
 #[utoipa::path(
@@ -139,12 +153,7 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
     }
     // Query parameters: the paged lists' `limit` and `cursor`, the audit
     // log's filters.
-    let paged_list = method == "get"
-        && (path.ends_with("/functions")
-            || path.ends_with("/triggers")
-            || path.ends_with("/jobs")
-            || path.ends_with("/versions"));
-    if paged_list
+    if paged_list(method, path)
         || path.ends_with("/invocations")
         || path.ends_with("/events")
         || path.ends_with("/events/stream")
@@ -155,6 +164,31 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
         add(403, &["forbidden"]);
     }
     p
+}
+
+/// True for the lists answered a page at a time with a `Link` to the next
+/// (`paging::ListPage`).
+fn paged_list(method: &str, path: &str) -> bool {
+    method == "get"
+        && ["/functions", "/triggers", "/jobs", "/versions"]
+            .iter()
+            .any(|p| path.ends_with(p))
+}
+
+/// The `Link` header of a paged list's page.
+fn next_page_link(op: &mut Operation) {
+    if let Some(RefOr::T(page)) = op.responses.responses.get_mut("200") {
+        let link = string_header("`<URL>; rel=\"next\"`: the next page, when there is one");
+        page.headers.insert("Link".into(), link);
+    }
+}
+
+/// A header of an answer, a string.
+fn string_header(description: &str) -> Header {
+    HeaderBuilder::new()
+        .schema(ObjectBuilder::new().schema_type(Type::String).build())
+        .description(Some(description))
+        .build()
 }
 
 fn reason(status: u16) -> &'static str {
@@ -179,23 +213,16 @@ fn problem_response(status: u16, kinds: &[&str]) -> utoipa::openapi::Response {
                 .schema(Some(Ref::from_schema_name("Problem")))
                 .build(),
         );
-    let string = || ObjectBuilder::new().schema_type(Type::String).build();
     if status == 401 {
         r = r.header(
             "WWW-Authenticate",
-            HeaderBuilder::new()
-                .schema(string())
-                .description(Some("`Bearer`, with the reason a token was refused"))
-                .build(),
+            string_header("`Bearer`, with the reason a token was refused"),
         );
     }
     if status == 412 {
         r = r.header(
             "ETag",
-            HeaderBuilder::new()
-                .schema(string())
-                .description(Some("The stream version the thing is at now"))
-                .build(),
+            string_header("The stream version the thing is at now"),
         );
     }
     if status == 503 || status == 429 {
@@ -224,9 +251,9 @@ fn operations(item: &mut PathItem) -> [(&'static str, Option<&mut Operation>); 8
 }
 
 /// Completes the document the router collected: info, the bearer scheme
-/// on `/v1`, every route's problem answers, an operation of its own for
-/// each method of a `/fn` route, and OpenAPI's spelling of the proxy's
-/// wildcard segment.
+/// on `/v1`, every route's problem answers, the paged lists' `Link`
+/// header, an operation of its own for each method of a `/fn` route, and
+/// OpenAPI's spelling of the proxy's wildcard segment.
 pub fn finish(mut doc: OpenApi) -> OpenApi {
     doc.info = InfoBuilder::new()
         .title("sless")
@@ -266,6 +293,9 @@ pub fn finish(mut doc: OpenApi) -> OpenApi {
                 invoke_operation(method, op);
             }
             conditional(method, &path, op);
+            if paged_list(method, &path) {
+                next_page_link(op);
+            }
             let has_body = op.request_body.is_some();
             for (status, kinds) in problems(method, &path, has_body) {
                 // A route's own description of a status (readyz's 503) stays.
@@ -317,13 +347,10 @@ fn conditional(method: &str, path: &str, op: &mut Operation) {
     };
     let string = || ObjectBuilder::new().schema_type(Type::String).build();
     let etag = || {
-        HeaderBuilder::new()
-            .schema(string())
-            .description(Some(
-                "The stream version, quoted (`\"7\"`): send it as `If-Match` to change \
-                 exactly this version",
-            ))
-            .build()
+        string_header(
+            "The stream version, quoted (`\"7\"`): send it as `If-Match` to change \
+             exactly this version",
+        )
     };
     if (method == "get" && one) || command || create {
         for (status, r) in op.responses.responses.iter_mut() {

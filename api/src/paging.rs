@@ -14,14 +14,28 @@
 //! position, not a secret: it says nothing a client did not already see.
 //! One that does not decode, names another list or another namespace, or a
 //! key no row can have, is refused (422 `invalid-field`, field `cursor`).
+//!
+//! A list route takes a `PageRequest` (its query, read once the route has
+//! checked its path, and the path the `Link` names), reads its rows one
+//! past the page and `cut`s them (`PageQuery::read` does both for a list
+//! keyed by `Cursor`), and answers with `ListPage::json` (or `answer`,
+//! for a page written already), which adds the `Link`. Its
+//! `#[utoipa::path]` documents the two parameters with the list's own
+//! `…Pages` (`FunctionPages`).
+
+use std::convert::Infallible;
 
 use axum::body::Body;
-use axum::extract::Query;
 use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequestParts, OriginalUri, Query};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use utoipa::IntoParams;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{KnownFormat, ObjectBuilder, Required, SchemaFormat, Type};
 
 use crate::error::{ApiError, ApiResult};
 
@@ -100,12 +114,88 @@ impl PageQuery {
     /// Cuts `rows` (read with `fetch`) to the page and gives the key of its
     /// last row when more follow.
     pub fn cut<T, K>(&self, rows: &mut Vec<T>, key: impl Fn(&T) -> K) -> Option<K> {
-        if rows.len() <= self.limit as usize {
-            return None;
-        }
-        rows.truncate(self.limit as usize);
-        rows.last().map(key)
+        cut(rows, self.limit, key)
     }
+}
+
+/// Cuts `rows`, read one past a page of `limit` to know whether another
+/// follows, to the page, and gives the key of its last row when one does:
+/// what every list's next cursor is made from.
+pub fn cut<T, K>(rows: &mut Vec<T>, limit: u32, key: impl Fn(&T) -> K) -> Option<K> {
+    if rows.len() <= limit as usize {
+        return None;
+    }
+    rows.truncate(limit as usize);
+    rows.last().map(key)
+}
+
+/// A list route's page as the request asks for it: its `?limit=` and
+/// `?cursor=`, read when the route calls `read` (once it has checked what
+/// its path names, which a bad query does not hide), and the request's
+/// path, which the `Link` to the next page names.
+pub struct PageRequest {
+    path: String,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for PageRequest {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Infallible> {
+        let Ok(OriginalUri(uri)) = OriginalUri::from_request_parts(parts, state).await;
+        let query = Query::from_request_parts(parts, state).await;
+        Ok(PageRequest {
+            path: uri.path().to_owned(),
+            query,
+        })
+    }
+}
+
+impl PageRequest {
+    /// The page asked for, its query checked (`page_query`).
+    pub fn read(self) -> ApiResult<ListPage> {
+        Ok(ListPage {
+            query: page_query(self.query)?,
+            path: self.path,
+        })
+    }
+}
+
+/// A page of a list, asked for with `query` at `path`.
+pub struct ListPage {
+    pub query: PageQuery,
+    path: String,
+}
+
+impl ListPage {
+    /// The answer of this page: `body`, its document, whose `next_cursor`
+    /// is `next`.
+    pub fn answer(&self, body: impl Into<bytes::Bytes>, next: Option<&str>) -> Paged {
+        Paged::new(body, &self.path, &self.query, next)
+    }
+
+    /// The answer of this page: `page` serialised, whose `next_cursor` is
+    /// `next`.
+    pub fn json(&self, page: &impl serde::Serialize, next: Option<&str>) -> ApiResult<Paged> {
+        Paged::json(page, &self.path, &self.query, next)
+    }
+}
+
+/// `?limit=` as `value` gives it: `DEFAULT_PAGE` when absent, else a whole
+/// number from 1 to `MAX_PAGE`.
+pub fn limit(value: Option<&str>) -> ApiResult<u32> {
+    let Some(l) = value else {
+        return Ok(DEFAULT_PAGE);
+    };
+    l.parse::<u32>()
+        .ok()
+        .filter(|l| (1..=MAX_PAGE).contains(l))
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "limit",
+                format!("limit must be a whole number from 1 to {MAX_PAGE} (got {l:?})"),
+            )
+        })
 }
 
 /// Reads `?limit=` and `?cursor=`: any other parameter, a repeated one, a
@@ -136,25 +226,71 @@ pub fn page_query(
             ));
         }
     }
-    let limit = match limit {
-        None => DEFAULT_PAGE,
-        Some(l) => l
-            .parse::<u32>()
-            .ok()
-            .filter(|l| (1..=MAX_PAGE).contains(l))
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    "limit",
-                    format!("limit must be a whole number from 1 to {MAX_PAGE} (got {l:?})"),
-                )
-            })?,
-    };
+    let limit = self::limit(limit.as_deref())?;
     if let Some(c) = &cursor
         && (c.is_empty() || c.len() > MAX_CURSOR_LEN)
     {
         return Err(bad_cursor());
     }
     Ok(PageQuery { limit, cursor })
+}
+
+/// `?limit=` and `?cursor=` as a list's route documents them
+/// (`params(…, FunctionPages)`), each list naming its rows.
+macro_rules! page_params {
+    ($($(#[$doc:meta])* $ty:ident $rows:literal;)*) => {$(
+        $(#[$doc])*
+        pub struct $ty;
+
+        impl IntoParams for $ty {
+            fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+                page_params($rows)
+            }
+        }
+    )*};
+}
+
+page_params! {
+    /// The pages of a namespace's functions.
+    FunctionPages "Functions";
+    /// The pages of a namespace's triggers.
+    TriggerPages "Triggers";
+    /// The pages of a namespace's jobs.
+    JobPages "Jobs";
+    /// The pages of a function's versions.
+    VersionPages "Versions";
+    /// The pages of a function's invocation records.
+    InvocationPages "Records";
+}
+
+/// `limit` (of `rows`) and `cursor`, as `page_query` reads them.
+fn page_params(rows: &str) -> Vec<Parameter> {
+    let limit = ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int32)))
+        .minimum(Some(1))
+        .maximum(Some(MAX_PAGE));
+    let query = |name: &str, description: String, schema: ObjectBuilder| {
+        ParameterBuilder::new()
+            .name(name)
+            .parameter_in(ParameterIn::Query)
+            .description(Some(description))
+            .required(Required::False)
+            .schema(Some(schema))
+            .build()
+    };
+    vec![
+        query(
+            "limit",
+            format!("{rows} per page (default {DEFAULT_PAGE})"),
+            limit,
+        ),
+        query(
+            "cursor",
+            "The `next_cursor` of the page before".to_owned(),
+            ObjectBuilder::new().schema_type(Type::String),
+        ),
+    ]
 }
 
 /// The answer to a cursor this API did not give out for this list.
@@ -251,6 +387,37 @@ impl IntoResponse for Paged {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_read_one_past_its_limit_is_cut_and_names_its_last_row() {
+        // (rows read, limit, rows kept, next)
+        let cases: [(u32, u32, usize, Option<u32>); 4] = [
+            (0, 3, 0, None),
+            (3, 3, 3, None),
+            (4, 3, 3, Some(3)),
+            (2, 1, 1, Some(1)),
+        ];
+        for (read, limit, kept, next) in cases {
+            let mut rows: Vec<u32> = (1..=read).collect();
+            assert_eq!(
+                cut(&mut rows, limit, |r| *r),
+                next,
+                "{read} rows, limit {limit}"
+            );
+            assert_eq!(rows.len(), kept, "{read} rows, limit {limit}");
+        }
+    }
+
+    #[test]
+    fn a_limit_is_a_whole_number_from_one_to_the_most() {
+        assert_eq!(limit(None).unwrap(), DEFAULT_PAGE);
+        assert_eq!(limit(Some("1")).unwrap(), 1);
+        assert_eq!(limit(Some("1000")).unwrap(), MAX_PAGE);
+        for bad in ["0", "1001", "-1", "ten", ""] {
+            let e = limit(Some(bad)).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("limit"), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_cursor_decodes_only_for_its_own_list() {

@@ -17,7 +17,7 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::function::{function_not_found, load, path_key};
-use crate::path::PathParams;
+use crate::path::{FunctionPath, PathParams};
 
 /// Bytes of file content one answer inlines at most.
 pub const INLINE_LIMIT: u64 = 1024 * 1024;
@@ -37,7 +37,7 @@ fn file_view(f: &SourceFile) -> serde_json::Value {
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/source", operation_id = "getFunctionSource", tag = "functions",
     summary = "The current version's source files",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function")),
+    params(FunctionPath),
     responses((status = 200, description = "The source files, text inlined up to a limit", body = crate::openapi::SourceView)))]
 pub async fn get(
     State(state): State<AppState>,

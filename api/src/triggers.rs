@@ -11,8 +11,7 @@
 //! next tick and its last runs (the `jobs` read model).
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{OriginalUri, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -34,8 +33,9 @@ use crate::command::{
 use crate::error::{ApiError, ApiResult};
 use crate::function;
 use crate::json::parse_json;
-use crate::paging::{PageQuery, Paged, page_query};
-use crate::path::PathParams;
+use crate::openapi::IdempotencyKey;
+use crate::paging::{PageQuery, PageRequest, Paged, TriggerPages};
+use crate::path::{NamespacePath, PathParams, TriggerPath};
 use crate::quota::Demand;
 
 /// How many of a cron trigger's runs its document shows.
@@ -204,23 +204,18 @@ fn reconcile_of(ns: &Namespace, spec: &TriggerSpec) -> String {
     summary = "List triggers, a page at a time, by name",
     description = "One page of the triggers, by name. When more follow, `next_cursor` is set and \
         a `Link: <…>; rel=\"next\"` header gives the next page's URL.",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Triggers per page (default 100)"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
-    responses((status = 200, description = "One page of the namespace's triggers, by name", body = crate::openapi::TriggerList,
-        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
+    params(NamespacePath, TriggerPages),
+    responses((status = 200, description = "One page of the namespace's triggers, by name", body = crate::openapi::TriggerList)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     PathParams(ns): PathParams<String>,
-    OriginalUri(uri): OriginalUri,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    asked: PageRequest,
 ) -> ApiResult<Paged> {
     let namespace = caller.namespace(&ns)?;
-    let query = page_query(query)?;
-    let Json(page) = page(&state, &namespace, &query).await?;
-    let next = page["next_cursor"].as_str();
-    Paged::json(&page, uri.path(), &query, next)
+    let asked = asked.read()?;
+    let Json(page) = page(&state, &namespace, &asked.query).await?;
+    asked.json(&page, page["next_cursor"].as_str())
 }
 
 /// One page of a namespace's triggers (read with `query`) as the list
@@ -287,7 +282,7 @@ pub(crate) async fn all(state: &AppState, namespace: &Namespace) -> ApiResult<Ve
 /// so is a namespace at its triggers quota.
 #[utoipa::path(post, path = "/namespaces/{ns}/triggers", operation_id = "createTrigger", tag = "triggers",
     summary = "Create a trigger",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(NamespacePath, IdempotencyKey),
     request_body = CreateTrigger,
     responses((status = 201, description = "Created", body = crate::openapi::TriggerView,
         headers(("Location" = String, description = "The trigger's URL")))))]
@@ -368,7 +363,7 @@ impl Handler<Trigger> for Create {
 
 #[utoipa::path(get, path = "/namespaces/{ns}/triggers/{name}", operation_id = "getTrigger", tag = "triggers",
     summary = "Get a trigger (a cron trigger with its next tick and last runs)",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger")),
+    params(TriggerPath),
     responses((status = 200, description = "The trigger", body = crate::openapi::TriggerView)))]
 pub async fn get(
     State(state): State<AppState>,
@@ -397,7 +392,7 @@ pub async fn get(
 /// 200 with the trigger either way.
 #[utoipa::path(patch, path = "/namespaces/{ns}/triggers/{name}", operation_id = "patchTrigger", tag = "triggers",
     summary = "Enable or disable a trigger",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(TriggerPath, IdempotencyKey),
     request_body = PatchTrigger,
     responses((status = 200, description = "The trigger as it is now (`unchanged` when it was in that state already)", body = crate::openapi::TriggerView)))]
 pub async fn patch(
@@ -465,7 +460,7 @@ impl Handler<Trigger> for Toggle {
 /// 202 (an http trigger's function is reconciled next). The name is free again.
 #[utoipa::path(delete, path = "/namespaces/{ns}/triggers/{name}", operation_id = "deleteTrigger", tag = "triggers",
     summary = "Delete a trigger",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The trigger"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(TriggerPath, IdempotencyKey),
     responses((status = 202, description = "Deleted", body = crate::openapi::Removed)))]
 pub async fn delete(
     State(state): State<AppState>,

@@ -25,8 +25,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sless_domain::archive::{self, PackedArchive};
 use sless_domain::{
-    Aggregate, Function, FunctionCommand, FunctionEvent, FunctionKey, Runtime, SourceVersion,
-    UploadedSource,
+    Function, FunctionCommand, FunctionEvent, FunctionKey, Runtime, SourceVersion, UploadedSource,
 };
 use sless_store::eventlog::Appended;
 use sless_store::{blobs, orphans};
@@ -37,7 +36,8 @@ use crate::command::{self, Answered, Current, Decided, Handler, Plan, RequestCon
 use crate::deadlines::Progress;
 use crate::error::{ApiError, ApiResult, VERSION_CONFLICT};
 use crate::function::{function_not_found, function_path, load, path_key, target};
-use crate::path::PathParams;
+use crate::openapi::IdempotencyKey;
+use crate::path::{FunctionPath, PathParams};
 
 /// How many uploads are read and checked at once, and how long one waits
 /// for its turn.
@@ -128,7 +128,7 @@ fn check_zip_content_type(headers: &HeaderMap) -> ApiResult<()> {
 
 #[utoipa::path(post, path = "/namespaces/{ns}/functions/{name}/upload", operation_id = "uploadFunctionSource", tag = "functions",
     summary = "Upload the function's source as a zip; a build follows",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(FunctionPath, IdempotencyKey),
     request_body(content((crate::openapi::ZipArchive = "application/zip"), (crate::openapi::ZipArchive = "application/octet-stream")), description = "The source directory, zipped, as the raw body: `application/zip` or `application/octet-stream`, checked alike"),
     responses(
         (status = 200, description = "The same zip as the current version: nothing changed", body = crate::openapi::Uploaded),
@@ -319,8 +319,9 @@ impl Handler<Function> for Upload {
             Some(_) => {}
         }
         let source = self.source.clone();
-        let mut events = current.decide(FunctionCommand::Upload { source })?;
-        let (version, reused) = match events.first() {
+        let retention = crate::versions::retention(state);
+        let decision = current.decide(FunctionCommand::Upload { source, retention })?;
+        let (version, reused) = match decision.events.first() {
             Some(FunctionEvent::FunctionUploaded(v)) => (v.clone(), false),
             // The files of a kept version: it becomes live again.
             Some(FunctionEvent::FunctionRolledBack { version }) => {
@@ -339,12 +340,12 @@ impl Handler<Function> for Upload {
                 return Ok(Decided::Unchanged(Answered::new(StatusCode::OK, body)));
             }
         };
-        let (pruned, collect) = crate::versions::retain(state, current, &mut events);
         // A kept version again adds nothing; a new one counts against the
-        // namespace's quotas, checked before its blobs are stored so that a
-        // refused upload stores nothing (and again when it commits).
+        // namespace's quotas (less what retention prunes with it), checked
+        // before its blobs are stored so that a refused upload stores
+        // nothing (and again when it commits).
         let demand = (!reused).then(|| {
-            crate::versions::version_demand(&self.target, current, version.size, &pruned, true)
+            crate::versions::version_demand(&self.target, version.size, &decision.pruned, true)
         });
         // The blobs go first: the event that references them must never exist without them.
         if !self.stored && !reused {
@@ -353,7 +354,8 @@ impl Handler<Function> for Upload {
             }
             self.store(state).await?;
         }
-        let mut plan = Plan::new(events).reconcile(self.target.queue_key());
+        let (pruned, collect) = (decision.pruned_versions(), decision.pruned_blobs());
+        let mut plan = Plan::new(decision.events).reconcile(self.target.queue_key());
         plan.blobs = vec![version.zip_key.clone(), version.context_key.clone()];
         plan.collect = collect;
         plan.quota = demand;

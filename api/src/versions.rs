@@ -8,16 +8,13 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{OriginalUri, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sless_api_types::Rollback;
 use sless_domain::source::read_context;
-use sless_domain::{
-    Aggregate, Function, FunctionCommand, FunctionEvent, FunctionKey, SourceVersion, prune_versions,
-};
+use sless_domain::{Function, FunctionCommand, FunctionKey, Retention, SourceVersion};
 use sless_store::eventlog::Appended;
 use sless_store::readmodel;
 
@@ -27,53 +24,32 @@ use crate::command::{self, Answered, Current, Decided, Handler, Opened, Plan, Re
 use crate::error::{ApiError, ApiResult};
 use crate::function::{accepted, function_not_found, load, path_key, target, unchanged};
 use crate::json::parse_json;
-use crate::paging::{Cursor, PageQuery, Paged, page_query};
-use crate::path::PathParams;
+use crate::openapi::IdempotencyKey;
+use crate::paging::{PageQuery, PageRequest, Paged, VersionPages};
+use crate::path::{FunctionPath, PathParams};
 use crate::quota::Demand;
 
 /// Bytes of diff text one answer holds at most; files past it are listed
 /// without their diff.
 pub const DIFF_LIMIT: u64 = 1024 * 1024;
 
-/// Versions retention drops once `events` are applied to `current`: adds
-/// `VersionsPruned` to `events` when some go, and returns the pruned
-/// numbers and the blobs to collect after the commit.
-pub(crate) fn retain(
-    state: &AppState,
-    current: &Function,
-    events: &mut Vec<FunctionEvent>,
-) -> (Vec<u32>, Vec<String>) {
-    let after = events.iter().fold(current.clone(), Function::evolve);
-    let Some(event) = prune_versions(&after, state.keep_versions) else {
-        return (Vec::new(), Vec::new());
-    };
-    let mut collect = Vec::new();
-    let mut pruned = Vec::new();
-    if let FunctionEvent::VersionsPruned { versions } = &event {
-        for v in versions.iter().filter_map(|v| after.version(*v)) {
-            collect.extend([v.zip_key.clone(), v.context_key.clone()]);
-        }
-        pruned.clone_from(versions);
+/// How many versions each function keeps, as this API was configured.
+pub(crate) fn retention(state: &AppState) -> Retention {
+    Retention {
+        keep: state.keep_versions,
     }
-    events.push(event);
-    (pruned, collect)
 }
 
 /// What a new version of `size` bytes adds to its namespace's usage, for
-/// the quotas: retention's pruning of `pruned` (versions of `current`) in
-/// the same append frees theirs. `upload` when an upload makes it.
+/// the quotas: the versions retention prunes with it in the same append
+/// (`pruned`) free theirs. `upload` when an upload makes it.
 pub(crate) fn version_demand(
     key: &FunctionKey,
-    current: &Function,
     size: u64,
-    pruned: &[u32],
+    pruned: &[SourceVersion],
     upload: bool,
 ) -> Demand {
-    let freed: Vec<u64> = pruned
-        .iter()
-        .filter_map(|v| current.version(*v))
-        .map(|v| v.size)
-        .collect();
+    let freed: Vec<u64> = pruned.iter().map(|v| v.size).collect();
     Demand::version(key.namespace.clone(), size, &freed, upload)
 }
 
@@ -131,23 +107,18 @@ fn item(v: &readmodel::VersionRow, f: &Function) -> serde_json::Value {
     summary = "The kept versions of the function's source, newest first, a page at a time",
     description = "One page of the versions, newest first. When more follow, `next_cursor` is set \
         and a `Link: <…>; rel=\"next\"` header gives the next page's URL.",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Versions per page (default 100)"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before")),
-    responses((status = 200, description = "The versions; `live` marks the one users want running", body = crate::openapi::VersionList,
-        headers(("Link" = String, description = "`<URL>; rel=\"next\"`: the next page, when there is one")))))]
+    params(FunctionPath, VersionPages),
+    responses((status = 200, description = "The versions; `live` marks the one users want running", body = crate::openapi::VersionList)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     PathParams((ns, name)): PathParams<(String, String)>,
-    OriginalUri(uri): OriginalUri,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    asked: PageRequest,
 ) -> ApiResult<Paged> {
     let key = path_key(&caller, &ns, &name)?;
-    let query = page_query(query)?;
-    let Json(page) = page(&state, &key, &query).await?;
-    let next = page["next_cursor"].as_str();
-    Paged::json(&page, uri.path(), &query, next)
+    let asked = asked.read()?;
+    let Json(page) = page(&state, &key, &asked.query).await?;
+    asked.json(&page, page["next_cursor"].as_str())
 }
 
 /// One page of a function's versions (read with `query`) as the list shows
@@ -157,29 +128,23 @@ pub(crate) async fn page(
     key: &FunctionKey,
     query: &PageQuery,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let list = format!("versions/{}/{}", key.namespace, key.name);
-    let before = query
-        .cursor
-        .as_deref()
-        .map(|c| Cursor::decode(c, &list, |k| k.parse::<u32>().is_ok_and(|v| v > 0)))
-        .transpose()?
-        .map(|v| v.parse::<u32>().expect("checked above"));
-    let f = existing(state, key).await?;
-    let mut rows = readmodel::version_rows(
-        &state.pool,
-        key.namespace.as_str(),
-        key.name.as_str(),
-        before,
-        query.fetch(),
-    )
-    .await?;
-    let next = query.cut(&mut rows, |r| {
-        Cursor {
-            list: &list,
-            key: &r.version.to_string(),
-        }
-        .encode()
-    });
+    let mut function = None;
+    let (rows, next) = query
+        .read(
+            &format!("versions/{}/{}", key.namespace, key.name),
+            |k| k.parse::<u32>().is_ok_and(|v| v > 0),
+            async |after, fetch| {
+                // After the cursor is checked, before any row: a function
+                // that is not there is 404.
+                function = Some(existing(state, key).await?);
+                let before = after.map(|v| v.parse::<u32>().expect("checked by read"));
+                let (ns, name) = (key.namespace.as_str(), key.name.as_str());
+                Ok(readmodel::version_rows(&state.pool, ns, name, before, fetch).await?)
+            },
+            |r| r.version.to_string(),
+        )
+        .await?;
+    let f = function.expect("read reads the rows");
     // The read model may lag the stream by a moment: list what both know,
     // so that a pruned version never shows and a new one shows once the
     // projector has it.
@@ -201,7 +166,7 @@ pub(crate) async fn page(
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{version}/source", operation_id = "getFunctionVersionSource", tag = "versions",
     summary = "One version's source files",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("version" = u32, Path, description = "The version number")),
+    params(FunctionPath, ("version" = u32, Path, description = "The version number")),
     responses((status = 200, description = "The files, text inlined up to a limit", body = crate::openapi::SourceView)))]
 pub async fn source(
     State(state): State<AppState>,
@@ -216,7 +181,7 @@ pub async fn source(
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{version}/archive", operation_id = "getFunctionVersionArchive", tag = "versions",
     summary = "One version's zip, byte for byte as it was uploaded",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("version" = u32, Path, description = "The version number")),
+    params(FunctionPath, ("version" = u32, Path, description = "The version number")),
     responses((status = 200, description = "The zip: `application/zip`, or `application/octet-stream` when `Accept` asks for that and not for a zip", content(
         (crate::openapi::ZipArchive = "application/zip"),
         (crate::openapi::ZipArchive = "application/octet-stream")))))]
@@ -280,7 +245,7 @@ fn archive_media_type(headers: &HeaderMap) -> &'static str {
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{from}/diff/{to}", operation_id = "diffFunctionVersions", tag = "versions",
     summary = "What changed from one version to another: files added, removed and modified, with unified diffs",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("from" = u32, Path, description = "The version compared from"), ("to" = u32, Path, description = "The version compared to")),
+    params(FunctionPath, ("from" = u32, Path, description = "The version compared from"), ("to" = u32, Path, description = "The version compared to")),
     responses((status = 200, description = "The files that differ, by path", body = crate::openapi::VersionDiff)))]
 pub async fn diff(
     State(state): State<AppState>,
@@ -324,7 +289,7 @@ pub async fn diff(
 /// live version answers 200 and appends nothing.
 #[utoipa::path(post, path = "/namespaces/{ns}/functions/{name}/rollback", operation_id = "rollbackFunction", tag = "versions",
     summary = "Make an earlier version live again",
-    params(("ns" = String, Path, description = "The namespace: the caller's own (`sless-` and 16 hex digits)"), ("name" = String, Path, description = "The function"), ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "Makes a retry of the same request safe: answered as the first time")),
+    params(FunctionPath, IdempotencyKey),
     request_body = Rollback,
     responses(
         (status = 200, description = "That version is live already (`unchanged`)", body = crate::openapi::FunctionView),
@@ -369,7 +334,9 @@ impl Handler<Function> for RollBack {
             return Err(function_not_found(&self.target));
         }
         let version = self.version;
-        let events = current.decide(FunctionCommand::Rollback { version })?;
+        let events = current
+            .decide(FunctionCommand::Rollback { version })?
+            .events;
         if events.is_empty() {
             let answer = unchanged(self.fn_url.as_deref(), &self.target, current);
             return Ok(Decided::Unchanged(answer));

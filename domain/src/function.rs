@@ -7,6 +7,10 @@ use crate::DomainError;
 use crate::events::{FunctionEvent, SourceVersion};
 use crate::spec::{FunctionSpec, Runtime};
 
+mod retention;
+
+pub use retention::{Retention, prune_versions};
+
 /// Where a function is in its life, as users see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 pub enum Phase {
@@ -333,17 +337,21 @@ pub enum FunctionCommand {
     Create {
         spec: FunctionSpec,
     },
-    /// Record an upload whose blobs are already stored. `version` is filled by `decide`.
+    /// Record an upload whose blobs are already stored. `version` is filled
+    /// by `decide`, and `retention` prunes what the new version passes.
     Upload {
         source: UploadedSource,
+        retention: Retention,
     },
     /// Replace the spec. When the runtime changes and there is a current
     /// version, `rebuilt` is that version's source with a build context made
     /// for the new runtime (its blobs already stored; see
-    /// `Function::rebuild_for`): it becomes the next version.
+    /// `Function::rebuild_for`): it becomes the next version, and
+    /// `retention` prunes what it passes.
     ChangeSpec {
         spec: FunctionSpec,
         rebuilt: Option<UploadedSource>,
+        retention: Retention,
     },
     /// Delete the function: stop what runs, free the name.
     Delete,
@@ -372,12 +380,68 @@ pub struct UploadedSource {
     pub context_key: String,
 }
 
-/// The result of `decide`: the events to append (none when the command
-/// changes nothing).
-pub type Decision = Result<Vec<FunctionEvent>, DomainError>;
+/// What a command decides: the events to append (none when it changes
+/// nothing), retention's `VersionsPruned` among them when they pass the
+/// number of versions kept, and the versions that event prunes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decision {
+    pub events: Vec<FunctionEvent>,
+    /// The versions the events prune, as they were: once the events
+    /// commit, their blobs go to the collector, which deletes each one no
+    /// kept version of any function uses.
+    pub pruned: Vec<SourceVersion>,
+}
 
-/// Decides what a command means for a function in its current state.
-pub fn decide(state: &Function, command: FunctionCommand) -> Decision {
+impl Decision {
+    /// The numbers of the versions pruned.
+    pub fn pruned_versions(&self) -> Vec<u32> {
+        self.pruned.iter().map(|v| v.version).collect()
+    }
+
+    /// The blobs of the versions pruned: each one's zip and build context.
+    pub fn pruned_blobs(&self) -> Vec<String> {
+        self.pruned
+            .iter()
+            .flat_map(|v| [v.zip_key.clone(), v.context_key.clone()])
+            .collect()
+    }
+}
+
+/// The events a command causes for a function in its current state
+/// (`Function::decide`'s, without what they prune).
+pub fn decide(
+    state: &Function,
+    command: FunctionCommand,
+) -> Result<Vec<FunctionEvent>, DomainError> {
+    state.decide(command).map(|d| d.events)
+}
+
+impl Function {
+    /// Decides what a command means for the function in this state: an
+    /// upload or a change of spec that makes events has the pruning its
+    /// `retention` calls for appended to them.
+    pub fn decide(&self, command: FunctionCommand) -> Result<Decision, DomainError> {
+        let retention = match &command {
+            FunctionCommand::Upload { retention, .. }
+            | FunctionCommand::ChangeSpec { retention, .. } => Some(*retention),
+            _ => None,
+        };
+        let events = events_of(self, command)?;
+        Ok(match retention {
+            Some(retention) if !events.is_empty() => retention.apply(self, events),
+            _ => Decision {
+                events,
+                pruned: Vec::new(),
+            },
+        })
+    }
+}
+
+/// The events `command` causes in `state`, before retention.
+fn events_of(
+    state: &Function,
+    command: FunctionCommand,
+) -> Result<Vec<FunctionEvent>, DomainError> {
     match command {
         FunctionCommand::Create { spec } => {
             if state.exists() {
@@ -386,7 +450,7 @@ pub fn decide(state: &Function, command: FunctionCommand) -> Decision {
             spec.validate()?;
             Ok(vec![FunctionEvent::FunctionCreated { spec }])
         }
-        FunctionCommand::Upload { source } => {
+        FunctionCommand::Upload { source, .. } => {
             if !state.exists() {
                 return Err(DomainError::NotFound("function".into()));
             }
@@ -412,7 +476,7 @@ pub fn decide(state: &Function, command: FunctionCommand) -> Decision {
                 source.into_version(state.next_version(), runtime),
             )])
         }
-        FunctionCommand::ChangeSpec { spec, rebuilt } => {
+        FunctionCommand::ChangeSpec { spec, rebuilt, .. } => {
             if !state.exists() {
                 return Err(DomainError::NotFound("function".into()));
             }
@@ -512,16 +576,18 @@ fn serving(state: &Function) -> bool {
         && state.deployed_version == state.current_version
 }
 
-/// The versions retention drops from `state`: all but the newest `keep`
-/// and the current one. `None` when nothing goes.
-pub fn prune_versions(state: &Function, keep: usize) -> Option<FunctionEvent> {
-    let newest = state.versions.len().saturating_sub(keep.max(1));
-    let versions: Vec<u32> = state.versions[..newest]
-        .iter()
-        .map(|v| v.version)
-        .filter(|v| state.current_version != Some(*v))
-        .collect();
-    (!versions.is_empty()).then_some(FunctionEvent::VersionsPruned { versions })
+/// A kept version's source, as the upload that made it gave it.
+impl From<&SourceVersion> for UploadedSource {
+    fn from(v: &SourceVersion) -> UploadedSource {
+        UploadedSource {
+            sha256: v.sha256.clone(),
+            size: v.size,
+            files: v.files,
+            zip_key: v.zip_key.clone(),
+            context_sha256: v.context_sha256.clone(),
+            context_key: v.context_key.clone(),
+        }
+    }
 }
 
 impl UploadedSource {

@@ -22,7 +22,9 @@ pub mod trigger;
 
 pub use aggregate::Aggregate;
 pub use events::{CrashCause, FunctionEvent, SourceVersion};
-pub use function::{Function, FunctionCommand, Phase, UploadedSource, decide, prune_versions};
+pub use function::{
+    Decision, Function, FunctionCommand, Phase, Retention, UploadedSource, decide, prune_versions,
+};
 pub use names::{FunctionKey, FunctionName, JobName, Namespace, TriggerName};
 pub use namespace::NamespaceEvent;
 pub use spec::{FunctionSpec, Runtime};

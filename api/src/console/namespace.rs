@@ -69,14 +69,10 @@ pub async fn show(
             Err(e) => return page::failure(e.into()),
         };
     }
-    let shown: Vec<FunctionView> = match rows
+    let shown: Vec<FunctionView> = rows
         .iter()
-        .map(|r| serde_json::from_value(crate::function::view_of_row(state.fn_url.as_deref(), r)))
-        .collect()
-    {
-        Ok(v) => v,
-        Err(e) => return page::failure(crate::error::ApiError::internal(e.to_string())),
-    };
+        .map(|r| crate::function::view_of_row(state.fn_url.as_deref(), r))
+        .collect();
     let triggers = match calls::all_triggers(&state, &session.caller, &ns).await {
         Ok(l) => l,
         Err(r) => return r,

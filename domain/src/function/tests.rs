@@ -3,6 +3,8 @@
 use super::*;
 use crate::spec::Runtime;
 
+mod versions;
+
 fn spec() -> FunctionSpec {
     FunctionSpec {
         runtime: Runtime::Python311,
@@ -80,6 +82,7 @@ fn uploads_get_consecutive_versions() {
         &state,
         FunctionCommand::Upload {
             source: source("b"),
+            retention: Retention::ALL,
         },
     )
     .unwrap();
@@ -92,6 +95,7 @@ fn uploading_to_a_missing_function_is_not_found() {
         &given(&[]),
         FunctionCommand::Upload {
             source: source("a"),
+            retention: Retention::ALL,
         },
     )
     .unwrap_err();
@@ -108,6 +112,7 @@ fn identical_reupload_of_the_current_version_appends_nothing() {
         &state,
         FunctionCommand::Upload {
             source: source("a"),
+            retention: Retention::ALL,
         },
     )
     .unwrap();
@@ -206,6 +211,7 @@ fn change(spec: FunctionSpec) -> FunctionCommand {
     FunctionCommand::ChangeSpec {
         spec,
         rebuilt: None,
+        retention: Retention::ALL,
     }
 }
 
@@ -310,6 +316,7 @@ fn a_runtime_change_makes_the_current_source_rebuilt_for_it_the_next_version() {
         FunctionCommand::ChangeSpec {
             spec: node.clone(),
             rebuilt: Some(rebuilt.clone()),
+            retention: Retention::ALL,
         },
     )
     .unwrap();
@@ -340,6 +347,7 @@ fn a_runtime_change_makes_the_current_source_rebuilt_for_it_the_next_version() {
         FunctionCommand::ChangeSpec {
             spec: node,
             rebuilt: Some(other),
+            retention: Retention::ALL,
         },
     )
     .unwrap_err();
@@ -382,6 +390,7 @@ fn deleting_records_the_deletion_and_nothing_runs_or_is_current_after_it() {
         FunctionCommand::Delete,
         FunctionCommand::Upload {
             source: source("b"),
+            retention: Retention::ALL,
         },
         change(spec()),
     ] {
@@ -414,6 +423,7 @@ fn a_function_created_again_after_a_delete_numbers_its_uploads_after_the_old_one
         &state,
         FunctionCommand::Upload {
             source: source("b"),
+            retention: Retention::ALL,
         },
     )
     .unwrap();
@@ -452,174 +462,6 @@ fn a_workers_event_that_raced_a_delete_changes_nothing() {
             "{late:?}"
         );
     }
-}
-
-fn upload(state: &Function, sha: &str) -> Vec<FunctionEvent> {
-    decide(
-        state,
-        FunctionCommand::Upload {
-            source: source(sha),
-        },
-    )
-    .unwrap()
-}
-
-#[test]
-fn uploads_record_the_runtime_they_were_packed_for() {
-    let state = given(&[FunctionEvent::FunctionCreated { spec: spec() }]);
-    let events = upload(&state, "a");
-    let [FunctionEvent::FunctionUploaded(v)] = events.as_slice() else {
-        panic!("an upload: {events:?}")
-    };
-    assert_eq!(v.runtime, Some(Runtime::Python311));
-}
-
-#[test]
-fn reuploading_an_earlier_versions_files_rolls_back_to_it_without_a_new_number() {
-    let state = given(&[
-        FunctionEvent::FunctionCreated { spec: spec() },
-        uploaded(1, "a"),
-        uploaded(2, "b"),
-    ]);
-    assert_eq!(
-        upload(&state, "a"),
-        [FunctionEvent::FunctionRolledBack { version: 1 }]
-    );
-    assert_eq!(upload(&state, "b"), [], "the current one changes nothing");
-    let after = Function::fold(&[
-        FunctionEvent::FunctionCreated { spec: spec() },
-        uploaded(1, "a"),
-        uploaded(2, "b"),
-        FunctionEvent::FunctionRolledBack { version: 1 },
-    ]);
-    assert_eq!(after.current_version, Some(1));
-    assert_eq!(after.phase, Phase::Pending);
-    assert_eq!(after.next_version(), 3);
-}
-
-#[test]
-fn rolling_back_makes_a_kept_version_current_and_refuses_what_cannot_be() {
-    let mut events = ready_at_v1();
-    events.push(uploaded(2, "b"));
-    events.push(FunctionEvent::VersionsPruned { versions: vec![] });
-    let state = given(&events);
-    let rollback = |version| decide(&state, FunctionCommand::Rollback { version });
-    assert_eq!(
-        rollback(1).unwrap(),
-        [FunctionEvent::FunctionRolledBack { version: 1 }]
-    );
-    assert_eq!(rollback(2).unwrap(), [], "already current");
-    let missing = rollback(3).unwrap_err();
-    assert!(
-        matches!(&missing, DomainError::Invalid { field: "version", detail } if detail.contains("does not exist")),
-        "{missing}"
-    );
-
-    let mut pruned = events.clone();
-    pruned.push(FunctionEvent::VersionsPruned { versions: vec![1] });
-    let state = given(&pruned);
-    let gone = decide(&state, FunctionCommand::Rollback { version: 1 }).unwrap_err();
-    assert!(
-        matches!(&gone, DomainError::Invalid { detail, .. } if detail.contains("pruned")),
-        "{gone}"
-    );
-    let mut deleted = events.clone();
-    deleted.push(FunctionEvent::FunctionDeleted {});
-    let state = given(&deleted);
-    assert!(matches!(
-        decide(&state, FunctionCommand::Rollback { version: 1 }),
-        Err(DomainError::NotFound(_))
-    ));
-}
-
-#[test]
-fn rolling_back_across_a_runtime_change_is_refused_until_the_runtime_matches() {
-    let mut python_v1 = source("a");
-    python_v1.context_sha256 = "ctx-python".into();
-    let mut state = given(&[FunctionEvent::FunctionCreated { spec: spec() }]);
-    for e in decide(&state, FunctionCommand::Upload { source: python_v1 }).unwrap() {
-        state = state.evolve(&e);
-    }
-    let mut node = spec();
-    node.runtime = Runtime::Nodejs20;
-    let rebuilt = UploadedSource {
-        context_sha256: "ctx-node".into(),
-        ..source("a")
-    };
-    for e in decide(
-        &state,
-        FunctionCommand::ChangeSpec {
-            spec: node,
-            rebuilt: Some(rebuilt),
-        },
-    )
-    .unwrap()
-    {
-        state = state.evolve(&e);
-    }
-    assert_eq!(state.current().unwrap().runtime, Some(Runtime::Nodejs20));
-    let e = decide(&state, FunctionCommand::Rollback { version: 1 }).unwrap_err();
-    assert!(
-        matches!(&e, DomainError::Conflict(m) if m.contains("packed for python3.11")),
-        "{e}"
-    );
-}
-
-#[test]
-fn retention_prunes_the_oldest_but_never_the_current_version() {
-    let mut events = vec![FunctionEvent::FunctionCreated { spec: spec() }];
-    for (v, sha) in (1..=5).zip(["a", "b", "c", "d", "e"]) {
-        events.push(uploaded(v, sha));
-    }
-    let state = given(&events);
-    assert_eq!(
-        prune_versions(&state, 3),
-        Some(FunctionEvent::VersionsPruned {
-            versions: vec![1, 2]
-        })
-    );
-    assert_eq!(prune_versions(&state, 5), None);
-    assert_eq!(prune_versions(&state, 50), None);
-
-    events.push(FunctionEvent::FunctionRolledBack { version: 1 });
-    let state = given(&events);
-    assert_eq!(
-        prune_versions(&state, 2),
-        Some(FunctionEvent::VersionsPruned {
-            versions: vec![2, 3]
-        }),
-        "the live version stays, beyond the newest two"
-    );
-    events.push(FunctionEvent::VersionsPruned {
-        versions: vec![2, 3],
-    });
-    let state = given(&events);
-    let kept: Vec<u32> = state.versions.iter().map(|v| v.version).collect();
-    assert_eq!(kept, [1, 4, 5]);
-    assert_eq!(state.next_version(), 6, "numbers are never given again");
-}
-
-#[test]
-fn every_kept_version_remembers_its_build_for_a_rollback() {
-    let built = |version, artifact: &str| FunctionEvent::BuildSucceeded {
-        version,
-        artifact: artifact.into(),
-    };
-    let s = given(&[
-        FunctionEvent::FunctionCreated { spec: spec() },
-        uploaded(1, "a"),
-        built(1, "image:v1"),
-        uploaded(2, "b"),
-        built(2, "image:v2"),
-        FunctionEvent::FunctionRolledBack { version: 1 },
-    ]);
-    assert_eq!(s.current_version, Some(1));
-    assert_eq!(s.built, Some((2, "image:v2".into())));
-    assert_eq!(s.artifacts.get(&1).map(String::as_str), Some("image:v1"));
-    let s = s.evolve(&FunctionEvent::VersionsPruned { versions: vec![2] });
-    assert_eq!(s.artifacts.keys().copied().collect::<Vec<_>>(), [1]);
-    let s = s.evolve(&FunctionEvent::FunctionDeleted {});
-    assert!(s.artifacts.is_empty());
 }
 
 #[test]
