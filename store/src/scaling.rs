@@ -96,9 +96,10 @@ pub async fn decide_and_enqueue(
     metadata: Metadata,
 ) -> Result<Decided> {
     let cmd = SystemCommand::new(key.stream(), &key.namespace, metadata).reconcile(key.queue_key());
-    let executed =
-        system::execute::<Function>(pool, &cmd, |current| current.state.decide(command.clone()))
-            .await?;
+    let executed = system::execute::<Function>(pool, &cmd, |current| {
+        Aggregate::decide(current.state, command.clone())
+    })
+    .await?;
     match executed {
         Executed::Appended { appended, .. } => Ok(Decided {
             appended: Some(appended),
