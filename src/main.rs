@@ -299,7 +299,7 @@ async fn run(command: Command, host: config::Host) -> anyhow::Result<ExitCode> {
                 admin,
             } => {
                 let tokens = config::TokenSettings::from_env()?;
-                if tokens.algorithm != sless_api::auth::TokenAlgorithm::Hs256 {
+                if tokens.algorithm != sless_api::plumbing::auth::TokenAlgorithm::Hs256 {
                     anyhow::bail!(
                         "sless token signs HS256 tokens only; with SLESS_JWT_ALGORITHM={} \
                          tokens come from the identity provider that holds the private key",

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::get;
-use sless_api::metrics::Scope;
+use sless_api::plumbing::metrics::Scope;
 use sless_store::PgPool;
 use sless_telemetry::Metrics;
 use tokio::sync::watch;
@@ -40,7 +40,7 @@ struct Scraped {
 }
 
 async fn scrape(State(s): State<Scraped>, headers: HeaderMap) -> Response {
-    sless_api::metrics::scrape(&s.pool, &s.metrics, s.scope, &headers).await
+    sless_api::plumbing::metrics::scrape(&s.pool, &s.metrics, s.scope, &headers).await
 }
 
 /// Serves `/metrics` (no token asked) on `cfg.listen`, when set, until

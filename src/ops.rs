@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sless_api::admin::{BoxFuture, Maintenance, MaintenanceError, ReplayView};
+use sless_api::rest::admin::{BoxFuture, Maintenance, MaintenanceError, ReplayView};
 use sless_embedded::PrivatePostgres;
 use sless_projector::replay::{self, Mode, Outcome, Progress};
 use sless_store::PgPool;

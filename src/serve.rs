@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::json;
-use sless_api::metrics::Scope;
+use sless_api::plumbing::metrics::Scope;
 use sless_api::{AppState, Auth};
 use sless_domain::Namespace;
 use sless_store::PgPool;
@@ -81,14 +81,14 @@ impl Listeners {
         let api = serve_http(
             self.api,
             sless_api::router(state.clone()),
-            sless_api::serve::HEADER_PARSE_LIMIT,
+            sless_api::plumbing::serve::HEADER_PARSE_LIMIT,
             tails.clone(),
             stop.clone(),
         );
         let functions = serve_http(
             self.functions,
             sless_api::fn_router(state),
-            sless_api::serve::FN_HEADER_PARSE_LIMIT,
+            sless_api::plumbing::serve::FN_HEADER_PARSE_LIMIT,
             tails,
             stop.clone(),
         );
@@ -104,10 +104,10 @@ async fn serve_http(
     app: axum::Router,
     parse_limit: usize,
     // The audit log's live tails would hold the graceful shutdown open.
-    tails: sless_api::events::Tails,
+    tails: sless_api::rest::events::Tails,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    sless_api::serve::serve(listener, app, parse_limit, async move {
+    sless_api::plumbing::serve::serve(listener, app, parse_limit, async move {
         let _ = stop.wait_for(|s| *s).await;
         tails.close();
     })
@@ -386,10 +386,11 @@ fn terraform_setup(data_dir: &Path, url: &str, token: &str) -> String {
 /// The API's state with the proxy limits, invocation retention, upload
 /// gate, version retention, quotas and fault hook of its section.
 fn app_state(pool: PgPool, blobs: BlobStore, auth: Auth, api: &config::Api) -> AppState {
-    sless_api::faults::crash_after_commit(api.crash_after_commit);
+    sless_api::plumbing::faults::crash_after_commit(api.crash_after_commit);
     let mut state = AppState::new(pool.clone(), blobs, auth);
     state.http = sless_api::proxy::HttpClient::new(api.proxy);
-    state.invocations = sless_api::recorder::Recorder::start(pool.clone(), api.invocations);
+    state.invocations =
+        sless_api::plumbing::recorder::Recorder::start(pool.clone(), api.invocations);
     state.uploads = api.upload_gate();
     state.keep_versions = api.keep_versions;
     state.quotas = api.quotas;

@@ -17,41 +17,10 @@
 //! never imports the projector or the workers, and it never talks to a
 //! driver. Errors become HTTP answers in exactly one place (`error`).
 
-pub mod admin;
-pub mod auth;
-pub mod build_log;
-pub mod command;
 pub mod console;
-pub mod crashes;
-pub mod error;
-pub mod events;
-pub mod faults;
-pub mod function;
-pub mod functions;
-pub mod health;
-pub mod invocations;
-pub mod jobs;
-pub mod json;
-pub mod metrics;
-pub mod namespaces;
-pub mod openapi;
-pub mod page_cache;
-pub mod paging;
-pub mod path;
+pub mod plumbing;
 pub mod proxy;
-pub mod quota;
-pub mod recorder;
-pub mod request_id;
-pub mod serve;
-pub mod source;
-pub mod triggers;
-pub mod upload;
-pub mod versions;
-
-mod breaker;
-mod catch_up;
-mod deadlines;
-mod fallback;
+pub mod rest;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,13 +35,13 @@ use sless_store::blobs::BlobStore;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
 
-use crate::breaker::shed_while_unavailable;
-use crate::deadlines::{RouteDeadline, while_progressing, within_deadline};
-use crate::fallback::{api_fallback, method_not_allowed, no_such_route};
+use crate::plumbing::breaker::shed_while_unavailable;
+use crate::plumbing::deadlines::{RouteDeadline, while_progressing, within_deadline};
+use crate::rest::fallback::{api_fallback, method_not_allowed, no_such_route};
 
-pub use auth::{Auth, issue_hs256};
-pub use breaker::Breaker;
-pub use deadlines::Deadlines;
+pub use plumbing::auth::{Auth, issue_hs256};
+pub use plumbing::breaker::Breaker;
+pub use plumbing::deadlines::Deadlines;
 
 /// What every handler can reach: one `Shared`, behind an `Arc`, so that
 /// handing it to each request and middleware copies one pointer. It reads
@@ -111,21 +80,21 @@ pub struct Shared {
     /// Calls held by the invoke proxy for functions scaled to zero.
     pub activations: Arc<proxy::Activations>,
     /// Invocation records, written off the request path.
-    pub invocations: recorder::Recorder,
+    pub invocations: plumbing::recorder::Recorder,
     /// How many uploads are checked at once.
-    pub uploads: upload::UploadGate,
+    pub uploads: rest::upload::UploadGate,
     /// Versions kept per function besides the live one.
     pub keep_versions: usize,
     /// What each namespace may create or hold (`quota`). `AppState::new`
     /// sets none; the binary sets the configured ones.
-    pub quotas: quota::Quotas,
+    pub quotas: plumbing::quota::Quotas,
     /// The audit log's live tails, ended together at shutdown.
-    pub tails: events::Tails,
+    pub tails: rest::events::Tails,
     /// The LISTEN that wakes followers of build logs.
-    pub build_logs: build_log::Watch,
+    pub build_logs: rest::build_log::Watch,
     /// Replays for the admin routes, filled by the binary (`admin`); `None`
     /// answers them 501.
-    pub maintenance: Option<Arc<dyn admin::Maintenance>>,
+    pub maintenance: Option<Arc<dyn rest::admin::Maintenance>>,
     /// The functions' origin as callers reach it (`http://127.0.0.1:8081`,
     /// `https://fn.example.com`): what a function's `url` starts with, and
     /// where `/fn/...` on the API's origin redirects. `None`: the API
@@ -139,9 +108,9 @@ pub struct Shared {
     pub metrics: Arc<sless_telemetry::Metrics>,
     /// What of the database `/metrics` reports besides (the binary sets it
     /// for the roles the process runs).
-    pub metrics_scope: metrics::Scope,
+    pub metrics_scope: plumbing::metrics::Scope,
     /// Pages of the functions list, kept while the read models stand still.
-    pub pages: Arc<page_cache::PageCache>,
+    pub pages: Arc<rest::page_cache::PageCache>,
 }
 
 /// Versions of a function kept besides the live one, by default.
@@ -149,7 +118,7 @@ pub const DEFAULT_KEEP_VERSIONS: usize = 50;
 
 impl AppState {
     pub fn new(pool: PgPool, blobs: BlobStore, auth: Auth) -> AppState {
-        let invocations = recorder::Recorder::new(pool.clone());
+        let invocations = plumbing::recorder::Recorder::new(pool.clone());
         AppState(Arc::new(Shared {
             work: sless_store::queue::Ringer::new(pool.clone()),
             pool,
@@ -162,16 +131,16 @@ impl AppState {
             endpoints: Arc::new(proxy::Endpoints::new(Duration::from_secs(1))),
             activations: Arc::default(),
             invocations,
-            uploads: upload::UploadGate::default(),
+            uploads: rest::upload::UploadGate::default(),
             keep_versions: DEFAULT_KEEP_VERSIONS,
-            quotas: quota::Quotas::UNLIMITED,
-            tails: events::Tails::default(),
-            build_logs: build_log::Watch::default(),
+            quotas: plumbing::quota::Quotas::UNLIMITED,
+            tails: rest::events::Tails::default(),
+            build_logs: rest::build_log::Watch::default(),
             maintenance: None,
             fn_url: None,
             only_namespace: None,
             metrics: sless_telemetry::global().clone(),
-            metrics_scope: metrics::Scope::default(),
+            metrics_scope: plumbing::metrics::Scope::default(),
             pages: Arc::default(),
         }))
     }
@@ -192,33 +161,37 @@ pub fn router(state: AppState) -> Router {
         middleware::from_fn_with_state(route_deadline(database_only), within_deadline)
     };
     let v1 = OpenApiRouter::new()
-        .routes(routes!(namespaces::ensure))
-        .routes(routes!(functions::list, functions::create))
-        .routes(routes!(functions::get, functions::delete))
-        .routes(routes!(invocations::list))
-        .routes(routes!(versions::list))
-        .routes(routes!(versions::rollback))
-        .routes(routes!(triggers::list, triggers::create))
-        .routes(routes!(triggers::get, triggers::patch, triggers::delete))
-        .routes(routes!(jobs::list, jobs::create))
-        .routes(routes!(jobs::get, jobs::delete))
-        .routes(routes!(events::list))
-        .routes(routes!(events::list_all))
+        .routes(routes!(rest::namespaces::ensure))
+        .routes(routes!(rest::functions::list, rest::functions::create))
+        .routes(routes!(rest::functions::get, rest::functions::delete))
+        .routes(routes!(rest::invocations::list))
+        .routes(routes!(rest::versions::list))
+        .routes(routes!(rest::versions::rollback))
+        .routes(routes!(rest::triggers::list, rest::triggers::create))
+        .routes(routes!(
+            rest::triggers::get,
+            rest::triggers::patch,
+            rest::triggers::delete
+        ))
+        .routes(routes!(rest::jobs::list, rest::jobs::create))
+        .routes(routes!(rest::jobs::get, rest::jobs::delete))
+        .routes(routes!(rest::events::list))
+        .routes(routes!(rest::events::list_all))
         // Answers once the tail has its start; the events follow in the body.
-        .routes(routes!(events::tail))
-        .routes(routes!(admin::start_replay, admin::last_replay))
-        .routes(routes!(admin::reconcile))
+        .routes(routes!(rest::events::tail))
+        .routes(routes!(rest::admin::start_replay, rest::admin::last_replay))
+        .routes(routes!(rest::admin::reconcile))
         .route_layer(answer_within(true))
         // These also wait on the blob store.
-        .routes(routes!(functions::update).layer(answer_within(false)))
-        .routes(routes!(source::get).layer(answer_within(false)))
-        .routes(routes!(versions::source).layer(answer_within(false)))
-        .routes(routes!(versions::archive).layer(answer_within(false)))
-        .routes(routes!(versions::diff).layer(answer_within(false)))
+        .routes(routes!(rest::functions::update).layer(answer_within(false)))
+        .routes(routes!(rest::source::get).layer(answer_within(false)))
+        .routes(routes!(rest::versions::source).layer(answer_within(false)))
+        .routes(routes!(rest::versions::archive).layer(answer_within(false)))
+        .routes(routes!(rest::versions::diff).layer(answer_within(false)))
         // A followed log answers once it starts; the lines follow in the body.
-        .routes(routes!(build_log::get).layer(answer_within(false)))
+        .routes(routes!(rest::build_log::get).layer(answer_within(false)))
         .routes(
-            routes!(upload::upload)
+            routes!(rest::upload::upload)
                 .layer(DefaultBodyLimit::max(upload_limit))
                 // Bound by its progress, not by a fixed time.
                 .layer(middleware::from_fn_with_state(
@@ -227,27 +200,27 @@ pub fn router(state: AppState) -> Router {
                 )),
         );
     // The functions' routes are documented with the API's (their paths
-    // are on the functions' origin: `openapi::finish` says so).
+    // are on the functions' origin: `rest::openapi::finish` says so).
     let functions_doc = function_routes(&state).into_openapi();
     let (router, mut doc) = OpenApiRouter::new()
         .nest("/v1", v1)
-        .routes(routes!(health::readyz).layer(answer_within(true)))
+        .routes(routes!(rest::health::readyz).layer(answer_within(true)))
         // Everything above needs the database.
         .route_layer(middleware::from_fn_with_state(
             state.breaker.clone(),
             shed_while_unavailable,
         ))
-        .routes(routes!(health::healthz))
-        .routes(routes!(openapi::document))
+        .routes(routes!(rest::health::healthz))
+        .routes(routes!(rest::openapi::document))
         .split_for_parts();
     utoipa::openapi::OpenApi::merge(&mut doc, functions_doc);
-    let doc: Arc<str> = serde_json::to_string(&openapi::finish(doc))
+    let doc: Arc<str> = serde_json::to_string(&rest::openapi::finish(doc))
         .expect("the OpenAPI document serializes")
         .into();
     // On this origin `/fn/...` only points at the functions' origin.
     let router = router
         .merge(console::routes())
-        .merge(metrics::routes())
+        .merge(plumbing::metrics::routes())
         .layer(Extension(doc))
         .fallback(api_fallback);
     finish(router, state)
@@ -259,7 +232,7 @@ pub fn router(state: AppState) -> Router {
 /// the origin of the API and the console (docs/security.md).
 pub fn fn_router(state: AppState) -> Router {
     let (router, _) = function_routes(&state)
-        .routes(routes!(health::healthz))
+        .routes(routes!(rest::health::healthz))
         .split_for_parts();
     finish(router.fallback(no_such_route), state)
 }
@@ -289,11 +262,11 @@ fn finish(router: Router<AppState>, state: AppState) -> Router {
         // On every route, so each request is counted under its template.
         .layer(middleware::from_fn_with_state(
             counted,
-            metrics::count_requests,
+            plumbing::metrics::count_requests,
         ))
         .layer(DefaultBodyLimit::max(1024 * 1024))
         .with_state(state)
-        .layer(middleware::from_fn(serve::limit_headers))
+        .layer(middleware::from_fn(plumbing::serve::limit_headers))
         // Outermost, so every answer carries it, refusals included.
-        .layer(middleware::from_fn(request_id::with_request_id))
+        .layer(middleware::from_fn(plumbing::request_id::with_request_id))
 }

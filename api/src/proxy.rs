@@ -83,13 +83,14 @@ use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 
 use crate::AppState;
-use crate::error::ApiError;
-use crate::request_id::{self, X_REQUEST_ID};
+use crate::plumbing::error::ApiError;
+use crate::plumbing::request_id::{self, X_REQUEST_ID};
 
 mod activation;
 mod admission;
 mod body;
 mod call;
+mod crashes;
 pub mod edge;
 mod endpoints;
 mod forward;
@@ -113,9 +114,14 @@ pub const METHODS: axum::routing::MethodFilter = axum::routing::MethodFilter::GE
 /// `/fn/{ns}/{name}`: the function at its root path. Each method is an
 /// operation of its own in the document, its id this one's and the method's
 /// (`invokeFunctionGet`: `openapi::finish`).
+/// Any body, passed on to the function as it is.
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct AnyBody(pub Vec<u8>);
+
 #[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}", operation_id = "invokeFunction", tag = "invoke", summary = "Invoke a function (no auth)",
     params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function")),
-    request_body(content = crate::openapi::AnyBody, content_type = "application/octet-stream", description = "Passed to the function as is, under the Content-Type it was sent with: any content type is passed through, not only this one"),
+    request_body(content = AnyBody, content_type = "application/octet-stream", description = "Passed to the function as is, under the Content-Type it was sent with: any content type is passed through, not only this one"),
     responses((status = "default", description = "The function's answer, as it gave it")))]
 pub async fn invoke_root(State(state): State<AppState>, req: Request) -> Response {
     invoke(state, req).await
@@ -124,7 +130,7 @@ pub async fn invoke_root(State(state): State<AppState>, req: Request) -> Respons
 /// `/fn/{ns}/{name}/`: the same, as a function that serves a directory sees it.
 #[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}/", operation_id = "invokeFunctionSlash", tag = "invoke", summary = "Invoke a function at its root path, with a trailing slash (no auth)",
     params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function")),
-    request_body(content = crate::openapi::AnyBody, content_type = "application/octet-stream", description = "Passed to the function as is, under the Content-Type it was sent with: any content type is passed through, not only this one"),
+    request_body(content = AnyBody, content_type = "application/octet-stream", description = "Passed to the function as is, under the Content-Type it was sent with: any content type is passed through, not only this one"),
     responses((status = "default", description = "The function's answer, as it gave it")))]
 pub async fn invoke_root_slash(State(state): State<AppState>, req: Request) -> Response {
     invoke(state, req).await
@@ -133,7 +139,7 @@ pub async fn invoke_root_slash(State(state): State<AppState>, req: Request) -> R
 /// `/fn/{ns}/{name}/{*rest}`: the function at a path of its own.
 #[utoipa::path(method(get, post, put, delete, patch, head, options), path = "/fn/{ns}/{name}/{*rest}", operation_id = "invokeFunctionPath", tag = "invoke", summary = "Invoke a function at a sub-path (no auth)",
     params(("ns" = String, Path, description = "The function's namespace"), ("name" = String, Path, description = "The function"), ("rest" = String, Path, description = "The path the function sees, after its prefix")),
-    request_body(content = crate::openapi::AnyBody, content_type = "application/octet-stream", description = "Passed to the function as is, under the Content-Type it was sent with: any content type is passed through, not only this one"),
+    request_body(content = AnyBody, content_type = "application/octet-stream", description = "Passed to the function as is, under the Content-Type it was sent with: any content type is passed through, not only this one"),
     responses((status = "default", description = "The function's answer, as it gave it")))]
 pub async fn invoke_path(State(state): State<AppState>, req: Request) -> Response {
     invoke(state, req).await

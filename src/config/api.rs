@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use anyhow::bail;
-use sless_api::faults::CRASH_AFTER_COMMIT_ENV;
+use sless_api::plumbing::faults::CRASH_AFTER_COMMIT_ENV;
+use sless_api::plumbing::quota::{Quota, Quotas};
+use sless_api::plumbing::recorder::RecorderConfig;
 use sless_api::proxy::ProxyLimits;
-use sless_api::quota::{Quota, Quotas};
-use sless_api::recorder::RecorderConfig;
-use sless_api::upload::UploadGate;
+use sless_api::rest::upload::UploadGate;
 
 use super::source::var;
 use super::{Get, number_from};
@@ -114,7 +114,7 @@ fn proxy_limits(get: Get<'_>) -> anyhow::Result<ProxyLimits> {
         activation_queue: number_from(get, "SLESS_ACTIVATION_QUEUE", d.activation_queue)?,
     };
     // The functions' origin parses no more fields than that.
-    let most = sless_api::serve::FN_HEADER_PARSE_LIMIT;
+    let most = sless_api::plumbing::serve::FN_HEADER_PARSE_LIMIT;
     if !(1..=most).contains(&limits.max_headers) {
         bail!("SLESS_PROXY_MAX_HEADERS must be between 1 and {most}");
     }

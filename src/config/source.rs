@@ -186,10 +186,10 @@ mod tests {
         for arg in main.split("env = \"").skip(1) {
             names.insert(arg.split('"').next().unwrap().to_owned());
         }
-        for quota in sless_api::quota::Quota::ALL {
+        for quota in sless_api::plumbing::quota::Quota::ALL {
             names.insert(quota.setting().to_owned());
         }
-        names.insert(sless_api::faults::CRASH_AFTER_COMMIT_ENV.to_owned());
+        names.insert(sless_api::plumbing::faults::CRASH_AFTER_COMMIT_ENV.to_owned());
         names
     }
 

@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sless_api::auth::TokenAlgorithm;
-use sless_api::quota::{Quota, Quotas};
+use sless_api::plumbing::auth::TokenAlgorithm;
+use sless_api::plumbing::quota::{Quota, Quotas};
 use sless_workers::WorkerConfig;
 use sless_workers::kube::{FunctionAddress, KubeSettings};
 
@@ -389,7 +389,7 @@ fn api_and_worker_sections_have_defaults_and_name_a_bad_value() {
     assert_eq!(a.keep_versions, sless_api::DEFAULT_KEEP_VERSIONS);
     assert_eq!(a.upload_wait, Duration::from_secs(30));
     assert!(!a.crash_after_commit);
-    let on = [(sless_api::faults::CRASH_AFTER_COMMIT_ENV, "1")];
+    let on = [(sless_api::plumbing::faults::CRASH_AFTER_COMMIT_ENV, "1")];
     assert!(read(&on, api::Api::from).unwrap().crash_after_commit);
     for (name, value) in [
         ("SLESS_PROXY_MAX_HEADERS", "101"),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use sless_api::Auth;
-use sless_api::auth::{
+use sless_api::plumbing::auth::{
     AuthSettings, DEFAULT_ADMIN_CLAIM, KeyError, KeySet, MAX_LEEWAY, TokenAlgorithm,
 };
 

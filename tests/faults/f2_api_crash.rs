@@ -35,7 +35,7 @@ async fn f2_api_killed_after_commit_answers_the_retry_from_the_idempotency_key()
     let mut kills = 0;
     for (i, command) in commands.enumerate() {
         let mut crashing = api_command(&db.url, &s3);
-        crashing.env(sless_api::command::CRASH_AFTER_COMMIT_ENV, "1");
+        crashing.env(sless_api::plumbing::command::CRASH_AFTER_COMMIT_ENV, "1");
         let log = logs.join(format!("api-{i}.log"));
         let (mut api, url) = start_api_binary(crashing, &log).await;
         c.set_base(&url);

@@ -76,7 +76,7 @@ pub fn pg_url_via(url: &str, addr: SocketAddr) -> String {
 pub fn api_command(db_url: &str, s3: &sless_testkit::TestS3) -> std::process::Command {
     let mut cmd = crate::sless_on(db_url, s3);
     cmd.env("SLESS_JWT_SECRET", std::str::from_utf8(SECRET).unwrap())
-        .env_remove(sless_api::command::CRASH_AFTER_COMMIT_ENV);
+        .env_remove(sless_api::plumbing::command::CRASH_AFTER_COMMIT_ENV);
     cmd
 }
 

@@ -19,7 +19,7 @@ use super::page::{self, Page};
 use super::session::Session;
 use super::text::Text;
 use crate::AppState;
-use crate::path::PathParams;
+use crate::plumbing::path::PathParams;
 
 type Params = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
@@ -37,7 +37,7 @@ pub async fn invocations(
     query: Params,
 ) -> Response {
     let q = query.map(|Query(q)| q).unwrap_or_default();
-    let page: InvocationPage = match api_json(crate::invocations::list(
+    let page: InvocationPage = match api_json(crate::rest::invocations::list(
         State(state),
         session.caller.clone(),
         PathParams((ns.clone(), name.clone())),
@@ -175,7 +175,7 @@ pub async fn events(
     query: Params,
 ) -> Response {
     let q = query.map(|Query(q)| q).unwrap_or_default();
-    let page: EventPage = match api_json(crate::events::list(
+    let page: EventPage = match api_json(crate::rest::events::list(
         State(state),
         session.caller.clone(),
         PathParams(ns.clone()),
@@ -272,7 +272,7 @@ pub async fn stream(
     headers: HeaderMap,
     query: Params,
 ) -> Response {
-    match crate::events::tail(
+    match crate::rest::events::tail(
         State(state),
         session.caller.clone(),
         PathParams(ns),

@@ -14,9 +14,9 @@ use sless_api_types::{TriggerList, TriggerView};
 use super::page;
 use super::session::Session;
 use crate::AppState;
-use crate::auth::Caller;
-use crate::command::{Opened, RequestContext};
-use crate::error::ApiResult;
+use crate::plumbing::auth::Caller;
+use crate::plumbing::command::{Opened, RequestContext};
+use crate::plumbing::error::ApiResult;
 
 /// A route's JSON answer, as the document `T`; an error as a page.
 pub async fn api_json<T: DeserializeOwned>(
@@ -24,7 +24,7 @@ pub async fn api_json<T: DeserializeOwned>(
 ) -> Result<T, Response> {
     let Json(value) = answer.await.map_err(page::failure)?;
     serde_json::from_value(value).map_err(|e| {
-        page::failure(crate::error::ApiError::internal(format!(
+        page::failure(crate::plumbing::error::ApiError::internal(format!(
             "the console cannot read the API's answer: {e}"
         )))
     })
@@ -38,7 +38,7 @@ pub async fn all_triggers(
 ) -> Result<Vec<TriggerView>, Response> {
     let list: TriggerList = api_json(async {
         let namespace = caller.namespace(ns)?;
-        let items = crate::triggers::all(state, &namespace).await?;
+        let items = crate::rest::triggers::all(state, &namespace).await?;
         Ok(Json(
             serde_json::json!({ "items": items, "next_cursor": null }),
         ))
@@ -48,9 +48,11 @@ pub async fn all_triggers(
 }
 
 /// A command's answer body, as the document `T`.
-pub fn answered<T: DeserializeOwned>(answer: crate::command::Answered) -> Result<T, Response> {
+pub fn answered<T: DeserializeOwned>(
+    answer: crate::plumbing::command::Answered,
+) -> Result<T, Response> {
     serde_json::from_value(answer.body).map_err(|e| {
-        page::failure(crate::error::ApiError::internal(format!(
+        page::failure(crate::plumbing::error::ApiError::internal(format!(
             "the console cannot read the API's answer: {e}"
         )))
     })
@@ -85,5 +87,5 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    crate::catch_up::until_shown(std::time::Duration::from_secs(2), shown).await;
+    crate::plumbing::catch_up::until_shown(std::time::Duration::from_secs(2), shown).await;
 }

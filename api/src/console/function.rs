@@ -18,7 +18,7 @@ use super::page::{self, Page};
 use super::session::Session;
 use super::text::Text;
 use crate::AppState;
-use crate::path::PathParams;
+use crate::plumbing::path::PathParams;
 
 /// `GET /console/ns/{ns}/functions/{name}`.
 #[derive(serde::Deserialize)]
@@ -34,7 +34,7 @@ pub async fn show(
     axum::extract::Query(shown): axum::extract::Query<Shown>,
 ) -> Response {
     let caller = session.caller.clone();
-    let f: FunctionView = match crate::functions::get(
+    let f: FunctionView = match crate::rest::functions::get(
         State(state.clone()),
         caller.clone(),
         PathParams((ns.clone(), name.clone())),
@@ -49,7 +49,7 @@ pub async fn show(
     };
     // No source before the first upload.
     let source: Option<SourceView> = if f.version.is_some() {
-        match api_json(crate::source::get(
+        match api_json(crate::rest::source::get(
             State(state.clone()),
             caller.clone(),
             PathParams((ns.clone(), name.clone())),
@@ -239,7 +239,7 @@ async fn build_log(
     name: &str,
     v: u32,
 ) -> Option<(u32, String)> {
-    let answer = crate::build_log::get(
+    let answer = crate::rest::build_log::get(
         State(state.clone()),
         session.caller.clone(),
         PathParams((ns.to_owned(), name.to_owned(), v.to_string())),

@@ -18,7 +18,7 @@ use super::page::{self, Page};
 use super::session::Session;
 use super::text::Text;
 use crate::AppState;
-use crate::path::PathParams;
+use crate::plumbing::path::PathParams;
 
 /// Functions shown on one page.
 pub const PAGE_SIZE: usize = 50;
@@ -71,7 +71,7 @@ pub async fn show(
     }
     let shown: Vec<FunctionView> = rows
         .iter()
-        .map(|r| crate::function::view_of_row(state.fn_url.as_deref(), r))
+        .map(|r| crate::rest::function::view_of_row(state.fn_url.as_deref(), r))
         .collect();
     let triggers = match calls::all_triggers(&state, &session.caller, &ns).await {
         Ok(l) => l,
@@ -191,7 +191,7 @@ pub async fn toggle(
         Err(r) => return r,
     };
     let enabled = form.enabled == "true";
-    match crate::triggers::patch(
+    match crate::rest::triggers::patch(
         State(state.clone()),
         PathParams((ns.clone(), name.clone())),
         opened,

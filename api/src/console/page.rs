@@ -7,7 +7,7 @@ use axum::response::{Html, IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
 use super::text::Text;
-use crate::error::ApiError;
+use crate::plumbing::error::ApiError;
 
 /// A page to answer with.
 pub struct Page {

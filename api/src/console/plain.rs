@@ -11,11 +11,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use sless_api_types::SourceView;
 
 use crate::AppState;
-use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::function::function_url;
-use crate::paging::PageQuery;
-use crate::path::PathParams;
+use crate::plumbing::auth::Caller;
+use crate::plumbing::error::ApiError;
+use crate::plumbing::paging::PageQuery;
+use crate::plumbing::path::PathParams;
+use crate::rest::function::function_url;
 
 fn wants_html(headers: &HeaderMap) -> bool {
     headers
@@ -53,7 +53,7 @@ pub async fn list(
         let mut out = String::new();
         let mut query = PageQuery::largest();
         loop {
-            let (rows, next) = crate::functions::rows_page(&state, &namespace, &query)
+            let (rows, next) = crate::rest::functions::rows_page(&state, &namespace, &query)
                 .await
                 .map_err(problem)?;
             for r in &rows {
@@ -90,9 +90,10 @@ pub async fn source(
     }
     answer(async {
         let caller = caller(&state, &headers).await?;
-        let axum::Json(source) = crate::source::get(State(state), caller, PathParams((ns, name)))
-            .await
-            .map_err(problem)?;
+        let axum::Json(source) =
+            crate::rest::source::get(State(state), caller, PathParams((ns, name)))
+                .await
+                .map_err(problem)?;
         let source: SourceView = read(source)?;
         let mut out = String::new();
         for file in source.files {

@@ -18,7 +18,7 @@ use super::page::{self, Page};
 use super::session::Session;
 use super::text::Text;
 use crate::AppState;
-use crate::path::PathParams;
+use crate::plumbing::path::PathParams;
 
 /// How many of a cron trigger's next runs are shown.
 const NEXT_RUNS: usize = 5;
@@ -29,7 +29,7 @@ pub async fn trigger(
     session: Session,
     PathParams((ns, name)): PathParams<(String, String)>,
 ) -> Response {
-    let t: TriggerView = match crate::triggers::get(
+    let t: TriggerView = match crate::rest::triggers::get(
         State(state),
         session.caller.clone(),
         PathParams((ns.clone(), name.clone())),
@@ -164,7 +164,7 @@ pub async fn run_job(
         Ok(o) => o,
         Err(r) => return r,
     };
-    match crate::jobs::create(State(state), PathParams(ns.clone()), opened).await {
+    match crate::rest::jobs::create(State(state), PathParams(ns.clone()), opened).await {
         Ok(_) => Redirect::to(&format!("/console/ns/{ns}/jobs/{name}")).into_response(),
         Err(e) => page::failure(e),
     }
@@ -176,7 +176,7 @@ pub async fn job(
     session: Session,
     PathParams((ns, name)): PathParams<(String, String)>,
 ) -> Response {
-    let j: JobView = match crate::jobs::get(
+    let j: JobView = match crate::rest::jobs::get(
         State(state),
         session.caller.clone(),
         PathParams((ns.clone(), name.clone())),

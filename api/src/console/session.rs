@@ -45,7 +45,7 @@ use sless_store::console::{self as store, Principal};
 use super::page::{self, Page, document};
 use super::text::Text;
 use crate::AppState;
-use crate::auth::Caller;
+use crate::plumbing::auth::Caller;
 
 /// The session cookie.
 pub const COOKIE: &str = "__Host-sless_session";
@@ -123,7 +123,7 @@ impl FromRequestParts<AppState> for Session {
         };
         let found = store::session(&state.pool, &id, browser.as_deref())
             .await
-            .map_err(|e| page::failure(crate::error::ApiError::from(e)))?;
+            .map_err(|e| page::failure(crate::plumbing::error::ApiError::from(e)))?;
         let Some(s) = found else {
             return Err(SignInFirst.into_response());
         };

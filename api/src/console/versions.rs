@@ -14,8 +14,8 @@ use super::page::{self, Page};
 use super::session::Session;
 use super::text::Text;
 use crate::AppState;
-use crate::paging::PageQuery;
-use crate::path::PathParams;
+use crate::plumbing::paging::PageQuery;
+use crate::plumbing::path::PathParams;
 
 #[derive(Deserialize)]
 pub struct Picked {
@@ -37,8 +37,8 @@ pub async fn show(
     let mut list: Option<VersionList> = None;
     loop {
         let page: VersionList = match api_json(async {
-            let key = crate::function::path_key(&session.caller, &ns, &name)?;
-            crate::versions::page(&state, &key, &query).await
+            let key = crate::rest::function::path_key(&session.caller, &ns, &name)?;
+            crate::rest::versions::page(&state, &key, &query).await
         })
         .await
         {
@@ -57,7 +57,7 @@ pub async fn show(
     }
     let list = list.expect("one page at least");
     let diff: Option<VersionDiff> = match (picked.from, picked.to) {
-        (Some(a), Some(b)) => match api_json(crate::versions::diff(
+        (Some(a), Some(b)) => match api_json(crate::rest::versions::diff(
             State(state.clone()),
             session.caller.clone(),
             PathParams((ns.clone(), name.clone(), a.to_string(), b.to_string())),
@@ -225,7 +225,7 @@ pub async fn archive(
         axum::http::header::ACCEPT,
         axum::http::HeaderValue::from_static("application/zip"),
     );
-    match crate::versions::archive(
+    match crate::rest::versions::archive(
         State(state),
         session.caller.clone(),
         PathParams((ns, name.clone(), v.clone())),
@@ -298,7 +298,7 @@ pub async fn rollback(
         Ok(o) => o,
         Err(r) => return r,
     };
-    match crate::versions::rollback(
+    match crate::rest::versions::rollback(
         State(state.clone()),
         PathParams((ns.clone(), name.clone())),
         opened,
@@ -307,7 +307,7 @@ pub async fn rollback(
     {
         Ok(_) => {
             calls::settle(|| async {
-                crate::functions::get(
+                crate::rest::functions::get(
                     State(state.clone()),
                     session.caller.clone(),
                     PathParams((ns.clone(), name.clone())),

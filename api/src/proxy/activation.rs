@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 
 use super::endpoints::Target;
 use crate::AppState;
-use crate::error::{ApiError, ApiResult};
+use crate::plumbing::error::{ApiError, ApiResult};
 
 /// How often an activation looks at the read model.
 const POLL: Duration = Duration::from_millis(5);

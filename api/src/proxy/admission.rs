@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
 
-use crate::error::{ApiError, ApiResult};
-use crate::request_id::X_REQUEST_ID;
+use crate::plumbing::error::{ApiError, ApiResult};
+use crate::plumbing::request_id::X_REQUEST_ID;
 
 /// The limits a request must stay within to be forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,15 +15,15 @@ use chrono::{DateTime, Utc};
 use sless_store::invocations::{Invocation, id_for};
 
 use super::body::{Bounds, Ends, Failure, Meter, Outbound};
-use crate::error::ApiError;
-use crate::recorder::Recorder;
+use crate::plumbing::error::ApiError;
+use crate::plumbing::recorder::Recorder;
 
 /// The failure a problem answer stands for: its kind shortened (`oom` for
 /// a function killed for memory).
 fn failure_of(e: &ApiError) -> Failure {
     let kind = match e.kind {
-        crate::crashes::OUT_OF_MEMORY => "oom",
-        crate::crashes::CRASHED => "crashed",
+        crate::proxy::crashes::OUT_OF_MEMORY => "oom",
+        crate::proxy::crashes::CRASHED => "crashed",
         other => other.strip_prefix("function-").unwrap_or(other),
     };
     Failure::new(kind, e.detail.clone())

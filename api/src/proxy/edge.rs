@@ -59,7 +59,7 @@ use std::net::IpAddr;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 
-use crate::auth::Auth;
+use crate::plumbing::auth::Auth;
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [HeaderName; 8] = [

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use sless_store::readmodel::{self, FunctionRow};
 
-use crate::error::ApiResult;
+use crate::plumbing::error::ApiResult;
 
 /// Where each function runs, as the read model said a moment ago.
 pub struct Endpoints {

@@ -26,8 +26,8 @@ use super::call::Call;
 use super::edge;
 use super::endpoints::Target;
 use crate::AppState;
-use crate::error::{ApiError, ApiResult};
-use crate::request_id::X_REQUEST_ID;
+use crate::plumbing::error::{ApiError, ApiResult};
+use crate::plumbing::request_id::X_REQUEST_ID;
 
 type Pool =
     hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
@@ -328,7 +328,7 @@ async fn send(
                 // ended (killed for memory, say), which the log then says.
                 if !e.is_connect()
                     && let Some(crash) =
-                        crate::crashes::explain(state, ns, name, call.started_at).await
+                        crate::proxy::crashes::explain(state, ns, name, call.started_at).await
                 {
                     return Err(crash);
                 }

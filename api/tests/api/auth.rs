@@ -12,7 +12,7 @@ use axum::http::{Method, StatusCode, header};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use sless_api::Auth;
-use sless_api::auth::{AuthSettings, KeySet, TokenAlgorithm};
+use sless_api::plumbing::auth::{AuthSettings, KeySet, TokenAlgorithm};
 
 use super::support::*;
 

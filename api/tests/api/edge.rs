@@ -1,6 +1,6 @@
 //! What crosses the proxy towards a function, through real proxied calls:
 //! the functions' router served on a loopback socket as the binary serves
-//! it (`sless_api::serve`), requests written byte for byte, and a function
+//! it (`sless_api::plumbing::serve`), requests written byte for byte, and a function
 //! (an echo upstream) that answers with the headers it received. No
 //! spelling of the platform's token, and none of its cookies, reaches the
 //! function; what is not the platform's does, as sent; and the function is
@@ -31,10 +31,10 @@ async fn functions_origin(env: &Env) -> (String, oneshot::Sender<()>) {
     let addr = listener.local_addr().unwrap().to_string();
     let (stop_tx, stop) = oneshot::channel::<()>();
     tokio::spawn(async move {
-        sless_api::serve::serve(
+        sless_api::plumbing::serve::serve(
             listener,
             sless_api::fn_router(state),
-            sless_api::serve::FN_HEADER_PARSE_LIMIT,
+            sless_api::plumbing::serve::FN_HEADER_PARSE_LIMIT,
             async move {
                 let _ = stop.await;
             },

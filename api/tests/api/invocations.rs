@@ -10,8 +10,8 @@ use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
+use sless_api::plumbing::recorder::{Recorder, RecorderConfig, Retention};
 use sless_api::proxy::Endpoints;
-use sless_api::recorder::{Recorder, RecorderConfig, Retention};
 use sless_store::invocations::{self as store, Invocation, id_for};
 
 use super::proxy::{Upstream, app_with, deployed, point_at, records};

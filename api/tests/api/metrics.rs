@@ -1,9 +1,9 @@
 //! What `/metrics` reads of the process's PostgreSQL pool when it is
-//! scraped (`sless_api::metrics::refresh`).
+//! scraped (`sless_api::plumbing::metrics::refresh`).
 
 use std::time::Duration;
 
-use sless_api::metrics::{Scope, refresh};
+use sless_api::plumbing::metrics::{Scope, refresh};
 use sless_telemetry::{ConnectionLabels, Metrics};
 use sless_testkit::TestDb;
 

@@ -1,4 +1,4 @@
-//! Per-namespace quotas (`sless_api::quota`): one more than a quota allows
+//! Per-namespace quotas (`sless_api::plumbing::quota`): one more than a quota allows
 //! gets a `quota-exceeded` problem that names it and writes nothing (no
 //! event, no work item, no idempotency answer, no blob); up to the limit
 //! requests succeed; concurrent requests at the edge get exactly the
@@ -12,7 +12,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::{Value, json};
-use sless_api::quota::{Quota, Quotas};
+use sless_api::plumbing::quota::{Quota, Quotas};
 use sless_api::{AppState, Auth};
 
 use super::requests::*;

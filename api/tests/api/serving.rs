@@ -1,4 +1,4 @@
-//! `sless_api::serve`: the router over a real socket, as the binary runs it.
+//! `sless_api::plumbing::serve`: the router over a real socket, as the binary runs it.
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use super::support::*;
 /// Serves `app` on a loopback port; the sender stops it, the handle ends
 /// when serving has.
 async fn serving(app: Router) -> (String, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
-    serving_with(app, sless_api::serve::HEADER_PARSE_LIMIT).await
+    serving_with(app, sless_api::plumbing::serve::HEADER_PARSE_LIMIT).await
 }
 
 /// The same, with the parser reading at most `parse_limit` header fields.
@@ -25,7 +25,7 @@ async fn serving_with(
     let addr = listener.local_addr().unwrap().to_string();
     let (stop_tx, stop) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
-        sless_api::serve::serve(listener, app, parse_limit, async move {
+        sless_api::plumbing::serve::serve(listener, app, parse_limit, async move {
             let _ = stop.await;
         })
         .await
@@ -56,12 +56,16 @@ async fn get_with_headers(addr: &str, path: &str, extra: usize) -> (u16, String,
 async fn too_many_header_fields_get_a_problem_document_up_to_the_parser_limit() {
     let env = Env::new().await;
     let (addr, _stop, _task) = serving(env.app.clone()).await;
-    let limit = sless_api::serve::MAX_REQUEST_HEADERS;
+    let limit = sless_api::plumbing::serve::MAX_REQUEST_HEADERS;
     // Host and Connection are two of the fields.
     let (status, _, _) = get_with_headers(&addr, "/healthz", limit - 2).await;
     assert_eq!(status, 200, "exactly {limit} fields are allowed");
 
-    for extra in [limit - 1, 300, sless_api::serve::HEADER_PARSE_LIMIT - 2] {
+    for extra in [
+        limit - 1,
+        300,
+        sless_api::plumbing::serve::HEADER_PARSE_LIMIT - 2,
+    ] {
         let (status, head, body) = get_with_headers(&addr, "/healthz", extra).await;
         assert_eq!(status, 431, "{} fields", extra + 2);
         assert!(head.contains(PROBLEM_JSON), "{head}");
@@ -84,8 +88,12 @@ async fn too_many_header_fields_get_a_problem_document_up_to_the_parser_limit() 
     }
 
     // Past what the parser reads, it refuses on its own, without a body.
-    let (status, _, body) =
-        get_with_headers(&addr, "/healthz", sless_api::serve::HEADER_PARSE_LIMIT).await;
+    let (status, _, body) = get_with_headers(
+        &addr,
+        "/healthz",
+        sless_api::plumbing::serve::HEADER_PARSE_LIMIT,
+    )
+    .await;
     assert_eq!(status, 431);
     assert_eq!(body, "");
 }
@@ -96,7 +104,7 @@ async fn too_many_header_fields_get_a_problem_document_up_to_the_parser_limit() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_functions_origin_parses_as_many_fields_as_the_proxy_may_allow() {
     let app = Router::new().route("/fn/ns/f", get(|| async { "reached" }));
-    let limit = sless_api::serve::FN_HEADER_PARSE_LIMIT;
+    let limit = sless_api::plumbing::serve::FN_HEADER_PARSE_LIMIT;
     let (addr, _stop, _task) = serving_with(app, limit).await;
     // Host and Connection are two of the fields.
     let (status, _, body) = get_with_headers(&addr, "/fn/ns/f", limit - 2).await;

@@ -199,7 +199,7 @@ async fn the_same_zip_for_two_functions_is_stored_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_that_finds_no_turn_is_503_with_retry_after_and_writes_nothing() {
     let mut env = Env::new().await;
-    let gate = sless_api::upload::UploadGate::new(1, std::time::Duration::from_millis(200));
+    let gate = sless_api::rest::upload::UploadGate::new(1, std::time::Duration::from_millis(200));
     env.app = super::proxy::app_with(&env, |s| s.uploads = gate.clone());
     assert_eq!(env.create(SUB, "busy").await.status, StatusCode::CREATED);
     let before = env.counts().await;
@@ -451,7 +451,7 @@ async fn a_stalled_upload_is_refused_with_408_and_writes_nothing() {
     let env = Env::new().await;
     assert_eq!(env.create(SUB, "hello").await.status, StatusCode::CREATED);
     let idle = Duration::from_millis(800);
-    let gate = sless_api::upload::UploadGate::default();
+    let gate = sless_api::rest::upload::UploadGate::default();
     let app = super::proxy::app_with(&env, |s| {
         s.deadlines.upload_idle = idle;
         s.uploads = gate.clone();
@@ -488,7 +488,7 @@ async fn a_stalled_upload_is_refused_with_408_and_writes_nothing() {
     // Its turn at the gate is free again, and the whole zip goes through.
     assert_eq!(
         gate.permits().available_permits(),
-        sless_api::upload::UploadGate::DEFAULT_CONCURRENCY
+        sless_api::rest::upload::UploadGate::DEFAULT_CONCURRENCY
     );
     let whole = send(
         &app,

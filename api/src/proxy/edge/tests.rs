@@ -90,12 +90,12 @@ fn auth() -> Auth {
 
 /// A token this platform's key signed, valid for a minute.
 fn ours() -> String {
-    crate::auth::issue_hs256(SECRET, "someone", std::time::Duration::from_secs(60))
+    crate::plumbing::auth::issue_hs256(SECRET, "someone", std::time::Duration::from_secs(60))
 }
 
 /// A well-formed token of another issuer (another key).
 fn theirs() -> String {
-    crate::auth::issue_hs256(
+    crate::plumbing::auth::issue_hs256(
         b"another-issuer-secret-0123456789abcd",
         "someone",
         std::time::Duration::from_secs(60),

@@ -1,0 +1,188 @@
+//! Serving the router over TCP: HTTP/1.1 connections, `TCP_NODELAY`, the
+//! request header limits, and a graceful stop. Each request carries the
+//! address of its connection's peer (`ConnectInfo<SocketAddr>`), which the
+//! invoke proxy tells functions (`proxy::edge`).
+//!
+//! A request with more header fields than `MAX_REQUEST_HEADERS` gets a 431
+//! problem document from `limit_headers`, like every other refusal. The
+//! HTTP parser must therefore accept more fields than that limit: it is
+//! configured for `HEADER_PARSE_LIMIT`. Past that many fields the parser
+//! itself answers 431, without a body, before any of our code runs. On the
+//! functions' origin the parser stops at `FN_HEADER_PARSE_LIMIT`, which the
+//! proxy's own, lower limit answers with its problem document first.
+//!
+//! A request's `Host` must say one thing (RFC 9112 §3.2): an HTTP/1.1
+//! request without one, with two, with one that is not a host and port, or
+//! whose absolute-form target names another authority, gets a 400 problem
+//! document (`one_host`) before any route. Errors in a request's head that
+//! the parser refuses itself (a malformed request line or header, two
+//! different `Content-Length`s) get its bare 400, without a body and
+//! without our words or its own.
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{ConnectInfo, Request};
+use axum::http::{StatusCode, Version, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tower::ServiceExt as _;
+
+use crate::plumbing::error::ApiError;
+use crate::plumbing::request_id::X_REQUEST_ID;
+
+/// Header fields a request may carry (each value of a repeated field
+/// counted). The invoke proxy has a lower limit of its own
+/// (`proxy::ProxyLimits::max_headers`).
+pub const MAX_REQUEST_HEADERS: usize = 100;
+
+/// Header fields the HTTP parser reads before it gives up with a bare 431,
+/// on the API's origin.
+pub const HEADER_PARSE_LIMIT: usize = 1024;
+
+/// The same on the functions' origin. The proxy's own limit
+/// (`proxy::ProxyLimits::max_headers`) is at most this, so every request
+/// the parser refuses is one the proxy would refuse too; and at 100 fields
+/// (hyper's default) the parser's buffers are on the stack, where 1,024
+/// would cost each call two heap buffers of them.
+pub const FN_HEADER_PARSE_LIMIT: usize = 100;
+
+/// How long a client has to send a request's head once it started.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Middleware: 431 with a problem document for a request over
+/// `MAX_REQUEST_HEADERS` header fields.
+pub async fn limit_headers(req: Request, next: Next) -> Response {
+    if req.headers().len() <= MAX_REQUEST_HEADERS {
+        return next.run(req).await;
+    }
+    // `X-Request-Id` is bounded on its own and may have been added by the API.
+    let count = req
+        .headers()
+        .iter()
+        .filter(|(name, _)| *name != X_REQUEST_ID)
+        .count();
+    if count > MAX_REQUEST_HEADERS {
+        return ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers-too-large",
+            "Request headers too large",
+            format!("the request has {count} header fields; the limit is {MAX_REQUEST_HEADERS}"),
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// The problem kind of a request that is not well-formed HTTP/1.1.
+pub const MALFORMED_REQUEST: &str = "malformed-request";
+
+/// Middleware: 400 for a request whose `Host` is missing, repeated,
+/// invalid, or in conflict with its target.
+pub async fn one_host(req: Request, next: Next) -> Response {
+    match host_problem(&req) {
+        None => next.run(req).await,
+        Some(detail) => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            MALFORMED_REQUEST,
+            "Malformed request",
+            detail,
+        )
+        .with_field("host")
+        .into_response(),
+    }
+}
+
+fn host_problem(req: &Request) -> Option<String> {
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let host = hosts.next();
+    let more = hosts.count();
+    if more > 0 {
+        return Some(format!(
+            "the request has {} Host header fields; it must have one",
+            more + 1
+        ));
+    }
+    let Some(host) = host else {
+        return (req.version() == Version::HTTP_11)
+            .then(|| "an HTTP/1.1 request must have a Host header field".to_owned());
+    };
+    let authority = host
+        .to_str()
+        .ok()
+        .and_then(|h| h.parse::<axum::http::uri::Authority>().ok())
+        .filter(|a| !a.host().is_empty() && !a.as_str().contains('@'));
+    let Some(authority) = authority else {
+        return Some("the Host header field is not a host and port".to_owned());
+    };
+    match req.uri().authority() {
+        Some(target) if !target.as_str().eq_ignore_ascii_case(authority.as_str()) => Some(format!(
+            "the request's target names {target} and its Host header field {authority}"
+        )),
+        _ => None,
+    }
+}
+
+/// Serves `app` on `listener`, whose parser reads at most `parse_limit`
+/// header fields per request, until `stop` resolves, then stops accepting
+/// and waits for the open connections to finish the request they are on.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    parse_limit: usize,
+    stop: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .max_headers(parse_limit)
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let app = app.layer(axum::middleware::from_fn(one_host));
+    let graceful = GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before
+                    // it was accepted: the listener itself is fine.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        // The invoke proxy streams a response: its head and its body go
+        // out in separate writes. With Nagle's algorithm on, the body would
+        // wait for the client to acknowledge the head, which a client
+        // delays by up to 40 ms on a keep-alive connection.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY could not be set");
+        }
+        // The peer's address, for whoever asks (`ConnectInfo`): the invoke
+        // proxy tells a function what it saw (`proxy::edge`).
+        let service = TowerToHyperService::new(app.clone().map_request(
+            move |mut req: Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                req
+            },
+        ));
+        let conn = builder.serve_connection(TokioIo::new(tcp), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::trace!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! `GET .../invocations`: a function's invocation records (written by the
+//! recorder, `crate::plumbing::recorder`), newest first, a page at a time.
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use serde_json::{Value, json};
+use sless_domain::{FunctionKey, FunctionName};
+use sless_store::invocations::{self as records, Cursor, Invocation};
+use sless_store::{eventlog, readmodel};
+
+use crate::AppState;
+use crate::plumbing::auth::Caller;
+use crate::plumbing::error::{ApiError, ApiResult};
+use crate::plumbing::path::PathParams;
+
+/// `?limit=` and `?cursor=`, checked: the cursor is an invocation's.
+fn page_query(
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<(u32, Option<Cursor>)> {
+    let q = crate::plumbing::paging::page_query(query)?;
+    let cursor = q
+        .cursor
+        .map(|c| Cursor::decode(&c).ok_or_else(crate::plumbing::paging::bad_cursor))
+        .transpose()?;
+    Ok((q.limit, cursor))
+}
+
+fn view(r: &Invocation) -> Value {
+    json!({
+        "id": r.id,
+        "namespace": r.namespace,
+        "function": r.function,
+        "version": r.version,
+        "started_at": r.started_at,
+        "duration_ms": r.duration.as_micros() as f64 / 1000.0,
+        "status": r.status,
+        "bytes_in": r.bytes_in,
+        "bytes_out": r.bytes_out,
+        "cold": r.cold,
+        "error": r.error,
+        "error_kind": r.error_kind,
+        "request_id": r.request_id,
+        "origin": r.origin,
+        "run": r.run,
+        "method": r.method,
+        "path": r.path,
+        "activation_ms": r.activation.map(|d| d.as_micros() as f64 / 1000.0),
+        "instance_start_ms": r.instance_start.map(|d| d.as_micros() as f64 / 1000.0),
+    })
+}
+
+/// `GET /v1/namespaces/{ns}/functions/{name}/invocations`: one page of a
+/// function's records, newest first, and the cursor of the next page (null
+/// on the last).
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/invocations", operation_id = "listInvocations", tag = "functions",
+    summary = "The function's invocation records, newest first",
+    params(crate::plumbing::path::FunctionPath, crate::plumbing::paging::InvocationPages),
+    responses((status = 200, description = "One page of records", body = crate::rest::openapi::InvocationPage)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams((ns, name)): PathParams<(String, String)>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> ApiResult<Json<Value>> {
+    let namespace = caller.namespace(&ns)?;
+    let missing = || ApiError::not_found(format!("function {name:?} not found in {ns}"));
+    let function = FunctionName::parse(&name).map_err(|_| missing())?;
+    let (limit, after) = page_query(query)?;
+    let row = readmodel::function_row(&state.pool, namespace.as_str(), function.as_str()).await?;
+    let exists = match row {
+        Some(row) if row.state().exists() => true,
+        // Not projected yet, or deleted: the log says.
+        _ => {
+            let key = FunctionKey::new(namespace.clone(), function.clone());
+            eventlog::load::<sless_domain::Function>(&state.pool, &key.stream())
+                .await?
+                .0
+                .exists()
+        }
+    };
+    if !exists {
+        return Err(missing());
+    }
+    let mut items = records::page(
+        &state.pool,
+        namespace.as_str(),
+        function.as_str(),
+        after,
+        limit + 1,
+    )
+    .await?;
+    let next_cursor = crate::plumbing::paging::cut(&mut items, limit, |r| Cursor::of(r).encode());
+    let items: Vec<Value> = items.iter().map(view).collect();
+    Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
+}
