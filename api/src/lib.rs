@@ -37,6 +37,7 @@ use utoipa_axum::routes;
 
 use crate::plumbing::breaker::shed_while_unavailable;
 use crate::plumbing::deadlines::{RouteDeadline, while_progressing, within_deadline};
+use crate::plumbing::metrics;
 use crate::rest::fallback::{api_fallback, method_not_allowed, no_such_route};
 
 pub use plumbing::auth::{Auth, issue_hs256};
@@ -108,7 +109,7 @@ pub struct Shared {
     pub metrics: Arc<sless_telemetry::Metrics>,
     /// What of the database `/metrics` reports besides (the binary sets it
     /// for the roles the process runs).
-    pub metrics_scope: plumbing::metrics::Scope,
+    pub metrics_scope: metrics::Scope,
     /// Pages of the functions list, kept while the read models stand still.
     pub pages: Arc<rest::page_cache::PageCache>,
 }
@@ -140,7 +141,7 @@ impl AppState {
             fn_url: None,
             only_namespace: None,
             metrics: sless_telemetry::global().clone(),
-            metrics_scope: plumbing::metrics::Scope::default(),
+            metrics_scope: metrics::Scope::default(),
             pages: Arc::default(),
         }))
     }
@@ -220,7 +221,7 @@ pub fn router(state: AppState) -> Router {
     // On this origin `/fn/...` only points at the functions' origin.
     let router = router
         .merge(console::routes())
-        .merge(plumbing::metrics::routes())
+        .merge(metrics::routes())
         .layer(Extension(doc))
         .fallback(api_fallback);
     finish(router, state)
@@ -262,7 +263,7 @@ fn finish(router: Router<AppState>, state: AppState) -> Router {
         // On every route, so each request is counted under its template.
         .layer(middleware::from_fn_with_state(
             counted,
-            plumbing::metrics::count_requests,
+            metrics::count_requests,
         ))
         .layer(DefaultBodyLimit::max(1024 * 1024))
         .with_state(state)
