@@ -84,7 +84,10 @@ enum Progress {
 }
 
 impl<D: Driver> Reconciler<D> {
-    /// Runs a build or deploy of `version` (`work`) in a trace span, and
+    /// Runs a build or deploy of `version` (`work`, boxed by the caller: a
+    /// driver's futures are large, and each layer that held one by value
+    /// would take its size again from the worker thread's stack) in a trace
+    /// span, and
     /// counts it in the metrics unless `counted` is false: `failed` when
     /// the function's own build or start failed, `error` when the platform
     /// did.
@@ -174,7 +177,7 @@ impl<D: Driver> Reconciler<D> {
         let triggers = trigger_index::http_triggers(&self.pool, &key.namespace, key.name.as_str())
             .await
             .map_err(HandlerError::retry)?;
-        let running = self.driver.status(key).await;
+        let running = Box::pin(self.driver.status(key)).await;
         let here = self.driver.node();
         let there_alive = match (&here, state.deployed_node.as_deref()) {
             (Some(here), Some(there)) if here.id != there => {
@@ -340,20 +343,22 @@ impl<D: Driver> Reconciler<D> {
                 key,
                 version,
                 spec.runtime,
-                self.driver.build(BuildRequest {
-                    key: key.clone(),
-                    version,
-                    runtime: spec.runtime,
-                    context_sha256: current.context_sha256.clone(),
-                    context_key: current.context_key.clone(),
-                    context,
-                    built: state
-                        .artifacts
-                        .get(&version)
-                        .cloned()
-                        .map(|reference| Artifact { reference }),
-                    log: recording.log(),
-                }),
+                Box::pin(
+                    self.driver.build(BuildRequest {
+                        key: key.clone(),
+                        version,
+                        runtime: spec.runtime,
+                        context_sha256: current.context_sha256.clone(),
+                        context_key: current.context_key.clone(),
+                        context,
+                        built: state
+                            .artifacts
+                            .get(&version)
+                            .cloned()
+                            .map(|reference| Artifact { reference }),
+                        log: recording.log(),
+                    }),
+                ),
             )
             .await;
         recording
@@ -395,7 +400,7 @@ impl<D: Driver> Reconciler<D> {
                 };
                 // A failed deploy leaves what served before serving (the
                 // drivers keep it, or put it back): the log says which.
-                match self.driver.status(key).await {
+                match Box::pin(self.driver.status(key)).await {
                     Some(serving) => vec![
                         failed,
                         FunctionEvent::DeployRolledBack {
@@ -426,7 +431,7 @@ impl<D: Driver> Reconciler<D> {
             key,
             version,
             spec.runtime,
-            self.driver.deploy(DeployRequest {
+            Box::pin(self.driver.deploy(DeployRequest {
                 key: key.clone(),
                 version,
                 runtime: spec.runtime,
@@ -435,7 +440,7 @@ impl<D: Driver> Reconciler<D> {
                 timeout_sec: spec.timeout_sec,
                 env_vars: spec.env_vars.clone(),
                 artifact,
-            }),
+            })),
         )
         .await
     }
