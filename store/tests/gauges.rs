@@ -1,10 +1,12 @@
 //! What `/metrics` reads from the database: a projection's checkpoint and
 //! the committed events past it, and the queue's items by kind and state.
 
+use std::time::Duration;
+
 use serde_json::json;
 use sless_store::eventlog::{self, Checkpoint, Metadata, NewEvent};
 use sless_store::{gauges, queue};
-use sless_testkit::TestDb;
+use sless_testkit::{TestDb, eventually};
 
 #[tokio::test]
 async fn a_projection_behind_the_log_reads_how_far_and_one_caught_up_reads_zero() {
@@ -44,13 +46,24 @@ async fn a_projection_behind_the_log_reads_how_far_and_one_caught_up_reads_zero(
     assert_eq!((p.position, p.behind), (0, 3), "{p:?}");
     assert!(p.behind_secs >= 0.0);
 
-    // Caught up: the checkpoint past the last event.
-    let mut tx = pool.begin().await.unwrap();
-    let watermark = eventlog::watermark(&mut tx).await.unwrap();
-    let events = eventlog::read_committed_batch(&mut tx, Checkpoint::default(), watermark, 100)
-        .await
-        .unwrap();
-    tx.rollback().await.unwrap();
+    // Caught up: the checkpoint past the last event, once the watermark is
+    // past all three (a transaction another test holds open in the same
+    // cluster keeps it below them for a moment).
+    let events = eventually(
+        "the watermark past the three events",
+        Duration::from_secs(10),
+        || async {
+            let mut tx = pool.begin().await.unwrap();
+            let watermark = eventlog::watermark(&mut tx).await.unwrap();
+            let events =
+                eventlog::read_committed_batch(&mut tx, Checkpoint::default(), watermark, 100)
+                    .await
+                    .unwrap();
+            tx.rollback().await.unwrap();
+            (events.len() == 3).then_some(events)
+        },
+    )
+    .await;
     let last = events.last().unwrap();
     sqlx::query(
         "update projector_checkpoints set xid = $1, position = $2 where name = 'held-back'",
