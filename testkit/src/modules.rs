@@ -6,9 +6,10 @@
 //! `proxy/forward.rs`, `crate::auth::Caller` is an arrow `proxy -> auth`
 //! in the crate's root, and `super::call::Call` an arrow `forward -> call`
 //! inside `proxy`. A module naming its own parent or its children draws
-//! none. Test modules (`tests.rs`, files under a `tests/` folder) are left
-//! out, and so are comments. A cycle is a set of siblings that reach one
-//! another by arrows.
+//! none. Test modules (`tests.rs`, files under a `tests/` folder, a
+//! `#[cfg(test)] mod tests { ... }` at a file's end) are left out, and so
+//! are comments. A cycle is a set of siblings that reach one another by
+//! arrows.
 //!
 //! `cargo test -p sless-testkit --lib modules` checks every crate of the
 //! workspace, and names the modules and the arrows of any cycle it finds.
@@ -135,9 +136,14 @@ fn sources(src: &Path, dir: &Path) -> Vec<(Vec<String>, PathBuf)> {
     found
 }
 
-/// `text` without `//` comments.
+/// `text` without `//` comments, and without the test module written
+/// inline at its end (`#[cfg(test)] mod tests { ... }`).
 fn strip_comments(text: &str) -> String {
-    text.lines()
+    let code = match text.find("#[cfg(test)]\nmod tests {") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    code.lines()
         .map(|l| match l.find("//") {
             Some(i) => &l[..i],
             None => l,
@@ -339,7 +345,12 @@ mod tests {
         let write = |f: &str, s: &str| std::fs::write(dir.join(f), s).unwrap();
         write("lib.rs", "mod a; mod b; mod p; use crate::a::X;");
         write("a.rs", "use crate::b::Y; // crate::p::never");
-        write("b.rs", "fn f() { crate::p::q::Z; }");
+        write(
+            "b.rs",
+            "fn f() { crate::p::q::Z; }\n#[cfg(test)]\nmod tests {\n    use crate::d;\n}\n",
+        );
+        // Named by `b`'s tests only: no cycle with `b`.
+        write("d.rs", "use crate::b::X;");
         write("p/mod.rs", "mod q; mod r; use crate::a;");
         write("p/q.rs", "use super::r::W; use super::super::c;");
         write("p/r.rs", "use super::{q::V, Parent};");
