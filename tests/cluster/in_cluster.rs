@@ -502,6 +502,25 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
         .unwrap();
     let healthz = Instant::now();
     let url = format!("http://{ip}");
+    // Ready pods are routed once kube-proxy has written their Service's
+    // rules, a moment after they are Ready: until then a connection is
+    // refused.
+    wait(
+        "the API's Service to route",
+        Duration::from_secs(30),
+        &report,
+        || {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                http.get(format!("{url}/healthz"))
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+        },
+    )
+    .await;
     for path in ["/healthz", "/readyz"] {
         let res = http.get(format!("{url}{path}")).send().await;
         let res = res.unwrap_or_else(|e| panic!("GET {url}{path}: {e}\n{}", report()));
