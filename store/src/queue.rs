@@ -332,6 +332,13 @@ pub async fn complete<'e>(exec: impl PgExecutor<'e>, item: &WorkItem) -> Result<
 /// its completions in batches). Each is fenced like `complete`: an item
 /// whose lease passed to another worker, or to a later attempt, is left
 /// alone. Returns the ids that were finished.
+///
+/// Work enqueued for a key while an item of that key ran waits for it
+/// (one running item per key), and its enqueue's NOTIFY came while it
+/// could not be claimed: when a finished item has such work behind it,
+/// the same statement NOTIFYs the workers, so that work starts now and
+/// not at a claimer's next poll (a call that comes just after a scale to
+/// zero waits for the start its activation asked for, not for a poll).
 pub async fn complete_many<'e>(
     exec: impl PgExecutor<'e>,
     owner: &str,
@@ -339,14 +346,24 @@ pub async fn complete_many<'e>(
 ) -> Result<Vec<i64>> {
     let (ids, attempts): (Vec<i64>, Vec<i32>) = items.iter().copied().unzip();
     let done = sqlx::query_scalar(
-        "delete from work_items w
-         using unnest($1::bigint[], $2::int[]) as a(id, attempt)
-         where w.id = a.id and w.attempts = a.attempt and w.lease_owner = $3 and w.state = 'running'
-         returning w.id",
+        "with done as (
+             delete from work_items w
+             using unnest($1::bigint[], $2::int[]) as a(id, attempt)
+             where w.id = a.id and w.attempts = a.attempt and w.lease_owner = $3 and w.state = 'running'
+             returning w.id, w.key
+         ),
+         rang as (
+             select pg_notify($4, '') from done d
+             where exists (select 1 from work_items p
+                           where p.key = d.key and p.state = 'pending' and p.run_at <= now())
+             limit 1
+         )
+         select d.id from done d cross join (select count(*) from rang) r",
     )
     .bind(&ids)
     .bind(&attempts)
     .bind(owner)
+    .bind(CHANNEL)
     .fetch_all(exec)
     .await?;
     Ok(done)

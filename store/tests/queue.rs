@@ -594,6 +594,44 @@ async fn enqueue_notifies_workers_when_its_transaction_commits() {
 }
 
 #[tokio::test]
+async fn finishing_an_item_with_work_behind_it_notifies_the_workers() {
+    let db = TestDb::new().await;
+    for k in ["ns/behind", "ns/alone"] {
+        enqueue(&db.pool, k, json!({ "v": 1 })).await;
+    }
+    let items = queue::claim(&db.pool, "w1", 10, LONG).await.unwrap();
+    assert_eq!(items.len(), 2);
+    // Enqueued while "ns/behind" runs: it cannot be claimed until that
+    // item is finished, and its own NOTIFY has come and gone.
+    enqueue(&db.pool, "ns/behind", json!({ "v": 2 })).await;
+    assert!(queue::claim(&db.pool, "w2", 10, LONG).await.unwrap().is_empty());
+
+    let mut listener = PgListener::connect(&db.url).await.unwrap();
+    listener.listen(queue::CHANNEL).await.unwrap();
+    let alone = items.iter().find(|i| i.key == "ns/alone").unwrap();
+    queue::complete_many(&db.pool, "w1", &[(alone.id, alone.attempt)])
+        .await
+        .unwrap();
+    // The bounded wait is the assertion: nothing waits behind "ns/alone".
+    let quiet = tokio::time::timeout(Duration::from_millis(300), listener.recv()).await;
+    assert!(quiet.is_err(), "notified with nothing behind: {quiet:?}");
+
+    let behind = items.iter().find(|i| i.key == "ns/behind").unwrap();
+    let done = queue::complete_many(&db.pool, "w1", &[(behind.id, behind.attempt)])
+        .await
+        .unwrap();
+    assert_eq!(done, vec![behind.id]);
+    let note = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+        .await
+        .expect("a notification for the work behind the finished item")
+        .unwrap();
+    assert_eq!(note.channel(), queue::CHANNEL);
+    let next = queue::claim(&db.pool, "w2", 10, LONG).await.unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].payload, json!({ "v": 2 }));
+}
+
+#[tokio::test]
 async fn release_all_running_returns_items_whose_lease_has_not_expired() {
     let db = TestDb::new().await;
     enqueue(&db.pool, "ns/f", json!({})).await;
