@@ -33,6 +33,21 @@ pub struct CreateFunction {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 604800)]
     pub scale_to_zero_after_sec: Option<u32>,
+    /// Instances kept running however quiet it is (provisioned
+    /// concurrency); above 0 it is never scaled to zero. Left out: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 100)]
+    pub min_instances: Option<u32>,
+    /// The most instances it scales out to, at most the namespace's
+    /// instance quota. Left out: 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 100)]
+    pub max_instances: Option<u32>,
+    /// Calls one instance takes at once (`1`: one at a time). Left out:
+    /// the runtime's default (python3.11 10, nodejs20 50, go1.23 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub concurrency: Option<u32>,
 }
 
 /// The body of `PUT /v1/namespaces/{ns}/functions/{name}`: the fields to
@@ -61,6 +76,15 @@ pub struct UpdateFunction {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 604800)]
     pub scale_to_zero_after_sec: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 100)]
+    pub min_instances: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 100)]
+    pub max_instances: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub concurrency: Option<u32>,
 }
 
 /// The body of `POST /v1/namespaces/{ns}/triggers`.

@@ -63,10 +63,24 @@ pub struct FunctionView {
     /// `Pending`, `Building`, `Ready`, `Failed` or `Deleted`. A function
     /// scaled to zero stays `Ready`, with `instances` 0.
     pub phase: String,
-    /// How many instances run now: 1 while it serves, 0 before its first
-    /// deploy and while it is scaled to zero.
+    /// How many instances serve, as the log says: what the autoscaler
+    /// last decided, within `min_instances` and `max_instances`; 0 before
+    /// its first deploy and while it is scaled to zero.
     #[serde(default)]
     pub instances: Option<u32>,
+    /// Instances kept running however quiet it is.
+    #[serde(default)]
+    pub min_instances: Option<u32>,
+    /// The most instances it scales out to.
+    #[serde(default)]
+    pub max_instances: Option<u32>,
+    /// Calls one instance takes at once.
+    #[serde(default)]
+    pub concurrency: Option<u32>,
+    /// Calls in flight now, summed over every API process (on average
+    /// over the last moment); only in the answer of a function's `GET`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<f64>,
     /// The latest uploaded version, null before the first upload.
     pub version: Option<u32>,
     /// The version that runs, null while none does.

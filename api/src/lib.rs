@@ -80,6 +80,9 @@ pub struct Shared {
     pub endpoints: Arc<proxy::Endpoints>,
     /// Calls held by the invoke proxy for functions scaled to zero.
     pub activations: Arc<proxy::Activations>,
+    /// The calls in flight through the invoke proxy, reported for the
+    /// autoscaler and the idle sweep.
+    pub load: Arc<proxy::Load>,
     /// Invocation records, written off the request path.
     pub invocations: plumbing::recorder::Recorder,
     /// How many uploads are checked at once.
@@ -120,6 +123,7 @@ pub const DEFAULT_KEEP_VERSIONS: usize = 50;
 impl AppState {
     pub fn new(pool: PgPool, blobs: BlobStore, auth: Auth) -> AppState {
         let invocations = plumbing::recorder::Recorder::new(pool.clone());
+        let load = proxy::Load::new(pool.clone());
         AppState(Arc::new(Shared {
             work: sless_store::queue::Ringer::new(pool.clone()),
             pool,
@@ -131,6 +135,7 @@ impl AppState {
             breaker: Arc::default(),
             endpoints: Arc::new(proxy::Endpoints::new(Duration::from_secs(1))),
             activations: Arc::default(),
+            load,
             invocations,
             uploads: rest::upload::UploadGate::default(),
             keep_versions: DEFAULT_KEEP_VERSIONS,

@@ -72,6 +72,7 @@ fn new_event(name: &str, version: u64) -> anyhow::Result<(String, NewEvent)> {
                 timeout_sec: 30,
                 env_vars: Default::default(),
                 scale_to_zero_after_sec: None,
+                scaling: Default::default(),
             },
         }
     } else {

@@ -58,6 +58,9 @@ fn hello_spec(name: &str) -> CreateFunction {
         timeout_sec: 30,
         env_vars: Default::default(),
         scale_to_zero_after_sec: None,
+        min_instances: None,
+        max_instances: None,
+        concurrency: None,
     }
 }
 

@@ -336,6 +336,7 @@ mod tests {
             timeout_sec: 30,
             env_vars: Default::default(),
             scale_to_zero_after_sec: None,
+            scaling: Default::default(),
         };
         let created = FunctionEvent::FunctionCreated { spec: spec.clone() };
         let f = given::<Function>(&[])

@@ -59,6 +59,9 @@ pub enum FunctionEvent {
         error: String,
         log_tail: String,
     },
+    /// `version` serves at `endpoint`. Appended again, with the same
+    /// version, whenever the instances that serve it change (scaled out
+    /// or in, one replaced after a crash).
     FunctionDeployed {
         version: u32,
         endpoint: String,
@@ -66,6 +69,12 @@ pub enum FunctionEvent {
         /// (the local driver: that worker's id); `None` on a cluster.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         node: Option<String>,
+        /// Each instance's own endpoint, when the proxy sends calls to the
+        /// instances itself (the local driver's processes); empty when
+        /// `endpoint` is the one address of all of them (a Service), or
+        /// for events recorded before instances were counted.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        instances: Vec<String>,
     },
     DeployFailed {
         version: u32,
@@ -103,6 +112,19 @@ pub enum FunctionEvent {
     FunctionScaledUp {
         reason: String,
     },
+    /// The autoscaler changed how many instances serve, from `from` to
+    /// `to` (never to zero: that is `FunctionScaledToZero`), because it
+    /// measured `observed` calls in flight, summed over every API process,
+    /// on average over its `window`.
+    FunctionScaled {
+        from: u32,
+        to: u32,
+        observed: InFlight,
+        window: ScaleWindow,
+        /// For people: e.g. "31.8 calls in flight over the last 6 s; 70%
+        /// of concurrency 1 per instance is 0.7".
+        reason: String,
+    },
     /// The work queue gave up on the function after its retries ran out.
     ReconcileAbandoned {
         attempts: i32,
@@ -130,6 +152,36 @@ pub enum FunctionEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         memory_mb: Option<u32>,
     },
+}
+
+/// Calls in flight, on average over a window (a fraction: 0.5 is one call
+/// in flight half of the time).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct InFlight(pub f64);
+
+// The values are measurements read back from the log as they were
+// written, never NaN.
+impl Eq for InFlight {}
+
+/// The window an autoscaling decision averaged over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScaleWindow {
+    /// The long window: it scales out and in with the load.
+    Stable,
+    /// The short window: a burst passed twice the capacity that serves,
+    /// and nothing scales in until it has been quiet for a stable window.
+    Panic,
+}
+
+impl ScaleWindow {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScaleWindow::Stable => "stable",
+            ScaleWindow::Panic => "panic",
+        }
+    }
 }
 
 /// Why a function's process ended on its own.
@@ -174,6 +226,7 @@ impl FunctionEvent {
             FunctionEvent::FunctionStopped { .. } => "FunctionStopped",
             FunctionEvent::FunctionScaledToZero { .. } => "FunctionScaledToZero",
             FunctionEvent::FunctionScaledUp { .. } => "FunctionScaledUp",
+            FunctionEvent::FunctionScaled { .. } => "FunctionScaled",
             FunctionEvent::DeployRolledBack { .. } => "DeployRolledBack",
             FunctionEvent::FunctionCrashed { .. } => "FunctionCrashed",
         }
@@ -224,6 +277,7 @@ mod tests {
                     timeout_sec: 30,
                     env_vars: [("K".to_string(), "v".to_string())].into(),
                     scale_to_zero_after_sec: None,
+                    scaling: Default::default(),
                 },
             },
             FunctionEvent::FunctionUploaded(SourceVersion {
@@ -256,6 +310,14 @@ mod tests {
                 version: 1,
                 endpoint: "http://x".into(),
                 node: None,
+                instances: vec!["http://x".into(), "http://y".into()],
+            },
+            FunctionEvent::FunctionScaled {
+                from: 1,
+                to: 4,
+                observed: InFlight(2.75),
+                window: ScaleWindow::Panic,
+                reason: "a burst".into(),
             },
             FunctionEvent::FunctionSpecChanged {
                 spec: FunctionSpec {
@@ -265,6 +327,7 @@ mod tests {
                     timeout_sec: 10,
                     env_vars: Default::default(),
                     scale_to_zero_after_sec: None,
+                    scaling: Default::default(),
                 },
             },
             FunctionEvent::FunctionDeleted {},

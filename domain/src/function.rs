@@ -92,6 +92,12 @@ pub struct Function {
     /// Scaled to zero (`FunctionScaledToZero`): nothing runs until a call
     /// scales it up. The phase stays what it was (`Ready`).
     pub idle: bool,
+    /// The instances the autoscaler last asked for (`FunctionScaled`);
+    /// `None` since it last started from zero. See [`Function::instances`].
+    pub scaled_to: Option<u32>,
+    /// Each instance's endpoint, as the last `FunctionDeployed` named them
+    /// (empty when `endpoint` is the one address of all of them).
+    pub instance_endpoints: Vec<String>,
 }
 
 impl Function {
@@ -139,6 +145,21 @@ impl Function {
             && self.endpoint.is_none()
             && self.deployed_version.is_some()
             && self.deployed_version == self.current_version
+    }
+
+    /// How many instances should serve: none when it does not exist or is
+    /// scaled to zero, else what the autoscaler last asked for (one since
+    /// it last started) within the spec's `min_instances` (at least one)
+    /// and `max_instances`, so a change of those applies at once.
+    pub fn instances(&self) -> u32 {
+        match &self.spec {
+            Some(spec) if self.exists() && !self.idle => {
+                let floor = spec.min_instances().max(1);
+                let ceiling = spec.max_instances().max(floor);
+                self.scaled_to.unwrap_or(1).clamp(floor, ceiling)
+            }
+            _ => 0,
+        }
     }
 
     /// The source version users want running now.
@@ -241,10 +262,12 @@ impl Function {
                 version,
                 endpoint,
                 node,
+                instances,
             } => {
                 self.deployed_version = Some(*version);
                 self.endpoint = Some(endpoint.clone());
                 self.deployed_node.clone_from(node);
+                self.instance_endpoints.clone_from(instances);
                 self.deployed_spec = self.spec.clone();
                 if self.current_version == Some(*version) {
                     self.phase = Phase::Ready;
@@ -258,14 +281,21 @@ impl Function {
                     self.endpoint = None;
                     self.deployed_node = None;
                     self.deployed_spec = None;
+                    self.instance_endpoints.clear();
                 }
             }
             FunctionEvent::FunctionScaledToZero { .. } => {
                 // The version stays the one that serves when called; where
-                // it ran is forgotten, so no call is sent there.
+                // it ran is forgotten, so no call is sent there, and so is
+                // how many served: it starts again with one.
                 self.idle = true;
                 self.endpoint = None;
                 self.deployed_node = None;
+                self.instance_endpoints.clear();
+                self.scaled_to = None;
+            }
+            FunctionEvent::FunctionScaled { to, .. } => {
+                self.scaled_to = Some(*to);
             }
             FunctionEvent::FunctionScaledUp { .. } => {
                 // A start that failed is tried again.
@@ -365,6 +395,16 @@ pub enum FunctionCommand {
     },
     /// Start an instance of a function scaled to zero (a call came).
     Activate {
+        reason: String,
+    },
+    /// Serve with `to` instances (the autoscaler measured `observed` over
+    /// `window`): bounded by the spec's `min_instances` and
+    /// `max_instances`; nothing when that is what serves already, or when
+    /// nothing serves to scale.
+    Scale {
+        to: u32,
+        observed: crate::InFlight,
+        window: crate::ScaleWindow,
         reason: String,
     },
 }
@@ -561,6 +601,30 @@ fn events_of(
                 return Ok(vec![]);
             }
             Ok(vec![FunctionEvent::FunctionScaledUp { reason }])
+        }
+        FunctionCommand::Scale {
+            to,
+            observed,
+            window,
+            reason,
+        } => {
+            let from = state.instances();
+            let scalable = from > 0 && state.endpoint.is_some() && state.phase == Phase::Ready;
+            let Some(spec) = state.spec.as_ref().filter(|_| scalable) else {
+                return Ok(vec![]);
+            };
+            let floor = spec.min_instances().max(1);
+            let to = to.clamp(floor, spec.max_instances().max(floor));
+            if to == from {
+                return Ok(vec![]);
+            }
+            Ok(vec![FunctionEvent::FunctionScaled {
+                from,
+                to,
+                observed,
+                window,
+                reason,
+            }])
         }
     }
 }

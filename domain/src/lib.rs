@@ -9,6 +9,7 @@
 
 pub mod aggregate;
 pub mod archive;
+pub mod autoscale;
 pub mod cron;
 pub mod diff;
 pub mod events;
@@ -21,13 +22,13 @@ pub mod spec;
 pub mod trigger;
 
 pub use aggregate::Aggregate;
-pub use events::{CrashCause, FunctionEvent, SourceVersion};
+pub use events::{CrashCause, FunctionEvent, InFlight, ScaleWindow, SourceVersion};
 pub use function::{
     Decision, Function, FunctionCommand, Phase, Retention, UploadedSource, decide, prune_versions,
 };
 pub use names::{FunctionKey, FunctionName, JobName, Namespace, TriggerName};
 pub use namespace::NamespaceEvent;
-pub use spec::{FunctionSpec, Runtime};
+pub use spec::{FunctionSpec, Runtime, Scaling};
 
 /// Why a command was refused or an input rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -79,6 +79,50 @@ pub struct FunctionSpec {
     /// (`SLESS_SCALE_TO_ZERO_AFTER_SEC`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_to_zero_after_sec: Option<u32>,
+    /// How many instances run, and how many calls each takes at once.
+    #[serde(flatten)]
+    pub scaling: Scaling,
+}
+
+/// The most instances a function may ask for (`max_instances`); a
+/// namespace's instance quota may bound it lower.
+pub const MAX_INSTANCES_LIMIT: u32 = 100;
+/// `max_instances` when the spec leaves it out.
+pub const DEFAULT_MAX_INSTANCES: u32 = 10;
+/// The calls in flight one instance may be given (`concurrency`).
+pub const CONCURRENCY_RANGE: (u32, u32) = (1, 1000);
+
+/// How a function scales: each field left out (`None`) is its default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scaling {
+    /// Instances kept running however quiet the function is (`0`: it
+    /// scales to zero when idle). Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_instances: Option<u32>,
+    /// The most instances it scales out to. Default
+    /// [`DEFAULT_MAX_INSTANCES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_instances: Option<u32>,
+    /// Calls one instance takes at once: the autoscaler aims at this many
+    /// in flight per instance, and the proxy sends an instance no more
+    /// (`1`: one call at a time). Default: its runtime's
+    /// ([`Runtime::default_concurrency`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+}
+
+impl Runtime {
+    /// The calls in flight one instance takes when the spec does not say:
+    /// the Python wrapper serves each call on a thread of its own but
+    /// runs one at a time under the interpreter's lock, the Node.js and Go
+    /// wrappers wait on I/O without holding anything.
+    pub fn default_concurrency(self) -> u32 {
+        match self {
+            Runtime::Python311 => 10,
+            Runtime::Nodejs20 => 50,
+            Runtime::Go123 => 100,
+        }
+    }
 }
 
 impl FunctionSpec {
@@ -115,20 +159,80 @@ impl FunctionSpec {
                 ),
             });
         }
+        self.scaling.validate()?;
         check_env("env_vars", &self.env_vars)
     }
 
     /// True when a process started with `other` runs as this spec asks:
-    /// everything but the idle window, which changes when it is stopped,
-    /// not how it runs.
+    /// everything but the idle window and the scaling settings, which
+    /// change how many run and when, not how each runs.
     pub fn runs_as(&self, other: &FunctionSpec) -> bool {
-        FunctionSpec {
+        let how = |s: &FunctionSpec| FunctionSpec {
             scale_to_zero_after_sec: None,
-            ..self.clone()
-        } == FunctionSpec {
-            scale_to_zero_after_sec: None,
-            ..other.clone()
+            scaling: Scaling::default(),
+            ..s.clone()
+        };
+        how(self) == how(other)
+    }
+
+    /// Instances kept running when idle.
+    pub fn min_instances(&self) -> u32 {
+        self.scaling.min_instances.unwrap_or(0)
+    }
+
+    /// The most instances it scales out to.
+    pub fn max_instances(&self) -> u32 {
+        self.scaling.max_instances.unwrap_or(DEFAULT_MAX_INSTANCES)
+    }
+
+    /// Calls one instance takes at once.
+    pub fn concurrency(&self) -> u32 {
+        self.scaling
+            .concurrency
+            .unwrap_or(self.runtime.default_concurrency())
+    }
+}
+
+impl Scaling {
+    /// `max_instances` between 1 and [`MAX_INSTANCES_LIMIT`],
+    /// `min_instances` at most `max_instances`, `concurrency` within
+    /// [`CONCURRENCY_RANGE`].
+    pub fn validate(&self) -> Result<(), DomainError> {
+        let max = self.max_instances.unwrap_or(DEFAULT_MAX_INSTANCES);
+        if let Some(m) = self.max_instances
+            && !(1..=MAX_INSTANCES_LIMIT).contains(&m)
+        {
+            return Err(DomainError::Invalid {
+                field: "max_instances",
+                detail: format!(
+                    "max_instances must be between 1 and {MAX_INSTANCES_LIMIT} (got {m})"
+                ),
+            });
         }
+        if let Some(m) = self.min_instances
+            && m > max
+        {
+            let bound = match self.max_instances {
+                Some(_) => format!("its max_instances, {max}"),
+                None => format!("max_instances, which is {max} when left out"),
+            };
+            return Err(DomainError::Invalid {
+                field: "min_instances",
+                detail: format!("min_instances ({m}) must not be above {bound}"),
+            });
+        }
+        let (lo, hi) = CONCURRENCY_RANGE;
+        if let Some(c) = self.concurrency
+            && !(lo..=hi).contains(&c)
+        {
+            return Err(DomainError::Invalid {
+                field: "concurrency",
+                detail: format!(
+                    "concurrency (calls in flight per instance) must be between {lo} and {hi} (got {c})"
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -233,7 +337,58 @@ mod tests {
             timeout_sec: 30,
             env_vars: BTreeMap::new(),
             scale_to_zero_after_sec: None,
+            scaling: Scaling::default(),
         }
+    }
+
+    #[test]
+    fn scaling_settings_are_checked_and_their_defaults_filled() {
+        let s = spec();
+        assert_eq!(
+            (s.min_instances(), s.max_instances(), s.concurrency()),
+            (0, DEFAULT_MAX_INSTANCES, 10)
+        );
+        let with = |min: Option<u32>, max: Option<u32>, concurrency: Option<u32>| {
+            let mut s = spec();
+            s.scaling = Scaling {
+                min_instances: min,
+                max_instances: max,
+                concurrency,
+            };
+            s.validate().map_err(|e| match e {
+                DomainError::Invalid { field, .. } => field,
+                other => panic!("{other:?}"),
+            })
+        };
+        let cases = [
+            ((Some(0), Some(1), Some(1)), Ok(())),
+            ((Some(100), Some(100), Some(1000)), Ok(())),
+            ((Some(10), None, None), Ok(())),
+            ((Some(11), None, None), Err("min_instances")),
+            ((Some(3), Some(2), None), Err("min_instances")),
+            ((None, Some(0), None), Err("max_instances")),
+            ((None, Some(101), None), Err("max_instances")),
+            ((None, None, Some(0)), Err("concurrency")),
+            ((None, None, Some(1001)), Err("concurrency")),
+        ];
+        for ((min, max, c), want) in cases {
+            assert_eq!(with(min, max, c), want, "{min:?} {max:?} {c:?}");
+        }
+    }
+
+    #[test]
+    fn scaling_settings_change_how_many_run_not_how_each_runs() {
+        let mut other = spec();
+        other.scaling.max_instances = Some(3);
+        other.scaling.concurrency = Some(1);
+        assert!(spec().runs_as(&other));
+        // Left out, they are left out of the JSON: specs recorded before
+        // they existed read back the same.
+        let json = serde_json::to_value(spec()).unwrap();
+        assert!(json.get("max_instances").is_none(), "{json}");
+        let back: FunctionSpec =
+            serde_json::from_value(serde_json::to_value(&other).unwrap()).unwrap();
+        assert_eq!(back, other);
     }
 
     #[test]

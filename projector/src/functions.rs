@@ -302,6 +302,9 @@ struct Columns<'a> {
     node: Vec<Option<&'a str>>,
     scale_after: Vec<Option<i32>>,
     idle: Vec<bool>,
+    scaling: Vec<serde_json::Value>,
+    instances: Vec<i32>,
+    instance_endpoints: Vec<serde_json::Value>,
     phase: Vec<&'static str>,
     last_error: Vec<Option<&'a str>>,
     stream_version: Vec<i32>,
@@ -330,6 +333,12 @@ impl<'a> Columns<'a> {
         self.scale_after
             .push(spec.scale_to_zero_after_sec.map(|v| v as i32));
         self.idle.push(row.state.idle);
+        self.scaling
+            .push(serde_json::to_value(spec.scaling).expect("scaling serializes"));
+        self.instances.push(row.state.instances() as i32);
+        self.instance_endpoints.push(
+            serde_json::to_value(&row.state.instance_endpoints).expect("endpoints serialize"),
+        );
         self.phase.push(row.state.phase.as_str());
         self.last_error.push(row.state.last_error.as_deref());
         self.stream_version.push(row.state.stream_version as i32);
@@ -356,7 +365,8 @@ with updated as (
         current_version = u.current_version, deployed_version = u.deployed_version,
         endpoint = u.endpoint, phase = u.phase, last_error = u.last_error,
         stream_version = u.stream_version, updated_at = u.updated_at,
-        deployed_node = u.deployed_node, scale_to_zero_after_sec = u.scale_after, idle = u.idle
+        deployed_node = u.deployed_node, scale_to_zero_after_sec = u.scale_after, idle = u.idle,
+        scaling = u.scaling, instances = u.instances, instance_endpoints = u.instance_endpoints
     from (select unnest($1::text[]) as namespace, unnest($2::text[]) as name,
                  unnest($3::text[]) as runtime, unnest($4::text[]) as entrypoint,
                  unnest($5::int[]) as memory_mb, unnest($6::int[]) as timeout_sec,
@@ -366,18 +376,22 @@ with updated as (
                  unnest($13::int[]) as stream_version,
                  unnest($14::timestamptz[]) as updated_at,
                  unnest($42::text[]) as deployed_node,
-                 unnest($44::int[]) as scale_after, unnest($45::bool[]) as idle) u
+                 unnest($44::int[]) as scale_after, unnest($45::bool[]) as idle,
+                 unnest($48::jsonb[]) as scaling, unnest($49::int[]) as instances,
+                 unnest($50::jsonb[]) as instance_endpoints) u
     where f.namespace = u.namespace and f.name = u.name
     returning 1
 ), inserted as (
     insert into {functions} (namespace, name, runtime, entrypoint, memory_mb, timeout_sec,
         env_vars, current_version, deployed_version, endpoint, phase, last_error,
-        stream_version, created_at, updated_at, deployed_node, scale_to_zero_after_sec, idle)
+        stream_version, created_at, updated_at, deployed_node, scale_to_zero_after_sec, idle,
+        scaling, instances, instance_endpoints)
     select unnest($15::text[]), unnest($16::text[]), unnest($17::text[]), unnest($18::text[]),
         unnest($19::int[]), unnest($20::int[]), unnest($21::jsonb[]), unnest($22::int[]),
         unnest($23::int[]), unnest($24::text[]), unnest($25::text[]), unnest($26::text[]),
         unnest($27::int[]), unnest($28::timestamptz[]), unnest($29::timestamptz[]),
-        unnest($43::text[]), unnest($46::int[]), unnest($47::bool[])
+        unnest($43::text[]), unnest($46::int[]), unnest($47::bool[]),
+        unnest($51::jsonb[]), unnest($52::int[]), unnest($53::jsonb[])
 ), versions as (
     insert into {versions} (namespace, name, version, sha256, size, files, zip_key,
         context_sha256, context_key, uploaded_by, uploaded_at, runtime)
@@ -471,6 +485,12 @@ async fn write(
         .bind(&u.idle)
         .bind(&i.scale_after)
         .bind(&i.idle)
+        .bind(&u.scaling)
+        .bind(&u.instances)
+        .bind(&u.instance_endpoints)
+        .bind(&i.scaling)
+        .bind(&i.instances)
+        .bind(&i.instance_endpoints)
         .fetch_one(&mut *tx)
         .await?;
     if updated != updates.len() as i64 {

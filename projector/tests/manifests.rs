@@ -25,6 +25,7 @@ fn spec() -> FunctionSpec {
         timeout_sec: 30,
         env_vars: Default::default(),
         scale_to_zero_after_sec: None,
+        scaling: Default::default(),
     }
 }
 

@@ -21,6 +21,7 @@ fn spec() -> FunctionSpec {
         timeout_sec: 30,
         env_vars: Default::default(),
         scale_to_zero_after_sec: None,
+        scaling: Default::default(),
     }
 }
 
@@ -422,6 +423,7 @@ async fn a_deleted_function_keeps_a_marked_row_and_a_new_life_goes_on_from_it() 
                 version: 1,
                 endpoint: "http://f".into(),
                 node: None,
+                instances: vec![],
             },
         ],
     )
@@ -519,6 +521,7 @@ async fn a_rolled_back_deploy_shows_the_failure_and_the_version_that_still_serve
                 version: 1,
                 endpoint: "http://f".into(),
                 node: None,
+                instances: vec![],
             },
             uploaded(2),
         ],
@@ -653,6 +656,7 @@ async fn concurrent_writers_with_rollbacks(remembering: bool) {
                                 version: next.current_version.unwrap_or(0),
                                 endpoint: format!("http://w{w}"),
                                 node: None,
+                                instances: vec![],
                             },
                             _ => uploaded(next.next_version()),
                         }

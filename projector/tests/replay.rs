@@ -27,6 +27,7 @@ fn spec(memory_mb: u32) -> FunctionSpec {
         timeout_sec: 30,
         env_vars: [("A".to_owned(), format!("{memory_mb}"))].into(),
         scale_to_zero_after_sec: None,
+        scaling: Default::default(),
     }
 }
 
@@ -101,6 +102,7 @@ fn next_event(rng: &mut StdRng, s: &mut Stream) -> FunctionEvent {
             version: v,
             endpoint: format!("http://127.0.0.1:{}", 20_000 + v),
             node: None,
+            instances: vec![],
         },
         80..84 => FunctionEvent::DeployFailed {
             version: v,

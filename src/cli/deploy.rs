@@ -206,6 +206,9 @@ fn change_of(w: &Wanted, f: &sless_client::types::FunctionView) -> UpdateFunctio
         scale_to_zero_after_sec: w
             .scale_to_zero_after_sec
             .filter(|s| f.scale_to_zero_after_sec != Some(*s)),
+        min_instances: None,
+        max_instances: None,
+        concurrency: None,
     }
 }
 

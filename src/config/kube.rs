@@ -110,7 +110,6 @@ fn read(get: Get<'_>) -> anyhow::Result<KubeSettings> {
         s.function_port.into(),
         1024..=65_535,
     )?)?;
-    s.replicas = i32::try_from(num("SLESS_KUBE_REPLICAS", 1, 1..=100)?)?;
     s.tmp_mb = small(num("SLESS_KUBE_TMP_MB", s.tmp_mb.into(), 1..=65_536)?);
     s.build_memory_mb = small(num(
         "SLESS_KUBE_BUILD_MEMORY_MB",

@@ -95,7 +95,6 @@ fn kubernetes_settings_have_defaults_and_refuse_bad_values() {
         ("SLESS_KUBE_FUNCTION_ADDRESS", "DNS"),
         ("SLESS_KUBE_BUILD_TIMEOUT_SECS", "5"),
         ("SLESS_KUBE_FUNCTION_PORT", "80"),
-        ("SLESS_KUBE_REPLICAS", "zero"),
         ("SLESS_KUBE_FUNCTION_EGRESS", "maybe"),
         ("SLESS_KUBE_EGRESS_DENIED_CIDRS", "10.0.0.0"),
         ("SLESS_KUBE_EGRESS_DENIED_CIDRS", "10.0.0.0/8,metadata/32"),

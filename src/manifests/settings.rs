@@ -247,12 +247,6 @@ pub const SETTINGS: &[Setting] = &[
         "where the invoke proxy calls a function: `dns` (the Service's cluster DNS name) or `cluster-ip` (its cluster IP, for sless outside the cluster)"
     ),
     setting!(
-        "SLESS_KUBE_REPLICAS",
-        "1",
-        Config("1"),
-        "replicas of a served function"
-    ),
-    setting!(
         "SLESS_KUBE_CPU_REQUEST",
         "50m",
         Config("50m"),

@@ -27,6 +27,10 @@ pub struct FunctionRow {
     pub deployed_node: Option<String>,
     /// Scaled to zero: nothing runs until a call starts it.
     pub idle: bool,
+    /// How many instances should serve (`Function::instances`).
+    pub instances: u32,
+    /// Each instance's endpoint, when the proxy sends calls to each.
+    pub instance_endpoints: Vec<String>,
     pub phase: Phase,
     pub last_error: Option<String>,
     pub stream_version: u64,
@@ -53,6 +57,9 @@ impl FunctionRow {
             failed_version: None,
             deployed_spec: None,
             idle: self.idle,
+            // The count within the spec's bounds is the one decided.
+            scaled_to: Some(self.instances).filter(|n| *n > 0),
+            instance_endpoints: self.instance_endpoints.clone(),
             // Not kept in the row (the projector does not decide).
             last_version: 0,
             earlier_lives: 0,
@@ -67,6 +74,8 @@ impl FunctionRow {
             && self.endpoint == folded.endpoint
             && self.deployed_node == folded.deployed_node
             && self.idle == folded.idle
+            && self.instances == folded.instances()
+            && self.instance_endpoints == folded.instance_endpoints
             && self.phase == folded.phase
             && self.last_error == folded.last_error
             && self.stream_version == folded.stream_version
@@ -89,6 +98,7 @@ fn row_of(r: sqlx::postgres::PgRow) -> Result<FunctionRow> {
             scale_to_zero_after_sec: r
                 .get::<Option<i32>, _>("scale_to_zero_after_sec")
                 .map(|v| v as u32),
+            scaling: serde_json::from_value(r.get("scaling")).map_err(|e| bad(e.to_string()))?,
         },
         current_version: r.get::<Option<i32>, _>("current_version").map(|v| v as u32),
         deployed_version: r
@@ -97,6 +107,9 @@ fn row_of(r: sqlx::postgres::PgRow) -> Result<FunctionRow> {
         endpoint: r.get("endpoint"),
         deployed_node: r.get("deployed_node"),
         idle: r.get("idle"),
+        instances: r.get::<i32, _>("instances") as u32,
+        instance_endpoints: serde_json::from_value(r.get("instance_endpoints"))
+            .map_err(|e| bad(e.to_string()))?,
         phase: Phase::parse(&phase).ok_or_else(|| bad(format!("phase {phase}")))?,
         last_error: r.get("last_error"),
         stream_version: r.get::<i32, _>("stream_version") as u64,

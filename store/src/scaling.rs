@@ -1,5 +1,7 @@
-//! Scaling to zero and back: when a call last reached each function
-//! (`function_activity`, written by every API process), which functions
+//! Scaling to zero, back and out: the calls in flight each API process
+//! measured (`function_load`) and when a call last reached each function
+//! (`function_activity`), both written by every API process's load
+//! report, which functions
 //! have been idle past their window (by the database's clock, so every
 //! worker and every API replica agrees), and the two commands sless asks
 //! of itself: `ScaleToZero` (the workers' idle sweep) and `Activate` (the
@@ -16,18 +18,89 @@ use crate::eventlog::{Appended, Metadata};
 use crate::system::{self, Executed, SystemCommand};
 use crate::{Error, Result};
 
-/// Records that a call reached `ns/name` now.
-pub async fn touch(pool: &PgPool, ns: &str, name: &str) -> Result<()> {
+/// What one API process measured of one function since its last report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadReport {
+    pub namespace: String,
+    pub name: String,
+    /// Calls in flight, on average over the time since the last report.
+    pub in_flight: f64,
+    /// A call was in flight at some moment since the last report: the
+    /// function was called until now (its idle window starts again).
+    pub called: bool,
+}
+
+/// Records what API process `replica` measured (`function_load`) and,
+/// for the functions it saw called, that they were called until now
+/// (`function_activity`, which the idle sweep reads): one statement.
+pub async fn report_load(pool: &PgPool, replica: &str, reports: &[LoadReport]) -> Result<()> {
+    if reports.is_empty() {
+        return Ok(());
+    }
+    let namespaces: Vec<&str> = reports.iter().map(|r| r.namespace.as_str()).collect();
+    let names: Vec<&str> = reports.iter().map(|r| r.name.as_str()).collect();
+    let in_flight: Vec<f64> = reports.iter().map(|r| r.in_flight).collect();
+    let called: Vec<bool> = reports.iter().map(|r| r.called).collect();
     sqlx::query(
-        "insert into function_activity (namespace, name, last_call_at) values ($1, $2, now())
-         on conflict (namespace, name) do update
-             set last_call_at = greatest(function_activity.last_call_at, excluded.last_call_at)",
+        "with r as (
+             select unnest($2::text[]) as namespace, unnest($3::text[]) as name,
+                    unnest($4::float8[]) as in_flight, unnest($5::bool[]) as called
+         ), load as (
+             insert into function_load (namespace, name, replica, in_flight, reported_at)
+             select namespace, name, $1, in_flight, now() from r
+             on conflict (namespace, name, replica) do update
+                 set in_flight = excluded.in_flight, reported_at = excluded.reported_at
+         ), activity as (
+             insert into function_activity (namespace, name, last_call_at)
+             select namespace, name, now() from r where called
+             on conflict (namespace, name) do update
+                 set last_call_at = greatest(function_activity.last_call_at, excluded.last_call_at)
+         )
+         select 1",
     )
-    .bind(ns)
-    .bind(name)
+    .bind(replica)
+    .bind(&namespaces)
+    .bind(&names)
+    .bind(&in_flight)
+    .bind(&called)
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// How long an API process's report of a function's load counts: one
+/// older than this is of a process that stopped reporting (gone).
+pub const LOAD_FRESH_SECS: f64 = 5.0;
+
+/// The calls in flight of each function with a fresh report, summed over
+/// every API process: `(namespace, name, in_flight)`.
+pub async fn load(pool: &PgPool) -> Result<Vec<(String, String, f64)>> {
+    let rows = sqlx::query(
+        "select namespace, name, sum(in_flight) as in_flight from function_load
+         where reported_at > now() - make_interval(secs => $1)
+         group by namespace, name",
+    )
+    .bind(LOAD_FRESH_SECS)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.get("namespace"), r.get("name"), r.get("in_flight")))
+        .collect())
+}
+
+/// One function's calls in flight now, summed over every API process.
+pub async fn in_flight(pool: &PgPool, ns: &str, name: &str) -> Result<f64> {
+    let sum: Option<f64> = sqlx::query_scalar(
+        "select sum(in_flight) from function_load
+         where namespace = $1 and name = $2 and reported_at > now() - make_interval(secs => $3)",
+    )
+    .bind(ns)
+    .bind(name)
+    .bind(LOAD_FRESH_SECS)
+    .fetch_one(pool)
+    .await?;
+    Ok(sum.unwrap_or(0.0))
 }
 
 /// A function idle past its window.
@@ -41,9 +114,10 @@ pub struct Idle {
 
 /// Functions that serve and have had no call for their window (their
 /// `scale_to_zero_after_sec`, else `default_after_sec`; `0` is never),
-/// counted from their last call's end at the latest (its start plus the
-/// function's `timeout_sec`, so a long call is never cut) and from the
-/// last change of their row (a deploy). At most `limit`.
+/// counted from their last call's end (the last report of an API process
+/// that saw a call in flight) and from the last change of their row (a
+/// deploy); none with a call in flight by a fresh report, nor with
+/// `min_instances` above 0. At most `limit`.
 pub async fn idle(pool: &PgPool, default_after_sec: u32, limit: i64) -> Result<Vec<Idle>> {
     let rows = sqlx::query(
         "select f.namespace, f.name, w.after_sec
@@ -53,14 +127,19 @@ pub async fn idle(pool: &PgPool, default_after_sec: u32, limit: i64) -> Result<V
          where f.phase = 'Ready' and not f.idle and f.endpoint is not null
            and w.after_sec > 0
            and f.updated_at < now() - make_interval(secs => w.after_sec)
+           and coalesce((f.scaling->>'min_instances')::int, 0) = 0
            and (a.last_call_at is null
-                or a.last_call_at + make_interval(secs => f.timeout_sec)
-                   < now() - make_interval(secs => w.after_sec))
+                or a.last_call_at < now() - make_interval(secs => w.after_sec))
+           and not exists (
+               select 1 from function_load l
+               where l.namespace = f.namespace and l.name = f.name and l.in_flight > 0
+                 and l.reported_at > now() - make_interval(secs => $3))
          order by f.namespace, f.name
          limit $2",
     )
     .bind(default_after_sec as i32)
     .bind(limit)
+    .bind(LOAD_FRESH_SECS)
     .fetch_all(pool)
     .await?;
     Ok(rows

@@ -604,7 +604,12 @@ async fn finishing_an_item_with_work_behind_it_notifies_the_workers() {
     // Enqueued while "ns/behind" runs: it cannot be claimed until that
     // item is finished, and its own NOTIFY has come and gone.
     enqueue(&db.pool, "ns/behind", json!({ "v": 2 })).await;
-    assert!(queue::claim(&db.pool, "w2", 10, LONG).await.unwrap().is_empty());
+    assert!(
+        queue::claim(&db.pool, "w2", 10, LONG)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let mut listener = PgListener::connect(&db.url).await.unwrap();
     listener.listen(queue::CHANNEL).await.unwrap();

@@ -252,6 +252,9 @@ fn python(name: &str) -> sless_client::CreateFunction {
         timeout_sec: 30,
         env_vars: Default::default(),
         scale_to_zero_after_sec: None,
+        min_instances: None,
+        max_instances: None,
+        concurrency: None,
     }
 }
 

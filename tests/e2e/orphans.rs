@@ -55,6 +55,7 @@ impl World {
                 timeout_sec: 30,
                 env_vars: BTreeMap::new(),
                 scale_to_zero_after_sec: None,
+                scaling: Default::default(),
             },
         };
         let mut tx = db.pool.begin().await.unwrap();

@@ -147,6 +147,7 @@ async fn every_api_answer_is_the_same_after_the_read_models_are_lost_and_replaye
                 version,
                 endpoint: format!("http://127.0.0.1:{}", 30_000 + i),
                 node: None,
+                instances: vec![],
             };
             worker_event(&db, &ns, &name, deployed).await;
             if i % 4 == 1 {

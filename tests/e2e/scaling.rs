@@ -497,3 +497,71 @@ async fn an_upload_that_fails_to_build_while_at_zero_leaves_the_old_version_serv
     );
     stop_dev(proc, &dir).await;
 }
+
+/// The idle window counts from the last call's end: a call longer than
+/// the window is neither cut nor scaled away under it, and the function is
+/// scaled to zero about a window after the call ended (not a window after
+/// its start plus its `timeout_sec`, 60 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_window_counts_from_the_last_calls_end() {
+    let p = Platform::start("scale-end", 1, 1, "lingers").await;
+    let c = &p.client;
+    let body = json!({"name": "lingers", "runtime": "python3.11", "entrypoint": "handler.handle",
+                      "scale_to_zero_after_sec": 2, "timeout_sec": 60});
+    assert_eq!(c.create(body).await.status(), 201);
+    let code = "import time\n\ndef handle(event):\n    time.sleep(4)\n    return {\"ok\": True}\n";
+    let res = c
+        .upload("lingers", zip_files(&[("handler.py", code)]))
+        .await;
+    assert_eq!(res.status(), 202);
+    c.wait_ready("lingers", Duration::from_secs(120)).await;
+    let pool = &p.db.pool;
+    let db_now = || async {
+        sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>("select clock_timestamp()")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+    let scaled_down_between = |from, to| async move {
+        sqlx::query_scalar::<_, i64>(
+            "select count(*) from events where type = 'FunctionScaledToZero'
+             and recorded_at > $1 and recorded_at <= $2",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    };
+    let url = format!("{}/fn/{}/lingers", c.fn_url, c.namespace);
+    let started = db_now().await;
+    let res = c.http.get(&url).send().await.unwrap();
+    assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+    let ended = db_now().await;
+    assert!((ended - started).num_milliseconds() >= 4000);
+    assert_eq!(
+        scaled_down_between(started, ended).await,
+        0,
+        "scaled to zero while a call was in flight"
+    );
+    let down = sless_testkit::eventually(
+        "a scale to zero after the call's end",
+        Duration::from_secs(20),
+        || async {
+            let at: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+                "select max(recorded_at) from events where type = 'FunctionScaledToZero'
+                 and recorded_at > $1",
+            )
+            .bind(ended)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            at
+        },
+    )
+    .await;
+    let after = (down - ended).to_std().unwrap();
+    println!("scaled to zero {after:?} after the call's end (window 2 s)");
+    assert!(after >= Duration::from_millis(1500), "{after:?}");
+    assert!(after < Duration::from_secs(10), "{after:?}");
+}

@@ -210,6 +210,7 @@ async fn f5_worker_cut_off_past_its_lease_loses_the_item_and_its_late_writes_are
         version: 1,
         endpoint: "http://127.0.0.1:9/zombie".into(),
         node: None,
+        instances: vec![],
     };
     let late = NewEvent::function(&key, &late, Metadata::system("worker", stale.id));
     eventlog::append(&mut tx, &key.stream(), at, &[late])

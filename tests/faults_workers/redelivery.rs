@@ -171,6 +171,7 @@ fn summary(e: &FunctionEvent) -> String {
         | FunctionEvent::FunctionDeleted {}
         | FunctionEvent::ReconcileAbandoned { .. }
         | FunctionEvent::FunctionScaledUp { .. }
+        | FunctionEvent::FunctionScaled { .. }
         | FunctionEvent::VersionsPruned { .. } => None,
         FunctionEvent::FunctionUploaded(v) => Some(v.version),
         FunctionEvent::FunctionRolledBack { version } => Some(*version),

@@ -53,6 +53,8 @@ pub struct DeployRequest {
     pub timeout_sec: u32,
     pub env_vars: BTreeMap<String, String>,
     pub artifact: Artifact,
+    /// How many instances should serve (at least one).
+    pub instances: u32,
 }
 
 /// What runs for a function right now.
@@ -65,6 +67,12 @@ pub struct Deployment {
     /// The worker it runs on, for a driver whose functions live on one
     /// worker each ([`Driver::node`]).
     pub node: Option<String>,
+    /// How many instances of it are ready.
+    pub ready: u32,
+    /// Each ready instance's own endpoint, when the proxy sends calls to
+    /// each itself (the local driver's processes); empty when `endpoint`
+    /// is the one address of all of them (a Service spreads the calls).
+    pub instances: Vec<String>,
 }
 
 /// The worker a driver's functions run on (the local driver's), and how
@@ -204,9 +212,12 @@ pub trait Driver: Send + Sync + 'static {
         req: BuildRequest,
     ) -> impl Future<Output = Result<Artifact, DriverError>> + Send;
 
-    /// Runs the artifact and waits until it is healthy. If another version of
-    /// the function runs, it is replaced only once the new one is healthy.
-    /// Deploying what already runs healthy returns the running deployment.
+    /// Runs `req.instances` instances of the artifact and waits until they
+    /// are healthy. If another version of the function runs (or the same
+    /// with other settings), it is replaced only once the new instances are
+    /// healthy. Deploying what already runs healthy returns the running
+    /// deployment; deploying it with another count starts or stops
+    /// instances until that many serve, leaving the others alone.
     fn deploy(
         &self,
         req: DeployRequest,

@@ -75,6 +75,7 @@ pub fn deploy_req(k: &FunctionKey, version: u32, image: &str) -> DeployRequest {
         artifact: Artifact {
             reference: image.into(),
         },
+        instances: 1,
     }
 }
 

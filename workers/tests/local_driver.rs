@@ -113,6 +113,7 @@ fn deploy_req(key: &FunctionKey, version: u32, artifact: Artifact) -> DeployRequ
         timeout_sec: 30,
         env_vars: BTreeMap::new(),
         artifact,
+        instances: 1,
     }
 }
 

@@ -20,6 +20,7 @@ fn python(entrypoint: &str, env: &[(&str, &str)], memory_mb: u32) -> FunctionSpe
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         scale_to_zero_after_sec: None,
+        scaling: Default::default(),
     }
 }
 

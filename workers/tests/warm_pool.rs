@@ -134,6 +134,7 @@ fn deploy(
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         artifact: artifact.clone(),
+        instances: 1,
     }
 }
 

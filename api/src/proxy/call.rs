@@ -49,6 +49,8 @@ pub struct Call {
     /// Held for an instance of a function scaled to zero: for how long,
     /// and how long the worker took to start it.
     pub activation: Option<(Duration, Option<Duration>)>,
+    /// Counts the call in flight until it is recorded or abandoned.
+    pub _calling: super::load::Calling,
 }
 
 impl Call {

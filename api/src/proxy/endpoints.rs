@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use sless_store::readmodel::{self, FunctionRow};
@@ -16,12 +16,7 @@ use crate::plumbing::error::ApiResult;
 pub struct Endpoints {
     ttl: Duration,
     known: RwLock<HashMap<String, Remembered>>,
-    /// When this process last recorded a call of each function.
-    touched: Mutex<HashMap<String, Instant>>,
 }
-
-/// How often a process records that a function is being called.
-const TOUCH_EVERY: Duration = Duration::from_secs(1);
 
 /// What was read of a function, and when (None: to be read again).
 struct Remembered {
@@ -83,7 +78,6 @@ impl Endpoints {
         Endpoints {
             ttl,
             known: RwLock::new(HashMap::new()),
-            touched: Mutex::new(HashMap::new()),
         }
     }
 
@@ -131,32 +125,6 @@ impl Endpoints {
             },
         );
         Ok(target)
-    }
-
-    /// Records, at most every `TOUCH_EVERY` per function, that a call
-    /// reached it (`sless_store::scaling::touch`, which the idle sweep
-    /// reads), without holding up the call.
-    pub(super) fn touch(&self, pool: &sless_store::PgPool, ns: &str, name: &str) {
-        let key = format!("{ns}/{name}");
-        {
-            let mut touched = self.touched.lock().unwrap();
-            if touched
-                .get(&key)
-                .is_some_and(|at| at.elapsed() < TOUCH_EVERY)
-            {
-                return;
-            }
-            if touched.len() > 100_000 {
-                touched.clear();
-            }
-            touched.insert(key, Instant::now());
-        }
-        let (pool, ns, name) = (pool.clone(), ns.to_owned(), name.to_owned());
-        tokio::spawn(async move {
-            if let Err(e) = sless_store::scaling::touch(&pool, &ns, &name).await {
-                tracing::warn!(function = %format!("{ns}/{name}"), error = %e, "recording a call's time failed");
-            }
-        });
     }
 
     /// Makes the next request read the function again.

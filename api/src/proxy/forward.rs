@@ -107,6 +107,7 @@ pub(super) async fn forward(
     edge::request_headers(&mut parts.headers, &state.auth, seen);
     parts.headers.insert(X_REQUEST_ID, request_id.clone());
     let meter = Arc::new(Meter::default());
+    let calling = state.load.start(&ns, &name);
     let mut call = Call {
         recorder: state.invocations.clone(),
         metrics: state.metrics.clone(),
@@ -126,10 +127,8 @@ pub(super) async fn forward(
             suffix.to_owned()
         },
         activation: None,
+        _calling: calling,
     };
-    state
-        .endpoints
-        .touch(&state.pool, &call.namespace, &call.function);
     // A request without a body can be sent again if its endpoint went away.
     let replayable = body.size_hint().exact() == Some(0);
     let body = Body::new(Inbound {

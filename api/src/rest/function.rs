@@ -55,7 +55,15 @@ fn view(fn_url: Option<&str>, ns: &str, name: &str, f: &Function) -> FunctionVie
         env_vars: spec.map(|s| s.env_vars.clone()),
         scale_to_zero_after_sec: spec.and_then(|s| s.scale_to_zero_after_sec),
         phase: f.phase.as_str().to_owned(),
-        instances: Some(u32::from(f.endpoint.is_some())),
+        instances: Some(if f.endpoint.is_some() {
+            f.instances()
+        } else {
+            0
+        }),
+        min_instances: spec.map(|s| s.min_instances()),
+        max_instances: spec.map(|s| s.max_instances()),
+        concurrency: spec.map(|s| s.concurrency()),
+        in_flight: None,
         version: f.current_version,
         deployed_version: f.deployed_version,
         last_error: f.last_error.clone(),

@@ -9,7 +9,7 @@ use sless_api_types::{CreateFunction, Deleted, FunctionList, FunctionView, Updat
 use sless_domain::archive;
 use sless_domain::{
     DomainError, Function, FunctionCommand, FunctionEvent, FunctionKey, FunctionName, FunctionSpec,
-    Namespace, Phase, Runtime, SourceVersion, UploadedSource,
+    Namespace, Phase, Runtime, Scaling, SourceVersion, UploadedSource,
 };
 use sless_store::eventlog::Appended;
 use sless_store::readmodel::{self, FunctionRow};
@@ -58,6 +58,11 @@ pub async fn create(
         timeout_sec: req.timeout_sec,
         env_vars: req.env_vars,
         scale_to_zero_after_sec: req.scale_to_zero_after_sec,
+        scaling: Scaling {
+            min_instances: req.min_instances,
+            max_instances: req.max_instances,
+            concurrency: req.concurrency,
+        },
     };
     let key = FunctionKey::new(namespace, name);
     let mut create = Create {
@@ -203,7 +208,13 @@ pub async fn get(
     if !f.exists() {
         return Err(function_not_found(&key));
     }
-    let view = view_of_state(state.fn_url.as_deref(), &key, &f);
+    let in_flight =
+        sless_store::scaling::in_flight(&state.pool, key.namespace.as_str(), key.name.as_str())
+            .await?;
+    let view = FunctionView {
+        in_flight: Some((in_flight * 100.0).round() / 100.0),
+        ..view_of_state(state.fn_url.as_deref(), &key, &f)
+    };
     Ok(answer(StatusCode::OK, &view).etag(f.stream_version))
 }
 
@@ -229,6 +240,11 @@ fn apply_update(update: &UpdateFunction, current: &FunctionSpec) -> ApiResult<Fu
             scale_to_zero_after_sec: update
                 .scale_to_zero_after_sec
                 .or(current.scale_to_zero_after_sec),
+            scaling: Scaling {
+                min_instances: update.min_instances.or(current.scaling.min_instances),
+                max_instances: update.max_instances.or(current.scaling.max_instances),
+                concurrency: update.concurrency.or(current.scaling.concurrency),
+            },
         })
     }
 }

@@ -450,6 +450,7 @@ async fn a_spec_change_that_lost_the_race_to_another_spec_change_is_a_409() {
         timeout_sec: 30,
         env_vars: Default::default(),
         scale_to_zero_after_sec: None,
+        scaling: Default::default(),
     };
     let req = with(
         Method::PUT,

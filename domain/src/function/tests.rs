@@ -13,6 +13,7 @@ fn spec() -> FunctionSpec {
         timeout_sec: 30,
         env_vars: Default::default(),
         scale_to_zero_after_sec: None,
+        scaling: Default::default(),
     }
 }
 
@@ -135,6 +136,7 @@ fn phase_follows_build_and_deploy() {
         version: 1,
         endpoint: "http://e".into(),
         node: None,
+        instances: vec![],
     });
     assert_eq!(s.phase, Phase::Ready);
     assert_eq!(s.deployed_version, Some(1));
@@ -167,6 +169,7 @@ fn a_stale_version_deploying_does_not_make_a_newer_upload_ready() {
             version: 1,
             endpoint: "http://e".into(),
             node: None,
+            instances: vec![],
         },
     ]);
     assert_eq!(s.phase, Phase::Pending);
@@ -203,6 +206,7 @@ fn ready_at_v1() -> Vec<FunctionEvent> {
             version: 1,
             endpoint: "http://e".into(),
             node: None,
+            instances: vec![],
         },
     ]
 }
@@ -241,6 +245,7 @@ fn changing_the_spec_records_the_whole_new_spec_and_redeploys() {
         version: 1,
         endpoint: "http://e2".into(),
         node: None,
+        instances: vec![],
     });
     assert_eq!(redeployed.phase, Phase::Ready);
     assert!(redeployed.deployed_with_current_spec());
@@ -444,6 +449,7 @@ fn a_workers_event_that_raced_a_delete_changes_nothing() {
             version: 1,
             endpoint: "http://late".into(),
             node: None,
+            instances: vec![],
         },
         FunctionEvent::ReconcileAbandoned {
             attempts: 3,
@@ -572,6 +578,7 @@ fn a_crash_of_what_serves_is_its_last_error_and_leaves_it_ready() {
             version: 2,
             endpoint: "http://f".into(),
             node: None,
+            instances: vec![],
         },
     ]);
     assert_eq!(given(&events).last_error, None);
@@ -590,6 +597,7 @@ fn serving() -> Vec<FunctionEvent> {
             version: 1,
             endpoint: "http://127.0.0.1:9000".into(),
             node: None,
+            instances: vec![],
         },
     ]
 }
@@ -736,4 +744,94 @@ fn a_start_from_zero_that_failed_is_tried_again_by_the_next_call() {
         },
     ];
     assert_eq!(decide(&given(&first), call()).unwrap(), vec![]);
+}
+
+mod scaling {
+    use super::*;
+    use crate::{InFlight, ScaleWindow};
+
+    fn serving(spec: FunctionSpec) -> Vec<FunctionEvent> {
+        vec![
+            FunctionEvent::FunctionCreated { spec },
+            uploaded(1, "a"),
+            FunctionEvent::BuildSucceeded {
+                version: 1,
+                artifact: "art".into(),
+            },
+            FunctionEvent::FunctionDeployed {
+                version: 1,
+                endpoint: "http://127.0.0.1:1".into(),
+                node: None,
+                instances: vec![],
+            },
+        ]
+    }
+
+    fn scale(to: u32) -> FunctionCommand {
+        FunctionCommand::Scale {
+            to,
+            observed: InFlight(to as f64),
+            window: ScaleWindow::Stable,
+            reason: "load".into(),
+        }
+    }
+
+    #[test]
+    fn a_scale_records_from_and_to_within_the_spec_and_only_real_changes() {
+        let mut s = spec();
+        s.scaling.max_instances = Some(8);
+        let mut events = serving(s.clone());
+        let state = given(&events);
+        assert_eq!(state.instances(), 1);
+        assert_eq!(decide(&state, scale(1)).unwrap(), vec![]);
+        let then = decide(&state, scale(20)).unwrap();
+        assert!(
+            matches!(
+                then.as_slice(),
+                [FunctionEvent::FunctionScaled { from: 1, to: 8, .. }]
+            ),
+            "{then:?}"
+        );
+        events.extend(then);
+        let state = given(&events);
+        assert_eq!(state.instances(), 8);
+        assert_eq!(decide(&state, scale(9)).unwrap(), vec![]);
+        // Lowering max_instances applies at once, without a decision.
+        s.scaling.max_instances = Some(3);
+        events.push(FunctionEvent::FunctionSpecChanged { spec: s.clone() });
+        assert_eq!(given(&events).instances(), 3);
+    }
+
+    #[test]
+    fn min_instances_is_the_floor_and_zero_is_not_a_scale() {
+        let mut s = spec();
+        s.scaling.min_instances = Some(2);
+        let state = given(&serving(s));
+        assert_eq!(state.instances(), 2);
+        assert_eq!(decide(&state, scale(0)).unwrap(), vec![]);
+        assert_eq!(decide(&state, scale(1)).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn scaled_to_zero_it_starts_again_with_one_and_is_not_scaled_while_idle() {
+        let mut events = serving(spec());
+        events.push(FunctionEvent::FunctionScaled {
+            from: 1,
+            to: 5,
+            observed: InFlight(4.0),
+            window: ScaleWindow::Panic,
+            reason: "burst".into(),
+        });
+        events.push(FunctionEvent::FunctionScaledToZero {
+            version: 1,
+            reason: "idle".into(),
+        });
+        let state = given(&events);
+        assert_eq!(state.instances(), 0);
+        assert_eq!(decide(&state, scale(3)).unwrap(), vec![]);
+        events.push(FunctionEvent::FunctionScaledUp {
+            reason: "a call".into(),
+        });
+        assert_eq!(given(&events).instances(), 1);
+    }
 }

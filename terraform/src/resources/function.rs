@@ -213,6 +213,7 @@ pub fn validate(config: &Value) -> Vec<Diag> {
             timeout_sec: DEFAULT_TIMEOUT_SEC,
             env_vars: BTreeMap::new(),
             scale_to_zero_after_sec: None,
+            scaling: Default::default(),
         };
         if let Err(e) = probe.validate() {
             diags.push(domain_diag(e, summary));
@@ -386,6 +387,9 @@ fn spec_of(state: &Value) -> CreateFunction {
             .unwrap_or(DEFAULT_TIMEOUT_SEC),
         env_vars: state.get("env_vars").as_string_map().unwrap_or_default(),
         scale_to_zero_after_sec: state.get("scale_to_zero_after_sec").as_u32(),
+        min_instances: None,
+        max_instances: None,
+        concurrency: None,
     }
 }
 

@@ -232,6 +232,9 @@ async fn refusals(version: Version) {
         timeout_sec: 30,
         env_vars: Default::default(),
         scale_to_zero_after_sec: None,
+        min_instances: None,
+        max_instances: None,
+        concurrency: None,
     };
     api.create_function(&taken).await.unwrap();
     let job = sless_client::CreateJob {

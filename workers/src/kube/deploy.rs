@@ -35,18 +35,21 @@ pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployme
     // Before anything rolls out: a Service the proxy could not reach
     // would make a version Ready that no call gets to.
     let endpoint = endpoint(inner, &req.key, Some(&applied)).await?;
+    let replicas = req.instances.max(1) as i32;
     let generation = apply_deployment(
         inner,
         &req.key,
-        &deployment(settings, &req, &image, settings.replicas),
+        &deployment(settings, &req, &image, replicas),
     )
     .await?;
-    match rollout_of(inner, &req.key, req.version, generation).await {
+    match rollout_of(inner, &req.key, req.version, generation, replicas).await {
         Ok(()) => Ok(Deployment {
             version: req.version,
             endpoint,
             artifact: Artifact { reference: image },
             node: None,
+            ready: replicas as u32,
+            instances: Vec::new(),
         }),
         // What served before serves again, when something did.
         Err(DriverError::Deploy { message, log_tail }) => {
@@ -92,6 +95,8 @@ pub(super) async fn status(inner: &Inner, key: &FunctionKey) -> Option<Deploymen
         endpoint,
         artifact: Artifact { reference: image },
         node: None,
+        ready: replicas as u32,
+        instances: Vec::new(),
     })
 }
 

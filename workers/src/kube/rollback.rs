@@ -75,7 +75,8 @@ pub(super) async fn roll_back(
         return failed("the template that served before has no sless.dev/version label".into());
     };
     let settings = &inner.settings;
-    let mut back = deployment(settings, req, &image, settings.replicas);
+    let replicas = req.instances.max(1) as i32;
+    let mut back = deployment(settings, req, &image, replicas);
     if let Some(labels) = back.metadata.labels.as_mut() {
         labels.insert(LABEL_VERSION.to_owned(), version.to_string());
     }
@@ -93,7 +94,7 @@ pub(super) async fn roll_back(
             ));
         }
     };
-    match rollout_of(inner, &req.key, version, generation).await {
+    match rollout_of(inner, &req.key, version, generation, replicas).await {
         Ok(()) => {
             tracing::info!(function = %req.key, failed = req.version, restored = version, "rolled back");
             DriverError::Deploy { message, log_tail }

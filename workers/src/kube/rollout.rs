@@ -72,12 +72,14 @@ pub(super) async fn apply_deployment(
 
 /// Waits until the rollout of `generation` (pods of `version`) is done:
 /// available, or failed (`DriverError::Deploy`) when a pod of the version
-/// will not start or the rollout passes its deadline.
+/// will not start or the rollout passes its deadline. `replicas` is the
+/// count the Deployment was given.
 pub(super) async fn rollout_of(
     inner: &Inner,
     key: &FunctionKey,
     version: u32,
     generation: i64,
+    replicas: i32,
 ) -> Result<(), DriverError> {
     let settings = &inner.settings;
     let ns = key.namespace.as_str();
@@ -101,10 +103,10 @@ pub(super) async fn rollout_of(
     loop {
         tokio::select! {
             seen = deployment_events.next() => match seen {
-                Some(Ok(Some(d))) => match rollout(&d, generation, settings.replicas) {
+                Some(Ok(Some(d))) => match rollout(&d, generation, replicas) {
                     Rollout::Done => {
-                        replaced_gone(&pods, key, settings.replicas).await;
-                        routed(inner, key, settings.replicas).await;
+                        replaced_gone(&pods, key, replicas).await;
+                        routed(inner, key, replicas).await;
                         accepting(inner, key).await;
                         return Ok(());
                     }

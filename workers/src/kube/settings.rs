@@ -56,8 +56,6 @@ pub struct KubeSettings {
     /// How the invoke proxy reaches a served function: the endpoint the
     /// driver records for it.
     pub function_address: FunctionAddress,
-    /// Replicas of a served function.
-    pub replicas: i32,
     /// CPU request and limit of a function container, e.g. `100m`, `1`.
     pub cpu_request: String,
     pub cpu_limit: String,
@@ -146,7 +144,6 @@ impl KubeSettings {
             rollout_timeout_secs: 300,
             function_port: 8080,
             function_address: FunctionAddress::Dns,
-            replicas: 1,
             cpu_request: "50m".into(),
             cpu_limit: "1".into(),
             tmp_mb: 64,

@@ -205,6 +205,8 @@ impl LocalDriver {
             endpoint: format!("http://{}", SocketAddr::new(self.cfg.advertise, port)),
             artifact: req.artifact,
             node: self.cfg.placement.as_ref().map(|n| n.id.clone()),
+            ready: 1,
+            instances: Vec::new(),
         };
         let inst = Instance::supervise(
             InstanceParts {

@@ -48,6 +48,7 @@ impl LocalDriver {
             timeout_sec: u32::try_from(req.timeout.as_secs()).unwrap_or(u32::MAX),
             env_vars: req.env_vars.clone(),
             artifact: req.artifact.clone(),
+            instances: 1,
         };
         let event = serde_json::to_vec(&req.event)
             .map_err(|e| DriverError::Infra(format!("cannot serialise the event: {e}")))?;

@@ -300,7 +300,10 @@ impl<D: Driver> Reconciler<D> {
         let artifact = Artifact {
             reference: state.artifacts[&served].clone(),
         };
-        match self.deploy(key, served, spec, artifact).await {
+        match self
+            .deploy(key, served, spec, artifact, state.instances())
+            .await
+        {
             Ok(d) => self.record(item, key, state, vec![deployed(d)]).await,
             Err(DriverError::Deploy { message, .. }) => {
                 tracing::warn!(function = %key.queue_key(), version = served, error = %message, "the version that served before does not start again");
@@ -390,7 +393,10 @@ impl<D: Driver> Reconciler<D> {
         if now.current_version != Some(version) || now.spec != state.spec {
             return Ok(Progress::Again);
         }
-        let events = match self.deploy(key, version, spec, artifact).await {
+        let events = match self
+            .deploy(key, version, spec, artifact, state.instances())
+            .await
+        {
             Ok(d) => vec![deployed(d)],
             Err(DriverError::Deploy { message, log_tail }) => {
                 let failed = FunctionEvent::DeployFailed {
@@ -424,6 +430,7 @@ impl<D: Driver> Reconciler<D> {
         version: u32,
         spec: &sless_domain::FunctionSpec,
         artifact: Artifact,
+        instances: u32,
     ) -> Result<Deployment, DriverError> {
         self.measured(
             Step::Deploy,
@@ -440,6 +447,7 @@ impl<D: Driver> Reconciler<D> {
                 timeout_sec: spec.timeout_sec,
                 env_vars: spec.env_vars.clone(),
                 artifact,
+                instances: instances.max(1),
             })),
         )
         .await
@@ -472,6 +480,7 @@ fn deployed(d: Deployment) -> FunctionEvent {
         version: d.version,
         endpoint: d.endpoint,
         node: d.node,
+        instances: d.instances,
     }
 }
 

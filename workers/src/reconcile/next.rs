@@ -124,6 +124,7 @@ fn serving_as_it_is(state: &Function) -> Action {
                 version,
                 endpoint: endpoint.clone(),
                 node: state.deployed_node.clone(),
+                instances: state.instance_endpoints.clone(),
             })
         }
         _ => Action::Nothing,

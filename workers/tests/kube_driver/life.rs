@@ -110,6 +110,7 @@ async fn a_function_lives_its_whole_life_in_its_namespace() {
         artifact: Artifact {
             reference: image.to_owned(),
         },
+        instances: 1,
     };
     let d = c.driver.deploy(deploy(1, &image)).await.unwrap();
     assert_eq!(c.driver.status(&key).await, Some(d.clone()));

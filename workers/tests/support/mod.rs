@@ -117,6 +117,7 @@ impl<D: Driver> Harness<D> {
             timeout_sec: 30,
             env_vars: BTreeMap::new(),
             scale_to_zero_after_sec: None,
+            scaling: Default::default(),
         };
         self.append(key, &[FunctionEvent::FunctionCreated { spec }], false)
             .await;

@@ -418,5 +418,8 @@ fn changed_fields(prior: &Value, planned: &Value) -> UpdateFunction {
         scale_to_zero_after_sec: changed("scale_to_zero_after_sec")
             .then_some(new.scale_to_zero_after_sec)
             .flatten(),
+        min_instances: None,
+        max_instances: None,
+        concurrency: None,
     }
 }

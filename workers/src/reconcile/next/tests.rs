@@ -15,6 +15,7 @@ fn spec(memory_mb: u32) -> FunctionSpec {
         timeout_sec: 30,
         env_vars: Default::default(),
         scale_to_zero_after_sec: None,
+        scaling: Default::default(),
     }
 }
 
@@ -51,6 +52,7 @@ fn deployed(version: u32, node: Option<&str>) -> FunctionEvent {
         version,
         endpoint: format!("http://127.0.0.1:{}", 9000 + version),
         node: node.map(str::to_owned),
+        instances: vec![],
     }
 }
 
@@ -94,6 +96,8 @@ fn running(version: u32) -> Option<Deployment> {
             reference: format!("image{version}"),
         },
         node: None,
+        ready: 1,
+        instances: vec![],
     })
 }
 

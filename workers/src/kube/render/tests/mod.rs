@@ -72,6 +72,7 @@ fn deploy_request(key: FunctionKey) -> DeployRequest {
         artifact: Artifact {
             reference: "registry.example.com/sless/x:v3-d2a84f4b".to_owned(),
         },
+        instances: 1,
     }
 }
 
