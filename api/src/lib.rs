@@ -83,6 +83,8 @@ pub struct Shared {
     /// The calls in flight through the invoke proxy, reported for the
     /// autoscaler and the idle sweep.
     pub load: Arc<proxy::Load>,
+    /// Which instance takes each call, and the calls that wait for one.
+    pub spread: Arc<proxy::Spread>,
     /// Invocation records, written off the request path.
     pub invocations: plumbing::recorder::Recorder,
     /// How many uploads are checked at once.
@@ -136,6 +138,7 @@ impl AppState {
             endpoints: Arc::new(proxy::Endpoints::new(Duration::from_secs(1))),
             activations: Arc::default(),
             load,
+            spread: Arc::default(),
             invocations,
             uploads: rest::upload::UploadGate::default(),
             keep_versions: DEFAULT_KEEP_VERSIONS,

@@ -95,12 +95,14 @@ pub mod edge;
 mod endpoints;
 mod forward;
 mod load;
+mod spread;
 
 pub use activation::Activations;
 pub use admission::ProxyLimits;
 pub use endpoints::Endpoints;
 pub use forward::{BAD_UPSTREAM_RESPONSE, HttpClient, client};
 pub use load::Load;
+pub use spread::{BUSY, Spread};
 
 /// The methods a function is invoked with. TRACE (which would echo the
 /// request, credentials included, back to a script), CONNECT and methods

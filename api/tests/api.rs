@@ -34,6 +34,7 @@ mod api {
     mod routes;
     mod serving;
     mod source;
+    mod spread;
     mod sse;
     mod tenancy;
     mod triggers;

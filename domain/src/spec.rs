@@ -177,28 +177,42 @@ impl FunctionSpec {
 
     /// Instances kept running when idle.
     pub fn min_instances(&self) -> u32 {
-        self.scaling.min_instances.unwrap_or(0)
+        self.scaling.min()
     }
 
     /// The most instances it scales out to.
     pub fn max_instances(&self) -> u32 {
-        self.scaling.max_instances.unwrap_or(DEFAULT_MAX_INSTANCES)
+        self.scaling.max()
     }
 
     /// Calls one instance takes at once.
     pub fn concurrency(&self) -> u32 {
-        self.scaling
-            .concurrency
-            .unwrap_or(self.runtime.default_concurrency())
+        self.scaling.concurrency_for(self.runtime)
     }
 }
 
 impl Scaling {
+    /// `min_instances`, or its default.
+    pub fn min(&self) -> u32 {
+        self.min_instances.unwrap_or(0)
+    }
+
+    /// `max_instances`, or its default.
+    pub fn max(&self) -> u32 {
+        self.max_instances.unwrap_or(DEFAULT_MAX_INSTANCES)
+    }
+
+    /// `concurrency`, or the default of `runtime`.
+    pub fn concurrency_for(&self, runtime: Runtime) -> u32 {
+        self.concurrency
+            .unwrap_or(runtime.default_concurrency())
+    }
+
     /// `max_instances` between 1 and [`MAX_INSTANCES_LIMIT`],
     /// `min_instances` at most `max_instances`, `concurrency` within
     /// [`CONCURRENCY_RANGE`].
     pub fn validate(&self) -> Result<(), DomainError> {
-        let max = self.max_instances.unwrap_or(DEFAULT_MAX_INSTANCES);
+        let max = self.max();
         if let Some(m) = self.max_instances
             && !(1..=MAX_INSTANCES_LIMIT).contains(&m)
         {

@@ -217,3 +217,52 @@ pub async fn last_start(pool: &PgPool, stream: &str) -> Result<Option<std::time:
     .flatten();
     Ok(micros.map(|us| std::time::Duration::from_micros(us.max(0) as u64)))
 }
+
+/// A function the autoscaler looks at: one that serves (Ready, with an
+/// endpoint), or one scaled to zero that its `min_instances` keeps warm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scalable {
+    pub namespace: String,
+    pub name: String,
+    /// Its spec's scaling settings, with its runtime's defaults filled.
+    pub min_instances: u32,
+    pub max_instances: u32,
+    pub concurrency: u32,
+    /// How many instances serve, as the read model has it.
+    pub instances: u32,
+    /// Scaled to zero.
+    pub idle: bool,
+}
+
+/// The functions the autoscaler looks at (see [`Scalable`]), by name.
+pub async fn scalable(pool: &PgPool) -> Result<Vec<Scalable>> {
+    let rows = sqlx::query(
+        "select namespace, name, runtime, scaling, instances, idle from functions
+         where phase = 'Ready'
+           and ((endpoint is not null and not idle)
+                or (idle and coalesce((scaling->>'min_instances')::int, 0) > 0))
+         order by namespace, name",
+    )
+    .fetch_all(pool)
+    .await?;
+    let bad = |what: String| Error::Internal(format!("functions read model: {what}"));
+    rows.into_iter()
+        .map(|r| {
+            let runtime: String = r.get("runtime");
+            let runtime: sless_domain::Runtime = runtime
+                .parse()
+                .map_err(|e: sless_domain::DomainError| bad(e.to_string()))?;
+            let scaling: sless_domain::Scaling =
+                serde_json::from_value(r.get("scaling")).map_err(|e| bad(e.to_string()))?;
+            Ok(Scalable {
+                namespace: r.get("namespace"),
+                name: r.get("name"),
+                min_instances: scaling.min(),
+                max_instances: scaling.max(),
+                concurrency: scaling.concurrency_for(runtime),
+                instances: r.get::<i32, _>("instances") as u32,
+                idle: r.get("idle"),
+            })
+        })
+        .collect()
+}

@@ -51,6 +51,8 @@ pub struct Call {
     pub activation: Option<(Duration, Option<Duration>)>,
     /// Counts the call in flight until it is recorded or abandoned.
     pub _calling: super::load::Calling,
+    /// Its place at an instance, until it is recorded or abandoned.
+    pub slot: Option<super::spread::Slot>,
 }
 
 impl Call {

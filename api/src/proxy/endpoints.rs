@@ -41,6 +41,15 @@ pub(super) struct Target {
     pub(super) activating: bool,
     /// Started from zero and its start failed: the error, and when.
     pub(super) start_failed: Option<(String, chrono::DateTime<chrono::Utc>)>,
+    /// Where its instances take calls, and how many each takes at once:
+    /// each instance's endpoint with `concurrency`, or the one endpoint of
+    /// all of them (a Service) with `concurrency` times their number.
+    pub(super) instances: Vec<(String, u32)>,
+    /// Calls one instance takes at once.
+    pub(super) concurrency: u32,
+    /// How many instances serve, and the most it may have.
+    pub(super) serving: u32,
+    pub(super) max_instances: u32,
 }
 
 impl Target {
@@ -49,11 +58,27 @@ impl Target {
         if !row.state().exists() {
             return None;
         }
+        let endpoint = match (&row.endpoint, row.deployed_version) {
+            (Some(e), Some(_)) => Ok(e.trim_end_matches('/').to_owned()),
+            _ => Err(row.phase.as_str()),
+        };
+        let concurrency = row.spec.concurrency();
+        let serving = row.instances.max(1);
+        let instances = match &endpoint {
+            Ok(_) if !row.instance_endpoints.is_empty() => row
+                .instance_endpoints
+                .iter()
+                .map(|e| (e.trim_end_matches('/').to_owned(), concurrency))
+                .collect(),
+            Ok(e) => vec![(e.clone(), concurrency.saturating_mul(serving))],
+            Err(_) => Vec::new(),
+        };
         Some(Target {
-            endpoint: match (&row.endpoint, row.deployed_version) {
-                (Some(e), Some(_)) => Ok(e.trim_end_matches('/').to_owned()),
-                _ => Err(row.phase.as_str()),
-            },
+            endpoint,
+            instances,
+            concurrency,
+            serving,
+            max_instances: row.spec.max_instances(),
             version: row.deployed_version,
             timeout: Duration::from_secs(row.spec.timeout_sec as u64),
             warm: Arc::default(),

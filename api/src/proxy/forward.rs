@@ -128,6 +128,7 @@ pub(super) async fn forward(
         },
         activation: None,
         _calling: calling,
+        slot: None,
     };
     // A request without a body can be sent again if its endpoint went away.
     let replayable = body.size_hint().exact() == Some(0);
@@ -248,14 +249,23 @@ async fn send(
             call.activation = Some((activated.held, activated.instance_start));
             target = activated.target;
         }
-        let endpoint = target.endpoint.as_ref().map_err(|phase| {
-            ApiError::new(
+        if let Err(phase) = &target.endpoint {
+            return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "function-not-ready",
                 "Function not ready",
                 format!("function {name:?} has nothing running yet (phase {phase})"),
-            )
-        })?;
+            ));
+        }
+        // A call sent again gives its place back first.
+        call.slot = None;
+        let placed = state
+            .spread
+            .place(state, ns, name, target, call.started)
+            .await?;
+        target = placed.target;
+        call.slot = Some(placed.slot);
+        let endpoint = &placed.endpoint;
         call.version = target.version;
         call.timeout = target.timeout;
         // Every call held for an instance is cold, not only the first.
@@ -286,6 +296,7 @@ async fn send(
             let window = READY_WINDOW.min(target.timeout.saturating_sub(call.started.elapsed()));
             until_accepting(&req_parts.uri, window).await;
         }
+        let endpoint = endpoint.clone();
         let upstream = hyper::Request::from_parts(req_parts, body.take().unwrap_or_default());
         let left = target.timeout.saturating_sub(call.started.elapsed());
         let res = tokio::time::timeout(left, state.http.pool.request(upstream)).await;
@@ -294,6 +305,11 @@ async fn send(
         }
         if call.meter.unreadable.load(Ordering::Relaxed) {
             return Err(unreadable_body());
+        }
+        if let Ok(Err(e)) = &res
+            && e.is_connect()
+        {
+            state.spread.down(&endpoint);
         }
         return match res {
             Err(_) => Err(ApiError::new(
