@@ -1,6 +1,7 @@
 //! What the metrics read from the database when they are scraped: each
-//! projection's checkpoint and how far it is behind the log, and the work
-//! queue's items by kind and state.
+//! projection's checkpoint and how far it is behind the log, the work
+//! queue's items by kind and state, and each function's instances and
+//! calls in flight.
 
 use sqlx::{PgPool, Row};
 
@@ -59,5 +60,40 @@ pub async fn queue(pool: &PgPool) -> Result<Vec<(String, String, i64)>> {
     Ok(rows
         .into_iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// Each function that has instances serving or calls in flight:
+/// `(namespace, name, instances, in_flight)`, the calls summed over the
+/// fresh reports of every API process.
+pub async fn functions(pool: &PgPool) -> Result<Vec<(String, String, i64, f64)>> {
+    let rows = sqlx::query(
+        "with load as (
+             select namespace, name, sum(in_flight) as in_flight from function_load
+             where reported_at > now() - make_interval(secs => $1)
+             group by namespace, name
+         )
+         select f.namespace, f.name,
+                case when f.endpoint is null then 0 else f.instances end::int8 as instances,
+                coalesce(l.in_flight, 0)::float8 as in_flight
+         from functions f
+         left join load l on l.namespace = f.namespace and l.name = f.name
+         where f.phase <> 'Deleted'
+           and ((f.endpoint is not null and f.instances > 0) or l.in_flight > 0)
+         order by f.namespace, f.name",
+    )
+    .bind(crate::scaling::LOAD_FRESH_SECS)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            (
+                r.get("namespace"),
+                r.get("name"),
+                r.get("instances"),
+                r.get("in_flight"),
+            )
+        })
         .collect())
 }

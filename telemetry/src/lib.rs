@@ -71,6 +71,8 @@ pub struct Metrics {
     pub projector_batch_events: Family<ProjectionLabels, Histogram>,
     pub projector_apply_duration: Family<ProjectionLabels, Histogram>,
     pub queue_items: Family<QueueLabels, Gauge>,
+    pub function_instances: Family<FunctionLabelSet, Gauge>,
+    pub function_in_flight: Family<FunctionLabelSet, Gauge<f64, AtomicU64>>,
     pub builds: Family<StepLabels, Counter>,
     pub build_duration: Family<RuntimeLabels, Histogram>,
     pub deploys: Family<StepLabels, Counter>,
@@ -169,6 +171,8 @@ impl Metrics {
             seconds_histogram as fn() -> _,
         );
         let queue_items = Family::<QueueLabels, Gauge>::default();
+        let function_instances = Family::<FunctionLabelSet, Gauge>::default();
+        let function_in_flight = Family::<FunctionLabelSet, Gauge<f64, AtomicU64>>::default();
         let builds = Family::<StepLabels, Counter>::default();
         let build_duration = Family::<RuntimeLabels, Histogram>::new_with_constructor(
             seconds_histogram as fn() -> _,
@@ -339,6 +343,16 @@ impl Metrics {
             "Work items in the queue, by kind and state (pending, running, dead)",
             queue_items.clone(),
         );
+        registry.register(
+            "sless_function_instances",
+            "Instances that serve each function, as the log says (the autoscaler's last decision within the function's bounds); functions at zero are left out",
+            function_instances.clone(),
+        );
+        registry.register(
+            "sless_function_in_flight",
+            "Calls of each function in flight through /fn, summed over every API process's last report; the same in every process's scrape",
+            function_in_flight.clone(),
+        );
         Metrics {
             registry,
             labels,
@@ -356,6 +370,8 @@ impl Metrics {
             projector_batch_events,
             projector_apply_duration,
             queue_items,
+            function_instances,
+            function_in_flight,
             builds,
             build_duration,
             deploys,

@@ -117,6 +117,25 @@ pub async fn refresh(pool: &PgPool, metrics: &Metrics, scope: Scope) {
             }
             Err(e) => tracing::warn!(error = %e, "reading the projector's lag for /metrics"),
         }
+        match sless_store::gauges::functions(pool).await {
+            Ok(functions) => {
+                // A function back at zero reads nothing, not its last count.
+                metrics.function_instances.clear();
+                metrics.function_in_flight.clear();
+                for (ns, name, instances, in_flight) in functions {
+                    let labels = metrics.function(&ns, &name);
+                    metrics
+                        .function_instances
+                        .get_or_create(&labels)
+                        .set(instances);
+                    metrics
+                        .function_in_flight
+                        .get_or_create(&labels)
+                        .set(in_flight);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the functions' instances for /metrics"),
+        }
     }
     if scope.queue {
         match sless_store::gauges::queue(pool).await {

@@ -200,7 +200,7 @@ pub async fn get(
         if row.stream_version < version && !load(&state, &key).await?.exists() {
             return Err(function_not_found(&key));
         }
-        let view = view_of_row(state.fn_url.as_deref(), &row);
+        let view = with_in_flight(&state, &key, view_of_row(state.fn_url.as_deref(), &row)).await?;
         return Ok(answer(StatusCode::OK, &view).etag(version));
     }
     // Not projected yet (just created, or created again): answer from the log.
@@ -208,14 +208,30 @@ pub async fn get(
     if !f.exists() {
         return Err(function_not_found(&key));
     }
+    let view = with_in_flight(
+        &state,
+        &key,
+        view_of_state(state.fn_url.as_deref(), &key, &f),
+    )
+    .await?;
+    Ok(answer(StatusCode::OK, &view).etag(f.stream_version))
+}
+
+/// A function's view with its calls in flight now, summed over every API
+/// process (a measurement, not part of its state: its ETag stays the
+/// stream's version).
+async fn with_in_flight(
+    state: &AppState,
+    key: &FunctionKey,
+    view: FunctionView,
+) -> ApiResult<FunctionView> {
     let in_flight =
         sless_store::scaling::in_flight(&state.pool, key.namespace.as_str(), key.name.as_str())
             .await?;
-    let view = FunctionView {
+    Ok(FunctionView {
         in_flight: Some((in_flight * 100.0).round() / 100.0),
-        ..view_of_state(state.fn_url.as_deref(), &key, &f)
-    };
-    Ok(answer(StatusCode::OK, &view).etag(f.stream_version))
+        ..view
+    })
 }
 
 /// The spec `current` becomes with the changes of `update`.

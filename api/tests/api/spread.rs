@@ -197,3 +197,75 @@ async fn an_instance_that_refuses_connections_is_passed_over() {
     }
     assert_eq!(alive.served.load(Ordering::SeqCst), 20);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_calls_in_flight_and_the_instances_serving_reach_the_metrics_and_the_function() {
+    let env = Env::new().await;
+    let release = Arc::new(Semaphore::new(0));
+    let arrived = Arrivals::default();
+    let a = held("a", release.clone(), arrived.clone()).await;
+    let b = held("b", release.clone(), arrived).await;
+    deployed(&env, SUB, "seen", 30, &a.up.url).await;
+    serve_at(&env, "seen", &[&a.up.url, &b.up.url]).await;
+    let app = app_with(&env, limits(10));
+    let calls: Vec<_> = (0..2)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let req = axum::http::Request::get(format!("/fn/{}/seen", ns(SUB)))
+                    .body(axum::body::Body::empty())
+                    .unwrap();
+                send(&app, req).await
+            })
+        })
+        .collect();
+    let metrics = sless_telemetry::Metrics::default();
+    let scope = sless_api::plumbing::metrics::Scope {
+        projector: true,
+        queue: false,
+    };
+    let series = |what: &str| {
+        format!(
+            "sless_{what}{{namespace=\"{}\",function=\"seen\"}} ",
+            ns(SUB)
+        )
+    };
+    let text = eventually(
+        "two calls in flight in the metrics",
+        Duration::from_secs(10),
+        || async {
+            sless_api::plumbing::metrics::refresh(&env.db.pool, &metrics, scope).await;
+            let (text, _) = metrics.encode(false);
+            text.contains(&format!("{}2.0\n", series("function_in_flight")))
+                .then_some(text)
+        },
+    )
+    .await;
+    assert!(
+        text.contains(&format!("{}2\n", series("function_instances"))),
+        "{text}"
+    );
+    let f = env
+        .send(get(
+            &format!("{}/seen", functions_uri(&ns(SUB))),
+            Some(&token(SUB)),
+        ))
+        .await;
+    assert_eq!(f.body["in_flight"], 2.0, "{}", f.body);
+    release.add_permits(2);
+    for c in calls {
+        assert_eq!(c.await.unwrap().status, StatusCode::OK);
+    }
+    // Back to zero once the last report says so.
+    eventually(
+        "no call in flight in the metrics",
+        Duration::from_secs(10),
+        || async {
+            sless_api::plumbing::metrics::refresh(&env.db.pool, &metrics, scope).await;
+            let (text, _) = metrics.encode(false);
+            text.contains(&format!("{}0.0\n", series("function_in_flight")))
+                .then_some(())
+        },
+    )
+    .await;
+}
