@@ -148,12 +148,33 @@ fn worker_settings_have_defaults_and_refuse_bad_values() {
     assert_eq!((s.concurrency, s.job_concurrency), (2, 16));
     assert_eq!(s.orphan_sweep, Duration::from_secs(60));
     assert_eq!(s.orphan_grace, Duration::from_secs(7200));
+    let policy = |c: &WorkerConfig| c.autoscale.unwrap().policy;
+    assert_eq!(
+        (policy(&d).stable_window, policy(&d).panic_window, policy(&d).utilisation),
+        (60.0, 6.0, 0.7)
+    );
+    let a = worker_with(&[
+        ("SLESS_AUTOSCALE_STABLE_WINDOW_SECS", "20"),
+        ("SLESS_AUTOSCALE_PANIC_WINDOW_SECS", "2"),
+        ("SLESS_AUTOSCALE_TARGET_UTILISATION", "1"),
+    ])
+    .unwrap();
+    assert_eq!(
+        (policy(&a).stable_window, policy(&a).panic_window, policy(&a).utilisation),
+        (20.0, 2.0, 1.0)
+    );
     for (name, value) in [
         ("SLESS_WORKER_JOB_CONCURRENCY", "many"),
         ("SLESS_ORPHAN_SWEEP_SECS", "0"),
         ("SLESS_ORPHAN_GRACE_SECS", "10"),
         ("SLESS_ORPHAN_GRACE_SECS", "NaN"),
         ("SLESS_LEASE_SECS", "0.5"),
+        ("SLESS_AUTOSCALE_STABLE_WINDOW_SECS", "5"),
+        ("SLESS_AUTOSCALE_PANIC_WINDOW_SECS", "0.5"),
+        ("SLESS_AUTOSCALE_PANIC_WINDOW_SECS", "90"),
+        ("SLESS_AUTOSCALE_TARGET_UTILISATION", "0"),
+        ("SLESS_AUTOSCALE_TARGET_UTILISATION", "1.5"),
+        ("SLESS_AUTOSCALE_TARGET_UTILISATION", "NaN"),
     ] {
         let err = worker_with(&[(name, value)]).unwrap_err().to_string();
         assert!(err.contains(name), "{name}={value}: {err}");

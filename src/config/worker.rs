@@ -27,8 +27,9 @@ pub struct Worker {
     /// `SLESS_WORKER_JOB_CONCURRENCY`, `SLESS_WORKER_PREFETCH`,
     /// `SLESS_LEASE_SECS`, `SLESS_SWEEP_SECS`, `SLESS_POLL_MS`,
     /// `SLESS_RETRY_BASE_MS`, `SLESS_SHUTDOWN_GRACE_SECS`,
-    /// `SLESS_ORPHAN_SWEEP_SECS`, `SLESS_ORPHAN_GRACE_SECS` and
-    /// `SLESS_SCALE_TO_ZERO_AFTER_SEC` (900; 0: never).
+    /// `SLESS_ORPHAN_SWEEP_SECS`, `SLESS_ORPHAN_GRACE_SECS`,
+    /// `SLESS_SCALE_TO_ZERO_AFTER_SEC` (900; 0: never) and the autoscaler's
+    /// `SLESS_AUTOSCALE_*`.
     pub config: WorkerConfig,
     pub driver: DriverKind,
     /// How late a cron tick may still fire (after an outage, only the
@@ -99,6 +100,7 @@ fn worker_config(get: Get<'_>) -> anyhow::Result<WorkerConfig> {
             sless_domain::spec::MAX_SCALE_TO_ZERO_AFTER_SEC
         );
     }
+    let autoscale = autoscale_config(get)?;
     Ok(WorkerConfig {
         id: get("SLESS_WORKER_ID").unwrap_or(d.id),
         concurrency: count("SLESS_WORKER_CONCURRENCY", d.concurrency)?.max(1),
@@ -125,5 +127,31 @@ fn worker_config(get: Get<'_>) -> anyhow::Result<WorkerConfig> {
         orphan_grace: Duration::from_secs_f64(orphan_grace),
         scale_to_zero_after_sec,
         idle_sweep: d.idle_sweep,
+        autoscale: Some(autoscale),
     })
+}
+
+/// The autoscaler's windows and aim: `SLESS_AUTOSCALE_STABLE_WINDOW_SECS`
+/// (60), `SLESS_AUTOSCALE_PANIC_WINDOW_SECS` (6) and
+/// `SLESS_AUTOSCALE_TARGET_UTILISATION` (0.7, of a function's concurrency).
+fn autoscale_config(get: Get<'_>) -> anyhow::Result<sless_workers::autoscale::AutoscaleConfig> {
+    let mut c = sless_workers::autoscale::AutoscaleConfig::default();
+    let p = &mut c.policy;
+    p.stable_window = number_from(get, "SLESS_AUTOSCALE_STABLE_WINDOW_SECS", p.stable_window)?;
+    p.panic_window = number_from(get, "SLESS_AUTOSCALE_PANIC_WINDOW_SECS", p.panic_window)?;
+    p.utilisation = number_from(get, "SLESS_AUTOSCALE_TARGET_UTILISATION", p.utilisation)?;
+    if !(6.0..=3600.0).contains(&p.stable_window) {
+        bail!("SLESS_AUTOSCALE_STABLE_WINDOW_SECS must be from 6 to 3600");
+    }
+    if !(1.0..=p.stable_window).contains(&p.panic_window) {
+        bail!(
+            "SLESS_AUTOSCALE_PANIC_WINDOW_SECS must be from 1 to the stable window ({} s)",
+            p.stable_window
+        );
+    }
+    if !(p.utilisation > 0.0 && p.utilisation <= 1.0) {
+        bail!("SLESS_AUTOSCALE_TARGET_UTILISATION must be above 0 and at most 1");
+    }
+    p.scale_down_delay = p.panic_window;
+    Ok(c)
 }

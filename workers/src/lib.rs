@@ -7,6 +7,7 @@
 //! append to the log as events, through the system executor
 //! (`sless_store::system`) only.
 
+pub mod autoscale;
 pub mod build_log;
 mod capture;
 pub mod collect;

@@ -88,6 +88,9 @@ pub struct WorkerConfig {
     pub scale_to_zero_after_sec: u32,
     /// How often to look for functions idle past their window.
     pub idle_sweep: Duration,
+    /// The autoscaler, which one worker at a time runs
+    /// (`crate::autoscale`); `None`: this worker never decides.
+    pub autoscale: Option<crate::autoscale::AutoscaleConfig>,
 }
 
 impl Default for WorkerConfig {
@@ -111,6 +114,7 @@ impl Default for WorkerConfig {
             orphan_grace: Duration::from_secs(3600),
             scale_to_zero_after_sec: 900,
             idle_sweep: Duration::from_secs(1),
+            autoscale: Some(crate::autoscale::AutoscaleConfig::default()),
         }
     }
 }
@@ -200,6 +204,13 @@ impl<D: Driver> Worker<D> {
         let doorbell = tokio::spawn(ring_on_notify(listener, bells, shutdown.clone()));
         let orphans = tokio::spawn(self.clone().sweep_orphans(shutdown.clone()));
         let idle = tokio::spawn(self.clone().sweep_idle(shutdown.clone()));
+        let autoscaler = self.config.autoscale.map(|config| {
+            tokio::spawn(crate::autoscale::run(
+                self.pool.clone(),
+                config,
+                shutdown.clone(),
+            ))
+        });
 
         let ack = Ack::Batched(ack_tx);
         let mut claimers = Vec::new();
@@ -233,6 +244,9 @@ impl<D: Driver> Worker<D> {
         let _ = doorbell.await;
         let _ = orphans.await;
         let _ = idle.await;
+        if let Some(autoscaler) = autoscaler {
+            let _ = autoscaler.await;
+        }
         for mut claimed in unstarted {
             claimed.close();
             while let Ok(item) = claimed.try_recv() {
