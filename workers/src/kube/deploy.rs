@@ -16,7 +16,10 @@ use sless_domain::FunctionKey;
 use super::Inner;
 use super::api::{self, apply, infra, selector};
 use super::render::function::{deployment, service};
-use super::render::{ANNOTATION_IMAGE, COMPONENT_FUNCTION, LABEL_VERSION, function_labels, names};
+use super::render::{
+    ANNOTATION_IMAGE, ANNOTATION_TEMPLATE, COMPONENT_FUNCTION, LABEL_VERSION, function_labels,
+    names,
+};
 use super::rollout::{Rollout, apply_deployment, endpoint, rollout, rollout_of};
 use super::{rollback, tenant};
 use crate::driver::{Artifact, DeployRequest, Deployment, DriverError};
@@ -36,12 +39,11 @@ pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployme
     // would make a version Ready that no call gets to.
     let endpoint = endpoint(inner, &req.key, Some(&applied)).await?;
     let replicas = req.instances.max(1) as i32;
-    let generation = apply_deployment(
-        inner,
-        &req.key,
-        &deployment(settings, &req, &image, replicas),
-    )
-    .await?;
+    let wanted = deployment(settings, &req, &image, replicas);
+    let generation = match scale_only(inner, &req.key, &wanted, replicas).await? {
+        Some(generation) => generation,
+        None => apply_deployment(inner, &req.key, &wanted).await?,
+    };
     match rollout_of(inner, &req.key, req.version, generation, replicas).await {
         Ok(()) => Ok(Deployment {
             version: req.version,
@@ -57,6 +59,47 @@ pub(super) async fn deploy(inner: &Inner, req: DeployRequest) -> Result<Deployme
         }
         Err(e) => Err(e),
     }
+}
+
+/// Sets the count of a Deployment whose pod template is `wanted`'s already
+/// (the same `ANNOTATION_TEMPLATE`) through its scale subresource, as an
+/// autoscaler does; its generation after. `None` when it runs another
+/// template, or none: the whole Deployment is applied.
+async fn scale_only(
+    inner: &Inner,
+    key: &FunctionKey,
+    wanted: &K8sDeployment,
+    replicas: i32,
+) -> Result<Option<i64>, DriverError> {
+    let ns = key.namespace.as_str();
+    let name = names::function_name(key);
+    let deployments = Api::<K8sDeployment>::namespaced(inner.client.clone(), ns);
+    let template = |d: &K8sDeployment| {
+        d.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_TEMPLATE).cloned())
+    };
+    let Some(existing) = deployments
+        .get_opt(&name)
+        .await
+        .map_err(infra(format_args!("deployment {ns}/{name}")))?
+    else {
+        return Ok(None);
+    };
+    if template(&existing).is_none() || template(&existing) != template(wanted) {
+        return Ok(None);
+    }
+    let patch = serde_json::json!({"spec": {"replicas": replicas}});
+    deployments
+        .patch_scale(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(infra(format_args!("scaling {ns}/{name} to {replicas}")))?;
+    let scaled = deployments
+        .get(&name)
+        .await
+        .map_err(infra(format_args!("deployment {ns}/{name}")))?;
+    Ok(Some(scaled.metadata.generation.unwrap_or(0)))
 }
 
 /// What serves the function, when its rollout is complete and available.

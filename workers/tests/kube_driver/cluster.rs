@@ -239,6 +239,18 @@ impl Cluster {
         .await;
     }
 
+    /// The requests that changed the count of Deployment `name` through
+    /// its scale subresource.
+    pub fn scaled(&self, name: &str) -> usize {
+        self.proxy
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.method == "PATCH" && r.path.ends_with(&format!("/deployments/{name}/scale"))
+            })
+            .count()
+    }
+
     /// What the API server answered the driver's requests allows no doubt:
     /// nothing was refused (RBAC or admission: a 403 is the test's failure,
     /// whatever the driver made of it), and every server-side apply was by

@@ -19,8 +19,8 @@ use sless_domain::FunctionKey;
 
 use super::pod::{FunctionPod, PodMode, hardened_pod_spec};
 use super::{
-    ANNOTATION_IMAGE, COMPONENT_FUNCTION, function_labels, meta, names, serving_selector,
-    versioned_labels,
+    ANNOTATION_IMAGE, ANNOTATION_TEMPLATE, COMPONENT_FUNCTION, function_labels, meta, names,
+    serving_selector, versioned_labels,
 };
 use crate::driver::DeployRequest;
 use crate::kube::KubeSettings;
@@ -51,12 +51,22 @@ pub fn deployment(
             mode: PodMode::Serve,
         },
     );
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels.clone()),
+            annotations: Some(annotations.clone()),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(pod),
+    };
+    let mut deployment_annotations = annotations;
+    deployment_annotations.insert(ANNOTATION_TEMPLATE.to_owned(), template_hash(&template));
     Deployment {
         metadata: meta(
             names::function_name(&req.key),
             req.key.namespace.as_str(),
-            labels.clone(),
-            annotations.clone(),
+            labels,
+            deployment_annotations,
         ),
         spec: Some(DeploymentSpec {
             replicas: Some(replicas),
@@ -64,14 +74,7 @@ pub fn deployment(
                 match_labels: Some(serving_selector(&req.key)),
                 match_expressions: None,
             },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    annotations: Some(annotations),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod),
-            },
+            template,
             strategy: Some(DeploymentStrategy {
                 type_: Some("RollingUpdate".to_owned()),
                 rolling_update: Some(RollingUpdateDeployment {
@@ -87,6 +90,16 @@ pub fn deployment(
         }),
         ..Deployment::default()
     }
+}
+
+/// A hash of a pod template as sless renders it (its JSON), in hex: the
+/// same template gives the same hash in every worker of one build.
+fn template_hash(template: &PodTemplateSpec) -> String {
+    use std::hash::{Hash, Hasher};
+    let json = serde_json::to_string(template).expect("a pod template is JSON");
+    let mut hasher = std::hash::DefaultHasher::new();
+    json.hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
 }
 
 /// The ClusterIP Service of a served function: `function_port` to the

@@ -82,6 +82,11 @@ pub const COMPONENT_CRON: &str = "cron";
 /// The annotation holding the image an object runs (or a build pushes).
 pub const ANNOTATION_IMAGE: &str = "sless.dev/image";
 
+/// The annotation of a function's Deployment that names its pod template
+/// as rendered (a hash of it): a deploy whose template has the same one
+/// changes only the count, through the scale subresource.
+pub const ANNOTATION_TEMPLATE: &str = "sless.dev/template";
+
 /// Escapes an env value for Kubernetes, which expands `$(VAR)` in `value`
 /// and turns `$$` into `$`: every `$` is doubled, so the container sees the
 /// value exactly as given. Every value that comes from a user goes through
