@@ -32,7 +32,8 @@ pub struct Problem {
     pub job: Option<Box<JobView>>,
     /// Only in a `quota-exceeded` answer: the quota (`functions`,
     /// `versions`, `stored_bytes`, `triggers`, `running_jobs`,
-    /// `uploads_per_minute`).
+    /// `uploads_per_minute`); and in the `invalid-field` answer of a
+    /// `max_instances` past the namespace's `instances` quota.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota: Option<String>,
     /// Only in a `quota-exceeded` answer: the quota's limit.

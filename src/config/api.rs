@@ -38,8 +38,9 @@ pub struct Api {
     pub keep_versions: usize,
     /// Per-namespace quotas, from `SLESS_QUOTA_FUNCTIONS` (100),
     /// `SLESS_QUOTA_VERSIONS` (1000), `SLESS_QUOTA_STORED_BYTES` (1 GiB),
-    /// `SLESS_QUOTA_TRIGGERS` (100), `SLESS_QUOTA_RUNNING_JOBS` (10) and
-    /// `SLESS_QUOTA_UPLOADS_PER_MINUTE` (30). `0` is no limit.
+    /// `SLESS_QUOTA_TRIGGERS` (100), `SLESS_QUOTA_RUNNING_JOBS` (10),
+    /// `SLESS_QUOTA_UPLOADS_PER_MINUTE` (30) and `SLESS_QUOTA_INSTANCES`
+    /// (50). `0` is no limit.
     pub quotas: Quotas,
     /// The fault suite's hook: kill the process right after a commit
     /// (`SLESS_FAULT_CRASH_AFTER_COMMIT=1`). For tests only.

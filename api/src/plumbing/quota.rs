@@ -42,6 +42,9 @@ pub struct Quotas {
     pub uploads_per_minute: Option<u64>,
     /// The window `uploads_per_minute` counts in: a minute.
     pub upload_window: Duration,
+    /// Instances one function of the namespace may scale out to: its
+    /// `max_instances` (10 when left out) is at most this.
+    pub instances: Option<u64>,
 }
 
 impl Quotas {
@@ -55,6 +58,7 @@ impl Quotas {
         running_jobs: Some(10),
         uploads_per_minute: Some(30),
         upload_window: Duration::from_secs(60),
+        instances: Some(50),
     };
 
     /// No quota at all.
@@ -66,6 +70,7 @@ impl Quotas {
         running_jobs: None,
         uploads_per_minute: None,
         upload_window: Duration::from_secs(60),
+        instances: None,
     };
 
     /// Sets the limit of `quota` (`None`: no limit).
@@ -77,6 +82,7 @@ impl Quotas {
             Quota::Triggers => &mut self.triggers,
             Quota::RunningJobs => &mut self.running_jobs,
             Quota::UploadsPerMinute => &mut self.uploads_per_minute,
+            Quota::Instances => &mut self.instances,
         };
         *field = limit;
     }
@@ -90,6 +96,7 @@ impl Quotas {
             Quota::Triggers => self.triggers,
             Quota::RunningJobs => self.running_jobs,
             Quota::UploadsPerMinute => self.uploads_per_minute,
+            Quota::Instances => self.instances,
         }
     }
 }
@@ -109,16 +116,18 @@ pub enum Quota {
     Triggers,
     RunningJobs,
     UploadsPerMinute,
+    Instances,
 }
 
 impl Quota {
-    pub const ALL: [Quota; 6] = [
+    pub const ALL: [Quota; 7] = [
         Quota::Functions,
         Quota::Versions,
         Quota::StoredBytes,
         Quota::Triggers,
         Quota::RunningJobs,
         Quota::UploadsPerMinute,
+        Quota::Instances,
     ];
 
     /// The problem document's `quota` member.
@@ -130,6 +139,7 @@ impl Quota {
             Quota::Triggers => "triggers",
             Quota::RunningJobs => "running_jobs",
             Quota::UploadsPerMinute => "uploads_per_minute",
+            Quota::Instances => "instances",
         }
     }
 
@@ -142,8 +152,40 @@ impl Quota {
             Quota::Triggers => "SLESS_QUOTA_TRIGGERS",
             Quota::RunningJobs => "SLESS_QUOTA_RUNNING_JOBS",
             Quota::UploadsPerMinute => "SLESS_QUOTA_UPLOADS_PER_MINUTE",
+            Quota::Instances => "SLESS_QUOTA_INSTANCES",
         }
     }
+}
+
+/// A function's `max_instances` within its namespace's instance quota:
+/// past it, 422 naming `max_instances`, with the quota and its limit.
+pub fn instances(
+    quotas: &Quotas,
+    ns: &Namespace,
+    spec: &sless_domain::FunctionSpec,
+) -> ApiResult<()> {
+    let (Some(limit), max) = (quotas.instances, u64::from(spec.max_instances())) else {
+        return Ok(());
+    };
+    if max <= limit {
+        return Ok(());
+    }
+    let left_out = if spec.scaling.max_instances.is_none() {
+        " (its default, when left out)"
+    } else {
+        ""
+    };
+    let mut error = ApiError::invalid(
+        "max_instances",
+        format!(
+            "max_instances is {max}{left_out}, and a function of namespace {ns} may scale out to at most {limit} instances (the quota {}): ask for at most {limit}",
+            Quota::Instances.setting()
+        ),
+    );
+    let members = error.members.get_or_insert_with(Default::default);
+    members.insert("quota".to_owned(), Quota::Instances.name().into());
+    members.insert("limit".to_owned(), limit.into());
+    Err(error)
 }
 
 /// A command that would take its namespace past a quota.

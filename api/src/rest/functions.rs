@@ -25,7 +25,7 @@ use crate::plumbing::error::{ApiError, ApiResult};
 use crate::plumbing::json::parse_json;
 use crate::plumbing::paging::{FunctionPages, PageQuery, PageRequest, Paged};
 use crate::plumbing::path::{FunctionPath, NamespacePath, PathParams};
-use crate::plumbing::quota::Demand;
+use crate::plumbing::quota::{self, Demand};
 use crate::rest::function::{
     accepted, answer, function_not_found, load, path_key, target, unchanged, view_of_row,
     view_of_state,
@@ -83,11 +83,13 @@ struct Create {
 impl Handler<Function> for Create {
     async fn decide(
         &mut self,
-        _: &AppState,
+        state: &AppState,
         _: &RequestContext,
         current: Current<'_, Function>,
     ) -> ApiResult<Decided<Function>> {
         let spec = self.spec.clone();
+        spec.validate()?;
+        quota::instances(&state.quotas, &self.target.namespace, &spec)?;
         let events = current
             .state
             .decide(FunctionCommand::Create { spec })?
@@ -401,6 +403,7 @@ impl Handler<Function> for ChangeSpec {
         let spec = apply_update(&self.req, spec)?;
         // Refused before anything is stored for it.
         spec.validate()?;
+        quota::instances(&state.quotas, &self.target.namespace, &spec)?;
         let rebuilt = self.rebuilt_for(state, current, &spec).await?;
         let retention = retention(state);
         let decision = current.decide(FunctionCommand::ChangeSpec {
