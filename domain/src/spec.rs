@@ -204,8 +204,7 @@ impl Scaling {
 
     /// `concurrency`, or the default of `runtime`.
     pub fn concurrency_for(&self, runtime: Runtime) -> u32 {
-        self.concurrency
-            .unwrap_or(runtime.default_concurrency())
+        self.concurrency.unwrap_or(runtime.default_concurrency())
     }
 
     /// `max_instances` between 1 and [`MAX_INSTANCES_LIMIT`],

@@ -150,7 +150,11 @@ fn worker_settings_have_defaults_and_refuse_bad_values() {
     assert_eq!(s.orphan_grace, Duration::from_secs(7200));
     let policy = |c: &WorkerConfig| c.autoscale.unwrap().policy;
     assert_eq!(
-        (policy(&d).stable_window, policy(&d).panic_window, policy(&d).utilisation),
+        (
+            policy(&d).stable_window,
+            policy(&d).panic_window,
+            policy(&d).utilisation
+        ),
         (60.0, 6.0, 0.7)
     );
     let a = worker_with(&[
@@ -160,7 +164,11 @@ fn worker_settings_have_defaults_and_refuse_bad_values() {
     ])
     .unwrap();
     assert_eq!(
-        (policy(&a).stable_window, policy(&a).panic_window, policy(&a).utilisation),
+        (
+            policy(&a).stable_window,
+            policy(&a).panic_window,
+            policy(&a).utilisation
+        ),
         (20.0, 2.0, 1.0)
     );
     for (name, value) in [

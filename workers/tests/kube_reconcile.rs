@@ -478,3 +478,74 @@ async fn a_function_deleted_before_it_ran_is_removed_at_once() {
     assert!(c.namespace().await.is_none(), "a namespace was made for it");
     c.assert_writes_are_ours();
 }
+
+/// The autoscaler's decisions on a cluster: the Deployment's replicas
+/// follow them through its scale subresource (the pod template untouched:
+/// no new ReplicaSet), the log records the instances serving once they
+/// are available, and a second reconcile changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_follow_the_autoscalers_decisions() {
+    use sless_domain::function::FunctionCommand;
+    use sless_domain::{InFlight, ScaleWindow};
+    let (c, h) = harness().await;
+    c.kaniko();
+    c.serve_functions();
+    let key = c.key("crowd");
+    let ns = key.namespace.as_str();
+    let deployment = || async { c.get::<K8sDeployment>(ns, "crowd").await.unwrap() };
+    h.create(&key).await;
+    h.upload(&key, 1, &[("handler.py", &handler("v1"))], true)
+        .await;
+    h.worker.run_once(10).await.unwrap();
+    assert_eq!(h.state(&key).await.phase, Phase::Ready);
+    assert_eq!(deployment().await["spec"]["replicas"], 1);
+    let generation = deployment().await["metadata"]["generation"].clone();
+    let replica_sets = || async {
+        c.list::<k8s_openapi::api::apps::v1::ReplicaSet>(ns, "sless.dev/function=crowd")
+            .await
+            .len()
+    };
+    let before = replica_sets().await;
+
+    for to in [3, 2] {
+        let scaled = sless_store::scaling::decide_and_enqueue(
+            &h.db.pool,
+            &key,
+            FunctionCommand::Scale {
+                to,
+                observed: InFlight(to as f64),
+                window: ScaleWindow::Stable,
+                reason: "the test's load".into(),
+            },
+            Metadata::default(),
+        )
+        .await
+        .unwrap();
+        assert!(scaled.appended.is_some());
+        h.worker.run_once(10).await.unwrap();
+        let d = deployment().await;
+        assert_eq!(d["spec"]["replicas"], to, "{d}");
+        assert_eq!(d["status"]["availableReplicas"], to, "{d}");
+        let state = h.state(&key).await;
+        assert_eq!((state.instances(), state.phase), (to, Phase::Ready));
+        assert!(matches!(
+            h.events(&key).await.last(),
+            Some(FunctionEvent::FunctionDeployed { version: 1, .. })
+        ));
+    }
+    assert_eq!(
+        c.scaled("crowd"),
+        2,
+        "the count changes through the scale subresource"
+    );
+    assert_eq!(replica_sets().await, before, "scaling rolled the pods over");
+    assert_ne!(deployment().await["metadata"]["generation"], generation);
+    // Converged: another reconcile records nothing.
+    let events = h.events(&key).await.len();
+    sless_store::queue::enqueue_reconcile(&h.db.pool, &key.queue_key())
+        .await
+        .unwrap();
+    h.worker.run_once(10).await.unwrap();
+    assert_eq!(h.events(&key).await.len(), events);
+    c.assert_writes_are_ours();
+}

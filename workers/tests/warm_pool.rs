@@ -279,6 +279,46 @@ async fn a_deploy_takes_a_waiting_process_that_then_serves_that_function_alone()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn instances_take_the_waiting_processes_and_the_rest_start_cold() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = driver(dir.path(), 2, 0);
+    let before = waiting(dir.path(), 2).await;
+    let k = key("pooled-many");
+    let artifact = build(&d, &k, Runtime::Python311, ("handler.py", PYTHON)).await;
+    let deployed = d
+        .deploy(DeployRequest {
+            instances: 3,
+            ..deploy(&k, Runtime::Python311, &artifact, &[("GREETING", "hi")])
+        })
+        .await
+        .unwrap();
+    assert_eq!(deployed.ready, 3);
+    let mut pooled = 0;
+    for endpoint in &deployed.instances {
+        let got = call(endpoint).await;
+        assert_eq!(got["greeting"], "hi", "{endpoint}: {got}");
+        assert_eq!(got["files"], json!(["Dockerfile", "handler.py"]), "{got}");
+        if in_pool_range(&got["uid"]) {
+            pooled += 1;
+        } else {
+            assert_eq!(got["uid"], TENANT.uid, "started cold: {got}");
+        }
+    }
+    assert_eq!(pooled, 2, "each waiting process serves an instance");
+    // Each instance is a sandbox of its own, held to the function's
+    // memory_mb; two of them waited in the pool.
+    let programs = jailed_programs(dir.path().to_str().unwrap());
+    assert_eq!(programs.len(), 3, "{programs:?}");
+    for (program, _) in &programs {
+        assert_eq!(memory_max(*program), (96u64 << 20).to_string());
+    }
+    let taken = programs.iter().filter(|(p, _)| before.contains(p)).count();
+    assert_eq!(taken, 2, "{programs:?} {before:?}");
+    d.shutdown().await;
+    waiting(dir.path(), 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_waiting_process_that_dies_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let d = driver(dir.path(), 1, 0);

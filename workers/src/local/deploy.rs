@@ -1,14 +1,20 @@
-//! Deploying a function on the local driver: a process (warm from the
-//! pool, or started cold) is handed its socket, waited for until it
-//! answers its health check, and then replaces the function's previous
-//! process under a supervisor.
+//! Deploying a function on the local driver: it runs as `instances`
+//! instances, each a supervised process on a loopback port of its own.
+//! Each instance's process (warm from the pool, or started cold) is
+//! handed its socket and waited for until it answers its health check.
+//! The same version with the same settings keeps its healthy instances
+//! (the oldest first) and has the missing ones started or the newest
+//! extra ones stopped; anything else starts every instance anew, and the
+//! previous ones stop only once all the new ones are healthy. A start that
+//! fails leaves what served before as it was.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use sless_domain::FunctionKey;
 use tokio::time::Instant;
 
@@ -134,18 +140,73 @@ impl LocalDriver {
             });
         }
 
-        // Idempotence: the same thing already runs and is healthy.
-        if let Some(cur) = self.current(&req.key)
-            && cur.deployment.version == req.version
-            && cur.deployment.artifact == req.artifact
-            && cur.entrypoint == req.entrypoint
-            && cur.env_vars == req.env_vars
-            && cur.pid().is_some()
-            && self.healthy(cur.port, cur.spec()).await
-        {
-            return Ok(cur.deployment.clone());
+        // Of what runs, the instances started as `req` asks that are
+        // healthy serve on; the oldest are kept, up to the count asked for.
+        let want = usize::try_from(req.instances.max(1)).unwrap_or(usize::MAX);
+        let current = self.instances(&req.key);
+        let mut kept = Vec::new();
+        if current.first().is_some_and(|i| runs_as(i, &req)) {
+            let healthy = join_all(
+                current
+                    .iter()
+                    .map(async |i| i.pid().is_some() && self.healthy(i.port, i.spec()).await),
+            )
+            .await;
+            kept = current
+                .iter()
+                .zip(healthy)
+                .filter(|(_, healthy)| *healthy)
+                .map(|(i, _)| i.clone())
+                .take(want)
+                .collect();
+        }
+        if kept.len() == current.len() && kept.len() == want {
+            return self.deployment_of(&kept).ok_or_else(|| {
+                DriverError::Infra(format!("the instances of {} stopped", req.key))
+            });
         }
 
+        let missing = want - kept.len();
+        let mut started = Vec::with_capacity(missing);
+        let mut failure = None;
+        for start in join_all((0..missing).map(|_| self.start_instance(&req, &artifact_dir))).await
+        {
+            match start {
+                Ok(instance) => started.push(instance),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failure {
+            // What served before serves on.
+            stop_all(&started).await;
+            return Err(e);
+        }
+
+        let retired: Vec<Arc<Instance>> = current
+            .iter()
+            .filter(|i| !kept.iter().any(|k| Arc::ptr_eq(i, k)))
+            .cloned()
+            .collect();
+        let serving: Vec<Arc<Instance>> = kept.into_iter().chain(started).collect();
+        self.registry
+            .lock()
+            .unwrap()
+            .insert(req.key.clone(), serving.clone());
+        self.count_processes();
+        stop_all(&retired).await;
+        self.deployment_of(&serving)
+            .ok_or_else(|| DriverError::Infra(format!("the instances of {} stopped", req.key)))
+    }
+
+    /// Starts one instance of `req`, built into `artifact_dir` (see the
+    /// module docs), and supervises it once it is healthy.
+    async fn start_instance(
+        &self,
+        req: &DeployRequest,
+        artifact_dir: &Path,
+    ) -> Result<Arc<Instance>, DriverError> {
         let log_path = self.log_path(&req.key, req.version);
         let sink = tokio::task::spawn_blocking(move || LogSink::open(&log_path))
             .await
@@ -158,17 +219,17 @@ impl LocalDriver {
         // a new one. sless holds it for as long as the instance lives, so
         // while the process is down (a crash, a restart) the port stays
         // sless's and calls wait in its backlog; nobody else can take it.
-        let warm = self.warm_for(&req).await;
+        let warm = self.warm_for(req).await;
         let listener = match warm.as_ref() {
             Some(warm) => warm.listener(),
             None => Arc::new(self.listen()?),
         };
         let port = listener_port(&listener)?;
         let spec = self
-            .launch_spec(&req, &artifact_dir, Some(listener), Vec::new())
+            .launch_spec(req, artifact_dir, Some(listener), Vec::new())
             .await?;
         let to = pool::Specialisation {
-            artifact_dir: &artifact_dir,
+            artifact_dir,
             spec: &spec,
             memory_mb: req.memory_mb,
             job: None,
@@ -199,22 +260,15 @@ impl LocalDriver {
                 log_tail: sink.tail(),
             });
         }
-
-        let deployment = Deployment {
-            version: req.version,
-            endpoint: format!("http://{}", SocketAddr::new(self.cfg.advertise, port)),
-            artifact: req.artifact,
-            node: self.cfg.placement.as_ref().map(|n| n.id.clone()),
-            ready: 1,
-            instances: Vec::new(),
-        };
-        let inst = Instance::supervise(
+        Ok(Instance::supervise(
             InstanceParts {
                 key: req.key.clone(),
-                deployment: deployment.clone(),
+                version: req.version,
+                artifact: req.artifact.clone(),
+                endpoint: format!("http://{}", SocketAddr::new(self.cfg.advertise, port)),
                 port,
-                entrypoint: req.entrypoint,
-                env_vars: req.env_vars,
+                entrypoint: req.entrypoint.clone(),
+                env_vars: req.env_vars.clone(),
                 memory_mb: req.memory_mb,
                 spec,
                 sink,
@@ -222,14 +276,41 @@ impl LocalDriver {
             },
             running,
             self.spawner.clone(),
-        );
-        let previous = self.registry.lock().unwrap().insert(req.key, inst);
-        self.count_processes();
-        if let Some(previous) = previous {
-            previous.stop().await;
-        }
-        Ok(deployment)
+        ))
     }
+
+    /// What `instances` (one function's, in the order they started) serve
+    /// as: those whose process runs, the first one's endpoint the
+    /// function's; `None` when none runs.
+    pub(super) fn deployment_of(&self, instances: &[Arc<Instance>]) -> Option<Deployment> {
+        let running: Vec<&Arc<Instance>> = instances.iter().filter(|i| i.pid().is_some()).collect();
+        let first = running.first()?;
+        Some(Deployment {
+            version: first.version,
+            endpoint: first.endpoint.clone(),
+            artifact: first.artifact.clone(),
+            node: self.cfg.placement.as_ref().map(|n| n.id.clone()),
+            ready: u32::try_from(running.len()).unwrap_or(u32::MAX),
+            instances: running.iter().map(|i| i.endpoint.clone()).collect(),
+        })
+    }
+}
+
+/// Whether `instance` was started as `req` asks: the same version, build,
+/// entrypoint and environment (its memory limit aside).
+fn runs_as(instance: &Instance, req: &DeployRequest) -> bool {
+    instance.version == req.version
+        && instance.artifact == req.artifact
+        && instance.entrypoint == req.entrypoint
+        && instance.env_vars == req.env_vars
+}
+
+/// Stops `instances` gracefully, all at once, and waits until they are gone.
+pub(super) async fn stop_all(instances: &[Arc<Instance>]) {
+    for i in instances {
+        i.signal_stop();
+    }
+    join_all(instances.iter().map(|i| i.stop())).await;
 }
 
 fn human_duration(d: Duration) -> String {

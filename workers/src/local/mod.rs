@@ -11,7 +11,7 @@
 //!     bin/function   go1.23: the wrapper compiled with the user's package
 //!     build.log      what the build printed
 //!     .complete      present once the build is finished
-//! {data_dir}/logs/{ns}/{name}/v{version}.log         stdout + stderr of a version
+//! {data_dir}/logs/{ns}/{name}/v{version}.log         stdout + stderr of a version's instances
 //! {data_dir}/logs/jobs/{run}.log                     stdout + stderr of a job run
 //! {data_dir}/go/{path,cache}/                        GOPATH and GOCACHE of Go builds
 //! {data_dir}/npm/cache/                              npm's cache
@@ -22,17 +22,22 @@
 //! complete. A deployment starts the runtime wrapper (`python3
 //! sless_runtime.py`, `node sless_runtime.cjs`, or the Go binary), waits
 //! until it answers `GET /__sless/health`, and only then replaces the
-//! previous process of the function. Every process has a supervisor task
-//! that restarts it with exponential backoff if it dies. Processes are
-//! spawned from one dedicated thread with `PR_SET_PDEATHSIG`, so they die
-//! with the worker even on `kill -9`, and run in their own process group.
+//! previous processes of the function. A function runs as the number of
+//! instances its deploy asks for, each a process of its own on a loopback
+//! port of its own (held by sless while the instance lives, so a restart
+//! keeps it), all appending to the version's log. Every process has a
+//! supervisor task that restarts it with exponential backoff if it dies.
+//! Processes are spawned from one dedicated thread with
+//! `PR_SET_PDEATHSIG`, so they die with the worker even on `kill -9`, and
+//! run in their own process group.
 //!
 //! This module holds the driver itself ([`LocalDriver`]: its state, start,
 //! shutdown and the [`Driver`] calls); the parts live beside it: `config`
 //! (its settings), `build` (builds), `launch` (how a process is started),
-//! `deploy` (starting a version and waiting until it is healthy), `job`
-//! (one-shot runs), `jails` and `sandbox` (the sandbox's jails), `process`
-//! (spawning and supervising processes) and `pool` (the warm pool).
+//! `deploy` (starting a version's instances and waiting until they are
+//! healthy), `job` (one-shot runs), `jails` and `sandbox` (the sandbox's
+//! jails), `process` (spawning and supervising processes) and `pool` (the
+//! warm pool).
 
 mod build;
 mod config;
@@ -102,8 +107,9 @@ pub struct LocalDriver {
     spawner: Arc<Spawner>,
     /// Processes started ahead (none without the sandbox).
     pool: Option<pool::Pool>,
-    /// The current deployment of each function.
-    registry: Mutex<HashMap<FunctionKey, Arc<Instance>>>,
+    /// The instances of each function that serve, in the order they
+    /// started.
+    registry: Mutex<HashMap<FunctionKey, Vec<Arc<Instance>>>>,
     /// Serialises deploy/remove of one function.
     key_locks: Mutex<HashMap<FunctionKey, Arc<tokio::sync::Mutex<()>>>>,
     closed: AtomicBool,
@@ -211,25 +217,30 @@ impl LocalDriver {
         }
         let all: Vec<Arc<Instance>> = {
             let mut registry = self.registry.lock().unwrap();
-            registry.drain().map(|(_, inst)| inst).collect()
+            registry
+                .drain()
+                .flat_map(|(_, instances)| instances)
+                .collect()
         };
-        for inst in &all {
-            inst.signal_stop();
-        }
-        for inst in &all {
-            inst.stop().await;
-        }
+        deploy::stop_all(&all).await;
     }
 
-    /// The pid of the function's current process, while it runs.
+    /// The pid of the process of the function's first instance, while it
+    /// runs.
     pub fn pid(&self, key: &FunctionKey) -> Option<u32> {
-        self.current(key).and_then(|inst| inst.pid())
+        self.instances(key).first().and_then(|inst| inst.pid())
     }
 
-    /// How often the function's current deployment was restarted after its
-    /// process died.
+    /// The pid of each instance's process of the function, in the order
+    /// they started (`None` while one is down).
+    pub fn pids(&self, key: &FunctionKey) -> Vec<Option<u32>> {
+        self.instances(key).iter().map(|inst| inst.pid()).collect()
+    }
+
+    /// How often the processes of the function's instances were restarted
+    /// after they died.
     pub fn restarts(&self, key: &FunctionKey) -> u32 {
-        self.current(key).map_or(0, |inst| inst.restarts())
+        self.instances(key).iter().map(|inst| inst.restarts()).sum()
     }
 
     /// The crashes of the processes this driver supervises (each one that
@@ -257,14 +268,20 @@ impl LocalDriver {
 
     /// Sets the metric of the function processes this driver runs.
     fn count_processes(&self) {
-        let n = self.registry.lock().unwrap().len();
+        let n: usize = self.registry.lock().unwrap().values().map(Vec::len).sum();
         sless_telemetry::global()
             .processes
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    fn current(&self, key: &FunctionKey) -> Option<Arc<Instance>> {
-        self.registry.lock().unwrap().get(key).cloned()
+    /// The function's instances, in the order they started.
+    fn instances(&self, key: &FunctionKey) -> Vec<Arc<Instance>> {
+        self.registry
+            .lock()
+            .unwrap()
+            .get(key)
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn key_lock(&self, key: &FunctionKey) -> Arc<tokio::sync::Mutex<()>> {
@@ -276,7 +293,7 @@ impl LocalDriver {
 impl Drop for LocalDriver {
     fn drop(&mut self) {
         if let Ok(registry) = self.registry.lock() {
-            for inst in registry.values() {
+            for inst in registry.values().flatten() {
                 inst.signal_stop();
             }
         }
@@ -303,17 +320,14 @@ impl Driver for LocalDriver {
     async fn remove(&self, key: &FunctionKey) -> Result<(), DriverError> {
         let lock = self.key_lock(key);
         let _guard = lock.lock().await;
-        let inst = self.registry.lock().unwrap().remove(key);
+        let instances = self.registry.lock().unwrap().remove(key);
         self.count_processes();
-        if let Some(inst) = inst {
-            inst.stop().await;
-        }
+        deploy::stop_all(&instances.unwrap_or_default()).await;
         Ok(())
     }
 
     async fn status(&self, key: &FunctionKey) -> Option<Deployment> {
-        let inst = self.current(key)?;
-        inst.pid().map(|_| inst.deployment.clone())
+        self.deployment_of(&self.instances(key))
     }
 
     async fn run_job(&self, req: JobRequest) -> Result<JobOutput, DriverError> {
@@ -331,12 +345,17 @@ impl Driver for LocalDriver {
     fn running_here(&self) -> Vec<RunningHere> {
         let registry = self.registry.lock().unwrap();
         registry
-            .values()
-            .map(|inst| RunningHere {
-                key: inst.key.clone(),
-                version: inst.deployment.version,
-                endpoint: inst.deployment.endpoint.clone(),
-                age: inst.deployed_at.elapsed(),
+            .iter()
+            .filter_map(|(key, instances)| {
+                let first = instances.first()?;
+                Some(RunningHere {
+                    key: key.clone(),
+                    version: first.version,
+                    endpoint: first.endpoint.clone(),
+                    // Since the newest instance started: the first one's
+                    // endpoint changes only when one starts.
+                    age: instances.iter().map(|i| i.deployed_at.elapsed()).min()?,
+                })
             })
             .collect()
     }

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::sandbox::{self, Launch};
 use crate::crashes::Crash;
-use crate::driver::Deployment;
+use crate::driver::Artifact;
 use sless_domain::{CrashCause, FunctionKey};
 
 /// How many lines of a function's output are kept in memory.
@@ -178,8 +178,10 @@ impl LogSink {
     pub(crate) fn push(&self, line: &str) {
         let line = line.trim_end_matches(['\n', '\r']);
         if let Some(file) = self.file.lock().unwrap().as_mut() {
-            // Losing a log line is better than failing the function.
-            let _ = writeln!(file, "{line}");
+            // One write per line: the instances of a version append to
+            // the same file, and their lines must not interleave. Losing a
+            // log line is better than failing the function.
+            let _ = file.write_all(format!("{line}\n").as_bytes());
         }
         let mut ring = self.ring.lock().unwrap();
         if ring.len() == RING_LINES {
@@ -380,11 +382,15 @@ struct InstanceState {
     restarts: u32,
 }
 
-/// One deployed function: the running process, how to restart it and what
-/// it was deployed from.
+/// One instance of a deployed function: the running process, how to
+/// restart it and what it was deployed from.
 pub(crate) struct Instance {
     pub key: FunctionKey,
-    pub deployment: Deployment,
+    pub version: u32,
+    pub artifact: Artifact,
+    /// Where it serves, e.g. `http://127.0.0.1:41234` (its port is sless's
+    /// for as long as the instance lives, restarts included).
+    pub endpoint: String,
     /// When it was deployed (became healthy).
     pub deployed_at: Instant,
     pub port: u16,
@@ -402,7 +408,9 @@ pub(crate) struct Instance {
 /// What an [`Instance`] is made of, apart from its process.
 pub(crate) struct InstanceParts {
     pub key: FunctionKey,
-    pub deployment: Deployment,
+    pub version: u32,
+    pub artifact: Artifact,
+    pub endpoint: String,
     pub port: u16,
     pub entrypoint: String,
     pub env_vars: BTreeMap<String, String>,
@@ -423,7 +431,9 @@ impl Instance {
         let (stop_tx, stop_rx) = watch::channel(false);
         let inst = Arc::new(Instance {
             key: parts.key,
-            deployment: parts.deployment,
+            version: parts.version,
+            artifact: parts.artifact,
+            endpoint: parts.endpoint,
             deployed_at: Instant::now(),
             port: parts.port,
             entrypoint: parts.entrypoint,
@@ -511,7 +521,7 @@ impl Instance {
             running = loop {
                 tracing::warn!(
                     function = %self.key,
-                    version = self.deployment.version,
+                    version = self.version,
                     "{problem}; restarting in {} ms",
                     backoff.as_millis()
                 );
@@ -574,7 +584,7 @@ impl Instance {
         };
         let _ = self.crashes.send(Crash {
             key: self.key.clone(),
-            version: self.deployment.version,
+            version: self.version,
             cause,
             detail,
             memory_mb: (cause == CrashCause::Oom).then_some(self.memory_mb),

@@ -89,13 +89,18 @@ pub fn next(state: &Function, observed: &Observed) -> Action {
         return serving_as_it_is(state);
     }
     // Converged: the current version runs, where the log says, started
-    // with the spec the log has now (a spec change redeploys).
+    // with the spec the log has now (a spec change redeploys), as many
+    // instances of it as should, at the endpoints the log has (a count
+    // that changed, or an instance started again elsewhere, deploys again
+    // and records where they serve now).
     let converged = !elsewhere
         && observed.running.as_ref().is_some_and(|d| {
             d.version == current.version
                 && state.deployed_version == Some(current.version)
                 && state.endpoint.as_deref() == Some(d.endpoint.as_str())
                 && state.deployed_with_current_spec()
+                && d.ready == state.instances()
+                && d.instances == state.instance_endpoints
         });
     if converged {
         return serving_as_it_is(state);

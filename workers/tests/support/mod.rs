@@ -16,6 +16,7 @@ use sless_store::blobs::{self, BlobStore};
 use sless_store::eventlog::{self, Metadata, NewEvent};
 use sless_store::{PgPool, queue};
 use sless_testkit::{TestDb, TestS3, scratch_dir};
+use sless_workers::driver::{Artifact, BuildRequest, DeployRequest};
 use sless_workers::local::{LocalDriver, LocalDriverConfig};
 use sless_workers::{Driver, Reconciler, Worker, WorkerConfig};
 
@@ -182,4 +183,57 @@ pub async fn pending(pool: &PgPool) -> i64 {
 
 pub fn handler(reply: &str) -> String {
     format!("def handle(event):\n    return {{'reply': '{reply}', 'path': event['path']}}\n")
+}
+
+/// A local driver with its data below `dir`, in the sandbox, functions
+/// run by `SLESS_PYTHON` (or `python3`) with the test's environment.
+pub fn local_driver(dir: &std::path::Path) -> LocalDriver {
+    LocalDriver::new(LocalDriverConfig {
+        python: std::env::var("SLESS_PYTHON").unwrap_or_else(|_| "python3".into()),
+        env: std::env::vars().collect(),
+        ..LocalDriverConfig::new(dir)
+    })
+    .unwrap()
+}
+
+/// The build of `version` of the Python function `key` made of `files`
+/// (cached by their contents, as the API's contexts are).
+pub fn python_build(key: &FunctionKey, version: u32, files: &[(&str, &str)]) -> BuildRequest {
+    let files: BTreeMap<String, Vec<u8>> = files
+        .iter()
+        .map(|(p, c)| (p.to_string(), c.as_bytes().to_vec()))
+        .collect();
+    let context = archive::build_context(Runtime::Python311, &files);
+    let context_sha256 = archive::sha256_hex(&context);
+    BuildRequest {
+        key: key.clone(),
+        version,
+        runtime: Runtime::Python311,
+        context_key: blobs::context_key(&context_sha256),
+        context_sha256,
+        context,
+        built: None,
+        log: Default::default(),
+    }
+}
+
+/// A deploy of `instances` instances of `version` of the Python function
+/// `key` (entrypoint `handler.handle`), built as `artifact`.
+pub fn python_deploy(
+    key: &FunctionKey,
+    version: u32,
+    artifact: &Artifact,
+    instances: u32,
+) -> DeployRequest {
+    DeployRequest {
+        key: key.clone(),
+        version,
+        runtime: Runtime::Python311,
+        entrypoint: "handler.handle".into(),
+        memory_mb: 128,
+        timeout_sec: 30,
+        env_vars: BTreeMap::new(),
+        artifact: artifact.clone(),
+        instances,
+    }
 }

@@ -1,7 +1,9 @@
 //! `next`, table-driven: each row is a function's history, what was seen
 //! of what runs, and the action it calls for.
 
-use sless_domain::{Function, FunctionEvent, FunctionSpec, Runtime, SourceVersion};
+use sless_domain::{
+    Function, FunctionEvent, FunctionSpec, InFlight, Runtime, ScaleWindow, SourceVersion,
+};
 use sless_store::trigger_index::HttpTriggers;
 
 use super::{Action, Observed, next};
@@ -266,6 +268,83 @@ fn each_state_calls_for_its_action() {
             serving_on(1, Some("a")),
             from("a", false, running(1)),
             Action::Nothing,
+        ),
+    ];
+    for (what, history, observed, want) in rows {
+        let state = fold(&history);
+        assert_eq!(next(&state, &observed), want, "{what}");
+    }
+}
+
+fn scaled(from: u32, to: u32) -> FunctionEvent {
+    FunctionEvent::FunctionScaled {
+        from,
+        to,
+        observed: InFlight(f64::from(to)),
+        window: ScaleWindow::Stable,
+        reason: "load".into(),
+    }
+}
+
+/// Instance `n` of version 1's endpoints.
+fn instance(n: u32) -> String {
+    format!("http://127.0.0.1:{}", 9100 + n)
+}
+
+/// Version 1 deployed as the instances `ns` (the first one's endpoint the
+/// function's).
+fn deployed_as(ns: &[u32]) -> FunctionEvent {
+    FunctionEvent::FunctionDeployed {
+        version: 1,
+        endpoint: instance(ns[0]),
+        node: None,
+        instances: ns.iter().copied().map(instance).collect(),
+    }
+}
+
+/// Version 1 running as the instances `ns`.
+fn running_as(ns: &[u32]) -> Option<Deployment> {
+    Some(Deployment {
+        endpoint: instance(ns[0]),
+        ready: u32::try_from(ns.len()).unwrap(),
+        instances: ns.iter().copied().map(instance).collect(),
+        ..running(1).unwrap()
+    })
+}
+
+#[test]
+fn the_count_and_the_instances_that_serve_are_part_of_converged() {
+    let serving_three = with(serving(1), [scaled(1, 3), deployed_as(&[1, 2, 3])]);
+    let rows: Vec<(&str, Vec<FunctionEvent>, Observed, Action)> = vec![
+        (
+            "scaled out, one instance runs",
+            with(serving(1), [scaled(1, 3)]),
+            seen(running(1)),
+            Action::Deploy { version: 1 },
+        ),
+        (
+            "three instances at the endpoints the log has",
+            serving_three.clone(),
+            seen(running_as(&[1, 2, 3])),
+            Action::Nothing,
+        ),
+        (
+            "an instance serves elsewhere now",
+            serving_three.clone(),
+            seen(running_as(&[1, 2, 4])),
+            Action::Deploy { version: 1 },
+        ),
+        (
+            "an instance is down",
+            serving_three.clone(),
+            seen(running_as(&[1, 2])),
+            Action::Deploy { version: 1 },
+        ),
+        (
+            "scaled in, three run",
+            with(serving_three, [scaled(3, 2)]),
+            seen(running_as(&[1, 2, 3])),
+            Action::Deploy { version: 1 },
         ),
     ];
     for (what, history, observed, want) in rows {
