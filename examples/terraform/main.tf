@@ -27,6 +27,10 @@ resource "sless_function" "greeter" {
   source_dir  = "${path.module}/greeter"
   memory_mb   = 128
   timeout_sec = 10
+  # Scaled out to at most 3 instances, each taking 10 calls at once; with
+  # min_instances unset (0) it scales to zero when idle.
+  max_instances = 3
+  concurrency   = 10
   env_vars = {
     GREETING = "hello"
   }

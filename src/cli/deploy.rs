@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::Deserialize;
 use sless_client::package::{PackLimits, zip_dir};
+use sless_client::types::FunctionView;
 use sless_client::{Client, CreateFunction, UpdateFunction};
+use sless_domain::DomainError;
+use sless_domain::spec::Scaling;
 
 use super::follow::{Watch, secs};
 use super::output::{Failure, Out};
@@ -47,6 +50,17 @@ pub struct DeployArgs {
     /// next call starts it again); 0: never.
     #[arg(long = "scale-to-zero-after-sec")]
     pub scale_to_zero_after_sec: Option<u32>,
+    /// Instances kept running however quiet it is (0: it scales to zero
+    /// when idle); at most --max-instances.
+    #[arg(long = "min-instances", value_name = "N")]
+    pub min_instances: Option<u32>,
+    /// The most instances it scales out to, 1 to 100 (default 10).
+    #[arg(long = "max-instances", value_name = "N")]
+    pub max_instances: Option<u32>,
+    /// Calls one instance takes at once, 1 to 1000 (default: the
+    /// runtime's: python3.11 10, nodejs20 50, go1.23 100).
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<u32>,
     /// Do not wait for the build and deploy.
     #[arg(long)]
     pub no_wait: bool,
@@ -68,6 +82,9 @@ struct Manifest {
     memory_mb: Option<u32>,
     timeout_sec: Option<u32>,
     scale_to_zero_after_sec: Option<u32>,
+    min_instances: Option<u32>,
+    max_instances: Option<u32>,
+    concurrency: Option<u32>,
     env: Option<BTreeMap<String, String>>,
 }
 
@@ -79,6 +96,10 @@ struct Wanted {
     memory_mb: Option<u32>,
     timeout_sec: Option<u32>,
     scale_to_zero_after_sec: Option<u32>,
+    /// The scaling settings given (by a flag or in sless.toml).
+    scaling: Scaling,
+    /// Those of them given by a flag (the others are sless.toml's).
+    flagged: Vec<&'static str>,
     env: Option<BTreeMap<String, String>>,
 }
 
@@ -147,8 +168,72 @@ fn wanted(args: &DeployArgs) -> Result<Wanted, Failure> {
         scale_to_zero_after_sec: args
             .scale_to_zero_after_sec
             .or(manifest.scale_to_zero_after_sec),
+        scaling: Scaling {
+            min_instances: args.min_instances.or(manifest.min_instances),
+            max_instances: args.max_instances.or(manifest.max_instances),
+            concurrency: args.concurrency.or(manifest.concurrency),
+        },
+        flagged: [
+            ("min_instances", args.min_instances),
+            ("max_instances", args.max_instances),
+            ("concurrency", args.concurrency),
+        ]
+        .into_iter()
+        .filter_map(|(setting, flag)| flag.map(|_| setting))
+        .collect(),
         env,
     })
+}
+
+/// Checks the scaling the function will have once `w` is applied over
+/// `now` (the function as it is; `None`: it is created), with the
+/// domain's rule, before anything is sent. The error names the flag, or
+/// the key of sless.toml, that asked for the value at fault.
+fn check_scaling(w: &Wanted, now: Option<&FunctionView>) -> Result<(), Failure> {
+    let asked = w.scaling;
+    let after = match now {
+        None => asked,
+        Some(f) => Scaling {
+            min_instances: asked.min_instances.or(f.min_instances),
+            max_instances: asked.max_instances.or(f.max_instances),
+            concurrency: asked.concurrency.or(f.concurrency),
+        },
+    };
+    after.validate().map_err(|e| match e {
+        DomainError::Invalid { field, detail } => {
+            // `min_instances` above the function's `max_instances`: the
+            // max asked for is at fault when the min was not asked for.
+            let at_fault = w.origin(field).or_else(|| {
+                (field == "min_instances")
+                    .then(|| w.origin("max_instances"))
+                    .flatten()
+            });
+            Failure::usage(match at_fault {
+                Some(origin) => format!("{origin}: {detail}"),
+                None => detail,
+            })
+        }
+        other => Failure::usage(other.to_string()),
+    })
+}
+
+impl Wanted {
+    /// Where scaling setting `setting` was asked for: its flag, or its key
+    /// in sless.toml; `None` when it was not.
+    fn origin(&self, setting: &str) -> Option<String> {
+        let asked = match setting {
+            "min_instances" => self.scaling.min_instances,
+            "max_instances" => self.scaling.max_instances,
+            "concurrency" => self.scaling.concurrency,
+            _ => None,
+        };
+        asked?;
+        Some(if self.flagged.contains(&setting) {
+            format!("--{}", setting.replace('_', "-"))
+        } else {
+            format!("{setting} in {MANIFEST}")
+        })
+    }
 }
 
 /// A function name from a directory's: `hello_World` → `hello-world`.
@@ -194,7 +279,7 @@ fn runtime_of_dir(dir: &Path) -> Result<String, Failure> {
 }
 
 /// The fields of `wanted` that differ from the function's now.
-fn change_of(w: &Wanted, f: &sless_client::types::FunctionView) -> UpdateFunction {
+fn change_of(w: &Wanted, f: &FunctionView) -> UpdateFunction {
     let differs = |now: &Option<String>, want: &str| now.as_deref() != Some(want);
     UpdateFunction {
         name: None,
@@ -206,9 +291,15 @@ fn change_of(w: &Wanted, f: &sless_client::types::FunctionView) -> UpdateFunctio
         scale_to_zero_after_sec: w
             .scale_to_zero_after_sec
             .filter(|s| f.scale_to_zero_after_sec != Some(*s)),
-        min_instances: None,
-        max_instances: None,
-        concurrency: None,
+        min_instances: w
+            .scaling
+            .min_instances
+            .filter(|m| f.min_instances != Some(*m)),
+        max_instances: w
+            .scaling
+            .max_instances
+            .filter(|m| f.max_instances != Some(*m)),
+        concurrency: w.scaling.concurrency.filter(|c| f.concurrency != Some(*c)),
     }
 }
 
@@ -219,6 +310,9 @@ fn is_empty(c: &UpdateFunction) -> bool {
         && c.timeout_sec.is_none()
         && c.env_vars.is_none()
         && c.scale_to_zero_after_sec.is_none()
+        && c.min_instances.is_none()
+        && c.max_instances.is_none()
+        && c.concurrency.is_none()
 }
 
 pub async fn deploy(client: &Client, out: &Out, args: DeployArgs) -> Result<(), Failure> {
@@ -238,8 +332,14 @@ pub async fn deploy(client: &Client, out: &Out, args: DeployArgs) -> Result<(), 
     }
     // Followed from before the first change: nothing it causes is missed.
     let tail = client.tail_function(&w.name).await?;
-    let (created, spec_changed, runtime_changed) = match client.get_function(&w.name).await {
-        Ok(f) => {
+    let now = match client.get_function(&w.name).await {
+        Ok(f) => Some(f),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e.into()),
+    };
+    check_scaling(&w, now.as_ref().map(|f| &f.doc))?;
+    let (created, spec_changed, runtime_changed) = match now {
+        Some(f) => {
             let change = change_of(&w, &f);
             if is_empty(&change) {
                 (false, false, false)
@@ -249,7 +349,7 @@ pub async fn deploy(client: &Client, out: &Out, args: DeployArgs) -> Result<(), 
                 (false, true, runtime)
             }
         }
-        Err(e) if e.is_not_found() => {
+        None => {
             let defaults: CreateFunction = serde_json::from_value(serde_json::json!({
                 "name": w.name, "runtime": w.runtime, "entrypoint": w.entrypoint,
             }))
@@ -260,12 +360,14 @@ pub async fn deploy(client: &Client, out: &Out, args: DeployArgs) -> Result<(), 
                     timeout_sec: w.timeout_sec.unwrap_or(defaults.timeout_sec),
                     env_vars: w.env.clone().unwrap_or_default(),
                     scale_to_zero_after_sec: w.scale_to_zero_after_sec,
+                    min_instances: w.scaling.min_instances,
+                    max_instances: w.scaling.max_instances,
+                    concurrency: w.scaling.concurrency,
                     ..defaults
                 })
                 .await?;
             (true, false, false)
         }
-        Err(e) => return Err(e.into()),
     };
     let uploaded = client.upload(&w.name, packed.bytes.clone()).await?;
     let unchanged = uploaded.unchanged == Some(true);
@@ -318,7 +420,7 @@ fn report_unchanged(
     out: &Out,
     name: &str,
     version: u32,
-    f: &sless_client::types::FunctionView,
+    f: &FunctionView,
     started: Instant,
 ) -> Result<(), Failure> {
     if out.json() {
@@ -407,3 +509,6 @@ pub fn size(bytes: u64) -> String {
         format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -24,11 +24,15 @@ fn version_type() -> Type {
 }
 
 /// What a function shows, in both data sources.
-const FUNCTION_FIELDS: [(&str, Type); 11] = [
+const FUNCTION_FIELDS: [(&str, Type); 15] = [
     ("runtime", Type::String),
     ("entrypoint", Type::String),
     ("memory_mb", Type::Number),
     ("timeout_sec", Type::Number),
+    ("min_instances", Type::Number),
+    ("max_instances", Type::Number),
+    ("concurrency", Type::Number),
+    ("instances", Type::Number),
     ("phase", Type::String),
     ("version", Type::Number),
     ("deployed_version", Type::Number),
@@ -123,6 +127,10 @@ fn fields_of(f: &sless_client::types::FunctionView) -> Vec<(&'static str, Value)
         ("entrypoint", text(&f.entrypoint)),
         ("memory_mb", Value::opt(f.memory_mb, Value::int)),
         ("timeout_sec", Value::opt(f.timeout_sec, Value::int)),
+        ("min_instances", Value::opt(f.min_instances, Value::int)),
+        ("max_instances", Value::opt(f.max_instances, Value::int)),
+        ("concurrency", Value::opt(f.concurrency, Value::int)),
+        ("instances", Value::opt(f.instances, Value::int)),
         ("phase", Value::string(f.phase.clone())),
         ("version", Value::opt(f.version, Value::int)),
         (

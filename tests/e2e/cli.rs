@@ -93,7 +93,10 @@ async fn a_user_deploys_invokes_diffs_and_rolls_back_with_the_command_line_only(
         &app,
         &[
             ("handler.py", HANDLER_V1),
-            ("sless.toml", "name = \"app\"\n"),
+            (
+                "sless.toml",
+                "name = \"app\"\nmax_instances = 3\nconcurrency = 5\n",
+            ),
         ],
     );
     let (stdout, _) = user.expect(&["deploy", app.to_str().unwrap()], 0);
@@ -103,13 +106,39 @@ async fn a_user_deploys_invokes_diffs_and_rolls_back_with_the_command_line_only(
     );
     let answer = user.ok(&["invoke", "app"]);
     assert_eq!(answer.trim(), r#"{"v": 1}"#);
+    // The scaling settings of sless.toml, shown by `get`.
+    let shown = user.ok(&["get", "app"]);
+    for line in [
+        "instances:      1 (min 0, max 3)",
+        "concurrency:    5 calls at once per instance",
+    ] {
+        assert!(shown.contains(line), "{line:?} in:\n{shown}");
+    }
+    let doc = user.json(&["get", "app"]);
+    assert_eq!(
+        (
+            &doc["min_instances"],
+            &doc["max_instances"],
+            &doc["concurrency"]
+        ),
+        (
+            &serde_json::json!(0),
+            &serde_json::json!(3),
+            &serde_json::json!(5)
+        ),
+        "{doc}"
+    );
 
-    // The same directory again: unchanged, no version added.
+    // The same directory again: unchanged (its settings are the
+    // function's: none is sent), no version added.
     let again = user.json(&["deploy", app.to_str().unwrap()]);
     assert_eq!(again["unchanged"], true, "{again}");
     assert_eq!(again["version"], 1);
     let versions = user.json(&["versions", "app"]);
     assert_eq!(versions["items"].as_array().unwrap().len(), 1, "{versions}");
+    // A flag wins over sless.toml.
+    user.ok(&["deploy", app.to_str().unwrap(), "--max-instances", "4"]);
+    assert_eq!(user.json(&["get", "app"])["max_instances"], 4);
 
     // A change: version 2, then the diff between them, and a rollback.
     write(&app, &[("handler.py", HANDLER_V2)]);
@@ -291,6 +320,45 @@ async fn a_build_that_fails_exits_1_with_pips_error_and_a_directory_that_cannot_
         stderr.contains("the build of broken version 1 failed"),
         "{stderr}"
     );
+
+    // Scaling settings the domain refuses: one line naming the flag (or
+    // the key), exit 2, and nothing sent.
+    let scaled = root.join("scaled");
+    write(&scaled, &[("handler.py", HANDLER_V1)]);
+    let dir = scaled.to_str().unwrap();
+    type Case<'a> = (&'a [&'a str], Option<&'a str>, &'a str);
+    let cases: &[Case] = &[
+        (
+            &["--min-instances", "5", "--max-instances", "2"],
+            None,
+            "--min-instances: min_instances (5) must not be above its max_instances, 2",
+        ),
+        (&["--concurrency", "0"], None, "--concurrency: concurrency"),
+        (
+            &["--max-instances", "101"],
+            None,
+            "--max-instances: max_instances must be between 1 and 100",
+        ),
+        (
+            &[],
+            Some("max_instances = 0\n"),
+            "max_instances in sless.toml: ",
+        ),
+    ];
+    for (flags, manifest, said) in cases {
+        let _ = std::fs::remove_file(scaled.join("sless.toml"));
+        if let Some(text) = manifest {
+            write(&scaled, &[("sless.toml", text)]);
+        }
+        let mut args = vec!["deploy", dir];
+        args.extend(*flags);
+        let (_, stderr) = user.expect(&args, 2);
+        assert!(
+            stderr.starts_with(&format!("error: {said}")) && stderr.lines().count() == 1,
+            "{flags:?} {manifest:?}: {stderr}"
+        );
+        user.expect(&["get", "scaled"], 4);
+    }
 
     // A symlink out of the tree: refused before anything is sent.
     let outside = root.join("secret.txt");

@@ -2,7 +2,9 @@
 //! p99 per minute, inline SVG) and filters, and the namespace's audit log
 //! with the API's filters, paged, and a live mode (`assets/console.js`
 //! follows `events/stream`, the API's tail as the session's caller, and
-//! adds each change at the top without a reload).
+//! adds each change at the top without a reload). A scaling event is also
+//! said in words (`in_words`): from how many instances to how many, and
+//! the autoscaler's reason.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 use sless_api_types::{EventPage, InvocationPage, InvocationView};
+use sless_domain::FunctionEvent;
 
 use super::calls::api_json;
 use super::page::{self, Page};
@@ -218,7 +221,12 @@ pub async fn events(
                         td { (Text(&e.event_type)) }
                         td { code { (Text(&e.stream)) } }
                         td { (Text(e.actor.as_deref().unwrap_or(""))) }
-                        td { code { (Text(&hide_env_values(&e.data).to_string())) } }
+                        td {
+                            @if let Some(words) = in_words(&e.event_type, &e.data) {
+                                span.reason { (Text(&words)) } br;
+                            }
+                            code { (Text(&hide_env_values(&e.data).to_string())) }
+                        }
                     }
                 }
             }
@@ -228,6 +236,28 @@ pub async fn events(
         }
     };
     Page::of(&session, &ns, "Audit log", body).into_response()
+}
+
+/// A scaling event in words, over its data: how many instances serve
+/// after it, and why. `assets/console.js` writes a live row's the same way.
+pub fn in_words(event_type: &str, data: &serde_json::Value) -> Option<String> {
+    match FunctionEvent::from_stored(event_type, data).ok()? {
+        FunctionEvent::FunctionScaled {
+            from,
+            to,
+            window,
+            reason,
+            ..
+        } => Some(format!(
+            "{from} → {to} instances ({} window): {reason}",
+            window.as_str()
+        )),
+        FunctionEvent::FunctionScaledToZero { reason, .. } => {
+            Some(format!("→ 0 instances: {reason}"))
+        }
+        FunctionEvent::FunctionScaledUp { reason } => Some(format!("started from zero: {reason}")),
+        _ => None,
+    }
 }
 
 /// Keys whose object in an event's data is an environment (a function's
@@ -329,6 +359,40 @@ mod tests {
                 "env_vars": "not an environment",
             })
         );
+    }
+
+    #[test]
+    fn scaling_events_are_said_in_words_and_others_are_not() {
+        let cases = [
+            (
+                "FunctionScaled",
+                serde_json::json!({"from": 1, "to": 4, "observed": 2.75, "window": "panic", "reason": "a burst"}),
+                Some("1 → 4 instances (panic window): a burst"),
+            ),
+            (
+                "FunctionScaledToZero",
+                serde_json::json!({"version": 2, "reason": "no call for 300 s"}),
+                Some("→ 0 instances: no call for 300 s"),
+            ),
+            (
+                "FunctionScaledUp",
+                serde_json::json!({"reason": "a call"}),
+                Some("started from zero: a call"),
+            ),
+            (
+                "FunctionDeployed",
+                serde_json::json!({"version": 1, "endpoint": "http://x"}),
+                None,
+            ),
+            ("FunctionScaled", serde_json::json!({"to": 4}), None),
+        ];
+        for (event_type, data, want) in cases {
+            assert_eq!(
+                in_words(event_type, &data).as_deref(),
+                want,
+                "{event_type} {data}"
+            );
+        }
     }
 
     #[test]

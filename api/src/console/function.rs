@@ -1,9 +1,13 @@
 //! A function's page: its spec and the names of its environment (never the
-//! values), its triggers, a form that calls it through `/fn` and shows the
-//! answer ("try it"), a form that runs it as a job, its current source as a
-//! tree of files with numbered, coloured lines (binary files marked), and
-//! the build log of its live version (and of the failed one, when the last
-//! build failed).
+//! values), how it scales (the instances serving, their bounds, the calls
+//! one takes at once, the calls in flight now) with a chart of the
+//! instances over the last hour (`scaling`), its triggers, a form that
+//! calls it through `/fn` and shows the answer ("try it"), a form that
+//! runs it as a job, its current source as a tree of files with numbered,
+//! coloured lines (binary files marked), and the build log of its live
+//! version (and of the failed one, when the last build failed).
+
+mod scaling;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -77,6 +81,10 @@ pub async fn show(
             Ok(l) => l.into_iter().filter(|t| t.function == f.name).collect(),
             Err(r) => return r,
         };
+    let history = match scaling::history(&state, &caller, &ns, &name).await {
+        Ok(h) => h,
+        Err(r) => return r,
+    };
     let env_names: Vec<&String> = f.env_vars.iter().flat_map(|m| m.keys()).collect();
     let base = format!("/console/ns/{ns}/functions/{name}");
     let body = html! {
@@ -98,11 +106,30 @@ pub async fn show(
                 @if let Some(v) = f.version { "v" (v) } @else { "none yet" }
                 @if let Some(d) = f.deployed_version { " (v" (d) " runs)" }
             }
+            dt { "Instances" } dd {
+                @if let Some(n) = f.instances { (n) " serving" }
+                @if f.instances == Some(0) && f.phase == "Ready" { " (scaled to zero: the next call starts it)" }
+                @if let (Some(min), Some(max)) = (f.min_instances, f.max_instances) {
+                    " " span.hint { "(min " (min) ", max " (max) ")" }
+                }
+            }
+            dt { "Concurrency" } dd { @if let Some(c) = f.concurrency { (c) " calls at once per instance" } }
+            dt { "In flight" } dd { @if let Some(n) = f.in_flight { (n) " calls now" } }
             dt { "URL" } dd.url { code { (Text(&f.url)) } button.copy type="button" data-copy=(f.url) { "Copy" } }
             dt { "Environment" } dd {
                 @if env_names.is_empty() { "none" }
                 @for name in &env_names { code { (Text(name)) } " " }
                 @if !env_names.is_empty() { span.hint { "(values hidden)" } }
+            }
+        }
+        h2 { "Instances" }
+        @match &history {
+            Some(steps) => (scaling::chart(steps, chrono::Utc::now())),
+            None => p.hint { "Its history is too long to chart here." },
+        }
+        p.links {
+            a href={ "/console/ns/" (ns) "/events?function=" (f.name) "&type=FunctionScaled&type=FunctionScaledToZero&type=FunctionScaledUp" } {
+                "Scaling events"
             }
         }
         h2 { "Triggers" }

@@ -1,7 +1,7 @@
 //! The namespace page: its functions (phase, live version, runtime,
-//! memory, the last upload and who made it, the `/fn` URL, calls and
-//! errors in the last hour), paged at 50, and its triggers with a switch
-//! each; and the switch's form.
+//! memory, the instances serving and their bounds, the last upload and who
+//! made it, the `/fn` URL, calls and errors in the last hour), paged at
+//! 50, and its triggers with a switch each; and the switch's form.
 
 use std::collections::HashMap;
 
@@ -96,7 +96,7 @@ pub async fn show(
         } @else {
             table.functions {
                 thead { tr {
-                    th { "Name" } th { "Phase" } th { "Live" } th { "Runtime" } th { "Memory" }
+                    th { "Name" } th { "Phase" } th { "Live" } th { "Runtime" } th { "Memory" } th { "Instances" }
                     th { "Last upload" } th { "Calls (1 h)" } th { "Errors (1 h)" } th { "URL" }
                 } }
                 tbody {
@@ -109,6 +109,12 @@ pub async fn show(
                             td { @if let Some(v) = f.deployed_version { "v" (v) } @else { "–" } }
                             td { (Text(f.runtime.as_deref().unwrap_or("–"))) }
                             td { @if let Some(m) = f.memory_mb { (m) " MiB" } }
+                            td.num {
+                                @if let Some(n) = f.instances { (n) }
+                                @if let (Some(min), Some(max)) = (f.min_instances, f.max_instances) {
+                                    " " span.hint { "(" (min) "–" (max) ")" }
+                                }
+                            }
                             td {
                                 @if let Some(u) = upload {
                                     "v" (u.version) " · " (Text(u.uploaded_by.as_deref().unwrap_or("?"))) " · "

@@ -1,6 +1,7 @@
 //! The console's pages past the namespace's: versions, their diff, a zip
 //! and a rollback; a trigger's runs; a job run from a form; a function's
-//! calls with their chart; the audit log and its live stream; "try it".
+//! calls with their chart; how a function scales, with the chart of its
+//! instances; the audit log and its live stream; "try it".
 
 use axum::http::{StatusCode, header};
 use sless_store::invocations::{self, Invocation};
@@ -439,4 +440,78 @@ async fn a_function_scaled_to_zero_shows_so_on_its_pages() {
     assert!(napping.text.contains("scaled to zero"), "{}", napping.text);
     let awake = browser.get(&format!("{home}/functions/awake")).await;
     assert!(!awake.text.contains("scaled to zero"), "{}", awake.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_functions_page_shows_how_it_scales_and_its_instances_over_the_last_hour() {
+    use sless_store::eventlog::{self, Metadata, NewEvent};
+    let env = Env::new().await;
+    let created = env
+        .send(post_json(
+            &functions_uri(&ns(ALICE)),
+            Some(&token(ALICE)),
+            r#"{"name": "busy", "runtime": "python3.11", "entrypoint": "handler.handle",
+                "min_instances": 1, "max_instances": 5, "concurrency": 4}"#,
+        ))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    // As a worker and the autoscaler record them: one instance, then three.
+    let reason = "9.5 calls in flight over the last 60 s; 70% of concurrency 4 per instance is 2.8";
+    let recorded = [
+        (
+            "FunctionDeployed",
+            serde_json::json!({ "version": 1, "endpoint": "http://127.0.0.1:9" }),
+        ),
+        (
+            "FunctionScaled",
+            serde_json::json!({ "from": 1, "to": 3, "observed": 9.5, "window": "stable", "reason": reason }),
+        ),
+    ]
+    .map(|(t, data)| NewEvent {
+        event_type: t.into(),
+        namespace: ns(ALICE),
+        data,
+        metadata: Metadata {
+            actor: "system:worker".into(),
+            ..Default::default()
+        },
+    });
+    let mut tx = env.db.pool.begin().await.unwrap();
+    eventlog::append(&mut tx, &stream_of(ALICE, "busy"), 1, &recorded)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    env.catch_up().await;
+    let mut browser = Browser::new(&env);
+    browser.sign_in(ALICE).await;
+    let home = format!("/console/ns/{}", ns(ALICE));
+
+    let page = browser.get(&format!("{home}/functions/busy")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    for shown in [
+        r#"<dt>Instances</dt><dd>3 serving <span class="hint">(min 1, max 5)</span></dd>"#,
+        "<dt>Concurrency</dt><dd>4 calls at once per instance</dd>",
+        "<dt>In flight</dt>",
+        r#"aria-label="Instances serving, the last hour""#,
+        r#"class="instances""#,
+        "the last hour: 3 now, 2 changes",
+        "type=FunctionScaled&amp;type=FunctionScaledToZero",
+    ] {
+        assert!(page.text.contains(shown), "{shown:?}: {}", page.text);
+    }
+    let events = browser.get(&format!("{home}/events?function=busy")).await;
+    assert!(
+        events.text.contains(&format!(
+            r#"<span class="reason">1 → 3 instances (stable window): {reason}</span>"#
+        )),
+        "{}",
+        events.text
+    );
+    let list = browser.get(&home).await;
+    assert!(
+        list.text
+            .contains(r#"<td class="num">3 <span class="hint">(1–5)</span></td>"#),
+        "{}",
+        list.text
+    );
 }

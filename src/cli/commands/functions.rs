@@ -12,7 +12,14 @@ pub async fn ls(client: &Client, out: &Out) -> Result<(), Failure> {
         return Ok(());
     }
     let mut t = Table::new(&[
-        "NAME", "PHASE", "VERSION", "LIVE", "RUNTIME", "MEMORY", "URL",
+        "NAME",
+        "PHASE",
+        "VERSION",
+        "LIVE",
+        "RUNTIME",
+        "MEMORY",
+        "INSTANCES",
+        "URL",
     ]);
     for f in &list.items {
         t.row(vec![
@@ -22,6 +29,7 @@ pub async fn ls(client: &Client, out: &Out) -> Result<(), Failure> {
             or_dash(f.deployed_version),
             or_dash(f.runtime.clone()),
             or_dash(f.memory_mb.map(|m| format!("{m} MiB"))),
+            instances_cell(f),
             f.url.clone(),
         ]);
     }
@@ -50,22 +58,38 @@ fn print_function(out: &Out, f: &FunctionView) {
     field("memory", or_dash(f.memory_mb.map(|m| format!("{m} MiB"))));
     field("timeout", or_dash(f.timeout_sec.map(|t| format!("{t} s"))));
     if let Some(n) = f.instances {
-        let scaled = n == 0 && f.phase == "Ready";
+        let mut notes = Vec::new();
+        if let (Some(min), Some(max)) = (f.min_instances, f.max_instances) {
+            notes.push(format!("min {min}, max {max}"));
+        }
+        if n == 0 && f.phase == "Ready" {
+            notes.push("scaled to zero: the next call starts it".to_owned());
+        }
+        let shown = match notes.is_empty() {
+            true => n.to_string(),
+            false => format!("{n} ({})", notes.join("; ")),
+        };
+        field("instances", shown);
+    }
+    if let Some(c) = f.concurrency {
         field(
-            "instances",
-            if scaled {
-                "0 (scaled to zero: the next call starts it)".to_owned()
-            } else {
-                n.to_string()
-            },
+            "concurrency",
+            format!(
+                "{c} call{} at once per instance",
+                if c == 1 { "" } else { "s" }
+            ),
         );
+    }
+    if let Some(n) = f.in_flight {
+        field("in flight", format!("{n} calls now"));
     }
     field(
         "scale to zero",
-        match f.scale_to_zero_after_sec {
-            Some(0) => "never".to_owned(),
-            Some(s) => format!("after {s} s without a call"),
-            None => "after the server's default window".to_owned(),
+        match (f.min_instances, f.scale_to_zero_after_sec) {
+            (Some(min), _) if min > 0 => format!("never: min_instances keeps {min} running"),
+            (_, Some(0)) => "never".to_owned(),
+            (_, Some(s)) => format!("after {s} s without a call"),
+            (_, None) => "after the server's default window".to_owned(),
         },
     );
     if let Some(env) = f.env_vars.as_ref().filter(|e| !e.is_empty()) {
@@ -78,6 +102,14 @@ fn print_function(out: &Out, f: &FunctionView) {
     }
     if let Some(e) = &f.last_error {
         field("last error", out.paint("31", e));
+    }
+}
+
+/// A list's cell of the instances serving and their bounds: `1 (0-10)`.
+fn instances_cell(f: &FunctionView) -> String {
+    match (f.instances, f.min_instances, f.max_instances) {
+        (Some(n), Some(min), Some(max)) => format!("{n} ({min}-{max})"),
+        (n, _, _) => or_dash(n),
     }
 }
 

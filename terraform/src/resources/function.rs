@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use sless_client::CreateFunction;
 use sless_client::types::{FunctionView, VersionList};
-use sless_domain::spec::{self, MEMORY_MB_RANGE, TIMEOUT_SEC_RANGE};
+use sless_domain::spec::{self, MEMORY_MB_RANGE, Scaling, TIMEOUT_SEC_RANGE};
 use sless_domain::{FunctionName, FunctionSpec, Runtime};
 
 pub use apply::apply;
@@ -112,6 +112,24 @@ pub fn block() -> Block {
                 "Seconds without a call after which the function is stopped; the next call starts it again. 0: never; unset: as the server has it (the platform's default on a new function).",
             ),
             Attr::new(
+                "min_instances",
+                Type::Number,
+                OptionalComputed,
+                "Instances kept running however quiet it is, at most max_instances; above 0 it is never scaled to zero. Unset: as the server has it (0 on a new function).",
+            ),
+            Attr::new(
+                "max_instances",
+                Type::Number,
+                OptionalComputed,
+                "The most instances it scales out to, 1 to 100 (the namespace's instance quota may bound it lower). Unset: as the server has it (10 on a new function).",
+            ),
+            Attr::new(
+                "concurrency",
+                Type::Number,
+                OptionalComputed,
+                "Calls one instance takes at once, 1 to 1000. Unset: as the server has it (on a new function the runtime's default: python3.11 10, nodejs20 50, go1.23 100).",
+            ),
+            Attr::new(
                 "build_timeout_sec",
                 Type::Number,
                 OptionalComputed,
@@ -153,14 +171,30 @@ pub fn block() -> Block {
 }
 
 /// The spec fields, in the order the API takes them.
-const SPEC: [&str; 6] = [
+const SPEC: [&str; 9] = [
     "runtime",
     "entrypoint",
     "memory_mb",
     "timeout_sec",
     "env_vars",
     "scale_to_zero_after_sec",
+    "min_instances",
+    "max_instances",
+    "concurrency",
 ];
+
+/// The scaling settings, as the API and the domain name them.
+const SCALING: [&str; 3] = ["min_instances", "max_instances", "concurrency"];
+
+/// The scaling settings of `v` (a configuration or a planned state); a
+/// value unset or not known yet is left out.
+fn scaling_of(v: &Value) -> Scaling {
+    Scaling {
+        min_instances: v.get("min_instances").as_u32(),
+        max_instances: v.get("max_instances").as_u32(),
+        concurrency: v.get("concurrency").as_u32(),
+    }
+}
 
 pub fn validate(config: &Value) -> Vec<Diag> {
     let mut diags = Vec::new();
@@ -183,7 +217,10 @@ pub fn validate(config: &Value) -> Vec<Diag> {
         "timeout_sec",
         "build_timeout_sec",
         "scale_to_zero_after_sec",
-    ] {
+    ]
+    .into_iter()
+    .chain(SCALING)
+    {
         diags.extend(check_whole(config, name));
     }
     let range = |name: &'static str, (lo, hi): (u32, u32)| {
@@ -218,6 +255,16 @@ pub fn validate(config: &Value) -> Vec<Diag> {
         if let Err(e) = probe.validate() {
             diags.push(domain_diag(e, summary));
         }
+    }
+    // The scaling settings, by the domain's rule, as far as the
+    // configuration alone decides: min_instances against a max_instances
+    // it sets (unset, the max is the server's, which the plan knows).
+    let mut scaling = scaling_of(config);
+    if config.get("max_instances").is_null() || !config.get("max_instances").is_known() {
+        scaling.min_instances = None;
+    }
+    if let Err(e) = scaling.validate() {
+        diags.push(domain_diag(e, summary));
     }
     if let Some(env) = config.get("env_vars").as_string_map()
         && config.get("env_vars").is_known()
@@ -331,6 +378,26 @@ pub fn plan(api: &Api, change: Change) -> Result<Planned, Diag> {
         };
         planned.set("scale_to_zero_after_sec", kept);
     }
+    // Unset: as the server has it. A new function's are the server's
+    // defaults, and so is the concurrency of one whose runtime changes
+    // (its default is the runtime's): known after the apply.
+    let runtime_changed = planned.get("runtime") != prior.get("runtime");
+    for attr in SCALING {
+        if config.get(attr).is_null() {
+            let kept = if prior.is_null() || (attr == "concurrency" && runtime_changed) {
+                Value::Unknown
+            } else {
+                prior.get(attr).clone()
+            };
+            planned.set(attr, kept);
+        }
+    }
+    // What the function's scaling will be, checked whole (a min_instances
+    // above the max_instances the server has is refused here, not by the
+    // apply).
+    if let Err(e) = scaling_of(&planned).validate() {
+        return Err(domain_diag(e, "Invalid function"));
+    }
 
     if prior.is_null() {
         for attr in ["version", "live_version", "sha256", "phase", "url"] {
@@ -387,9 +454,9 @@ fn spec_of(state: &Value) -> CreateFunction {
             .unwrap_or(DEFAULT_TIMEOUT_SEC),
         env_vars: state.get("env_vars").as_string_map().unwrap_or_default(),
         scale_to_zero_after_sec: state.get("scale_to_zero_after_sec").as_u32(),
-        min_instances: None,
-        max_instances: None,
-        concurrency: None,
+        min_instances: state.get("min_instances").as_u32(),
+        max_instances: state.get("max_instances").as_u32(),
+        concurrency: state.get("concurrency").as_u32(),
     }
 }
 
@@ -462,6 +529,9 @@ pub fn state_of(api: &Api, f: &FunctionView, versions: &VersionList, prior: &Val
         "scale_to_zero_after_sec",
         Value::opt(f.scale_to_zero_after_sec, Value::int),
     );
+    s.set("min_instances", Value::opt(f.min_instances, Value::int));
+    s.set("max_instances", Value::opt(f.max_instances, Value::int));
+    s.set("concurrency", Value::opt(f.concurrency, Value::int));
     s.set("code_hash", Value::opt(live_sha.clone(), Value::String));
     if s.get("build_timeout_sec").is_null() {
         s.set("build_timeout_sec", Value::int(DEFAULT_BUILD_TIMEOUT_SEC));
@@ -476,3 +546,6 @@ pub fn state_of(api: &Api, f: &FunctionView, versions: &VersionList, prior: &Val
     s.set("url", Value::string(f.url.clone()));
     s
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
 //! examples/terraform applied from nothing and changed as a user changes
-//! it: a file, the environment, a trigger; changes made outside Terraform
-//! seen and undone; every resource imported; everything destroyed.
+//! it: a file, the environment, a scaling setting, a trigger; changes made
+//! outside Terraform seen and undone; every resource imported; everything
+//! destroyed.
 
 use std::time::Duration;
 
@@ -27,6 +28,14 @@ output "names" {
 output "versions" {
   value = [for v in data.sless_function.greeter.versions : v.version]
 }
+
+output "scaling" {
+  value = [
+    data.sless_function.greeter.min_instances,
+    data.sless_function.greeter.max_instances,
+    data.sless_function.greeter.concurrency,
+  ]
+}
 "#;
 
 async fn walkthrough(version: Version) {
@@ -48,6 +57,7 @@ async fn walkthrough(version: Version) {
     assert!(job.contains("hello, terraform"), "the job's output: {job}");
     assert_eq!(out["names"]["value"], serde_json::json!(["greeter"]));
     assert_eq!(out["versions"]["value"], serde_json::json!([1]));
+    assert_eq!(out["scaling"]["value"], serde_json::json!([0, 3, 10]));
     let plan = ws.plan().await;
     assert_eq!(
         plan.code,
@@ -106,6 +116,25 @@ async fn walkthrough(version: Version) {
         2,
         "no new version"
     );
+
+    // A scaling setting: changed in place, the others kept as they are.
+    ws.edit("main.tf", "max_instances = 3", "max_instances = 4");
+    let changes = ws.changes().await;
+    for ch in &changes {
+        if ch.address == "sless_function.greeter" {
+            assert_eq!(ch.actions, ["update"], "{ch:?}");
+            assert_eq!(ch.known, ["max_instances"], "{ch:?}");
+        } else {
+            assert!(ch.is_noop(), "only the function changes: {ch:?}");
+        }
+    }
+    ws.apply().await;
+    let f = api.get_function("greeter").await.unwrap();
+    assert_eq!(
+        (f.min_instances, f.max_instances, f.concurrency),
+        (Some(0), Some(4), Some(10))
+    );
+    assert_eq!(ws.plan().await.code, 0);
 
     // A rollback outside Terraform: the plan shows it, apply undoes it.
     let tail = api.tail_function("greeter").await.unwrap();

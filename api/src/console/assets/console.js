@@ -51,12 +51,30 @@ document.addEventListener("click", (event) => {
     return out;
   }
 
+  // A scaling event in words, as the server writes it (activity.rs, in_words).
+  function inWords(entry) {
+    const d = entry.data || {};
+    if (typeof d.reason !== "string") return null;
+    if (entry.type === "FunctionScaled") return d.from + " \u2192 " + d.to + " instances (" + d.window + " window): " + d.reason;
+    if (entry.type === "FunctionScaledToZero") return "\u2192 0 instances: " + d.reason;
+    if (entry.type === "FunctionScaledUp") return "started from zero: " + d.reason;
+    return null;
+  }
+
   function row(entry) {
     const tr = document.createElement("tr");
     tr.className = "new";
     const cells = [entry.time, entry.type, entry.stream, entry.actor || "", JSON.stringify(hideEnvValues(entry.data))];
     cells.forEach((text, i) => {
       const td = document.createElement("td");
+      const words = i === 4 ? inWords(entry) : null;
+      if (words) {
+        const reason = document.createElement("span");
+        reason.className = "reason";
+        shown(reason, words);
+        td.appendChild(reason);
+        td.appendChild(document.createElement("br"));
+      }
       if (i === 2 || i === 4) {
         const code = document.createElement("code");
         shown(code, text);

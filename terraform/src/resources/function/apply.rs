@@ -186,7 +186,14 @@ async fn is_as_planned(api: &Api, name: &str, spec: &CreateFunction, planned: &V
         && f.entrypoint.as_deref() == Some(spec.entrypoint.as_str())
         && f.memory_mb == Some(spec.memory_mb)
         && f.timeout_sec == Some(spec.timeout_sec)
-        && f.env_vars.clone().unwrap_or_default() == spec.env_vars;
+        && f.env_vars.clone().unwrap_or_default() == spec.env_vars
+        && [
+            (spec.min_instances, f.min_instances),
+            (spec.max_instances, f.max_instances),
+            (spec.concurrency, f.concurrency),
+        ]
+        .iter()
+        .all(|(asked, has)| asked.is_none_or(|a| *has == Some(a)));
     if !same_spec {
         return false;
     }
@@ -405,7 +412,7 @@ async fn update(
 }
 
 /// The fields of the spec that the plan changes.
-fn changed_fields(prior: &Value, planned: &Value) -> UpdateFunction {
+pub(super) fn changed_fields(prior: &Value, planned: &Value) -> UpdateFunction {
     let new = spec_of(planned);
     let changed = |a: &str| planned.get(a) != prior.get(a);
     UpdateFunction {
@@ -418,8 +425,12 @@ fn changed_fields(prior: &Value, planned: &Value) -> UpdateFunction {
         scale_to_zero_after_sec: changed("scale_to_zero_after_sec")
             .then_some(new.scale_to_zero_after_sec)
             .flatten(),
-        min_instances: None,
-        max_instances: None,
-        concurrency: None,
+        min_instances: changed("min_instances")
+            .then_some(new.min_instances)
+            .flatten(),
+        max_instances: changed("max_instances")
+            .then_some(new.max_instances)
+            .flatten(),
+        concurrency: changed("concurrency").then_some(new.concurrency).flatten(),
     }
 }
