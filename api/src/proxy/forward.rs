@@ -330,7 +330,7 @@ async fn send(
                 if replayable
                     && !fresh
                     && not_http(&e).is_none()
-                    && moved(state, ns, name, &target).await =>
+                    && moved(state, ns, name, &endpoint).await =>
             {
                 continue;
             }
@@ -397,11 +397,12 @@ async fn until_accepting(uri: &Uri, window: Duration) {
 }
 
 /// True when the read model, read again, no longer sends calls of the
-/// function where `used` did (it has no endpoint now, or another one).
-async fn moved(state: &AppState, ns: &str, name: &str, used: &Target) -> bool {
+/// function to the instance at `used` (it has no endpoint now, or that
+/// instance is not one of its instances).
+async fn moved(state: &AppState, ns: &str, name: &str, used: &str) -> bool {
     state.endpoints.forget(ns, name);
     match state.endpoints.get(&state.pool, ns, name).await {
-        Ok(Some(now)) => now.endpoint != used.endpoint,
+        Ok(Some(now)) => !now.instances.iter().any(|(e, _)| e == used),
         Ok(None) => true,
         Err(_) => false,
     }
