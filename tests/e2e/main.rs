@@ -4,6 +4,7 @@ mod cli;
 mod console;
 mod dev;
 mod edge;
+mod fleet;
 mod history;
 mod job_slots;
 mod jobs;
@@ -14,6 +15,7 @@ mod python_client;
 mod replay;
 mod runtimes;
 mod sandbox;
+mod scale_out;
 mod scaling;
 #[path = "../support/mod.rs"]
 mod support;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::dev::{start_dev_configured, stop_dev};
+use crate::fleet::{Platform, count};
 use crate::{Client, zip_files};
 
 const HANDLER: &str = "def handle(event):\n    return {\"ok\": True}\n";
@@ -289,91 +290,6 @@ async fn a_start_from_zero_that_fails_says_why_and_the_next_call_tries_again_aft
     .await;
     assert_eq!(tried, 2);
     stop_dev(proc, &dir).await;
-}
-
-const SECRET: &[u8] = b"scaling-test-secret";
-
-/// sless as separate parts on one database: API processes (each with a
-/// proxy of its own, served from this process), a projector, and `sless
-/// worker` processes; a client of the user `sub`.
-struct Platform {
-    db: sless_testkit::TestDb,
-    /// The functions' origin of each API.
-    fn_urls: Vec<String>,
-    client: Client,
-    _s3: sless_testkit::TestS3,
-    _workers: Vec<crate::Proc>,
-    _projector: tokio::sync::watch::Sender<bool>,
-}
-
-impl Platform {
-    async fn start(what: &str, apis: usize, workers: usize, sub: &str) -> Platform {
-        let db = sless_testkit::TestDb::new().await;
-        let s3 = sless_testkit::TestS3::new().await;
-        let mut urls = Vec::new();
-        for _ in 0..apis {
-            let state = sless_api::AppState::new(
-                db.pool.clone(),
-                s3.blobs(),
-                sless_api::Auth::hs256(SECRET, None, None),
-            );
-            urls.push(crate::serve_origins(state).await);
-        }
-        let (projector, stop) = tokio::sync::watch::channel(false);
-        tokio::spawn(sless_projector::run(
-            db.pool.clone(),
-            Duration::from_millis(200),
-            stop,
-        ));
-        let root = sless_testkit::scratch_dir(what);
-        let workers = (1..=workers)
-            .map(|i| {
-                let dir = root.join(format!("w{i}"));
-                let mut cmd = crate::sless_on(&db.url, &s3);
-                cmd.arg("worker")
-                    .env("SLESS_DATA_DIR", &dir)
-                    .env("SLESS_WORKER_ID", format!("w{i}"));
-                crate::Proc::spawn(cmd, &dir.with_extension("log"))
-            })
-            .collect();
-        let client = Client {
-            url: urls[0].0.clone(),
-            fn_url: urls[0].1.clone(),
-            token: sless_api::issue_hs256(SECRET, sub, Duration::from_secs(3600)),
-            namespace: sless_domain::Namespace::for_subject(sub).to_string(),
-            http: reqwest::Client::new(),
-        };
-        Platform {
-            db,
-            fn_urls: urls.into_iter().map(|(_, f)| f).collect(),
-            client,
-            _s3: s3,
-            _workers: workers,
-            _projector: projector,
-        }
-    }
-
-    /// Creates `name` (with `spec` besides) and deploys [`HANDLER`].
-    async fn deploy(&self, name: &str, spec: Value) {
-        let c = &self.client;
-        let mut body =
-            json!({"name": name, "runtime": "python3.11", "entrypoint": "handler.handle"});
-        body.as_object_mut()
-            .unwrap()
-            .extend(spec.as_object().unwrap().clone());
-        assert_eq!(c.create(body).await.status(), 201);
-        let res = c.upload(name, zip_files(&[("handler.py", HANDLER)])).await;
-        assert_eq!(res.status(), 202);
-        c.wait_ready(name, Duration::from_secs(120)).await;
-    }
-}
-
-async fn count(p: &Platform, event_type: &str) -> i64 {
-    sqlx::query_scalar("select count(*) from events where type = $1")
-        .bind(event_type)
-        .fetch_one(&p.db.pool)
-        .await
-        .unwrap()
 }
 
 /// Two API processes and two workers on one database: the function is
