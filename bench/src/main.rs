@@ -22,6 +22,7 @@ mod projector;
 mod proxy;
 mod queue;
 mod scale;
+mod scale_out;
 mod sless_dev;
 mod upload;
 mod wrk;
@@ -79,6 +80,10 @@ enum Command {
     /// function reconciled, replay, database size and memory, for 100,
     /// 1,000 and 10,000 functions in one namespace and over 100.
     Scale(scale::ScaleArgs),
+    /// A step from 0 to 64 callers of a 100 ms function (concurrency 1, at
+    /// most 16 instances): time to 90% of the ideal throughput, latency
+    /// during the ramp, calls failed, and the way back down.
+    ScaleOut(scale_out::ScaleOutArgs),
     /// The tests' Kubernetes control plane: `scripts/ensure-kubernetes`
     /// when it is built, and a start to ready, several times.
     ControlPlane(control_plane::ControlPlaneArgs),
@@ -258,6 +263,7 @@ fn main() -> anyhow::Result<()> {
             Command::Node(args) => node::run(args).await,
             Command::ColdStart(args) => cold::run(&server, args).await,
             Command::Scale(args) => scale::run(&server, args).await,
+            Command::ScaleOut(args) => scale_out::run(&server, args).await,
         };
         if let Err(e) = server.drop_databases().await {
             eprintln!("could not drop the benchmark databases: {e:#}");

@@ -87,7 +87,10 @@ async fn measure(dev: &SlessDev, args: &ProxyArgs) -> anyhow::Result<serde_json:
     // Idle: started, nothing asked of it yet. The pause is the condition measured.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = dev.memory()?;
-    dev.create(FUNCTION).await?;
+    // One instance that takes every connection's call at once: the
+    // proxy's own cost, as the direct calls see the same process.
+    dev.create_with(FUNCTION, json!({"max_instances": 1, "concurrency": 1000}))
+        .await?;
     let version = dev.upload(FUNCTION, python_zip("proxy")?).await?;
     dev.wait_ready(
         FUNCTION,

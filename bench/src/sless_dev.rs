@@ -304,6 +304,16 @@ impl SlessDev {
     /// (the API shedding load while its database is slow to answer) is
     /// retried with the same Idempotency-Key, a few times.
     pub async fn create(&self, name: &str) -> anyhow::Result<()> {
+        self.create_with(name, json!({})).await
+    }
+
+    /// Creates `name` with the fields of `spec` besides (e.g. its scaling).
+    pub async fn create_with(&self, name: &str, spec: serde_json::Value) -> anyhow::Result<()> {
+        let mut body =
+            json!({ "name": name, "runtime": "python3.11", "entrypoint": "handler.handle" });
+        if let (Some(body), Some(spec)) = (body.as_object_mut(), spec.as_object()) {
+            body.extend(spec.clone());
+        }
         let key = uuid::Uuid::new_v4().to_string();
         let mut attempt = 0;
         loop {
@@ -313,7 +323,7 @@ impl SlessDev {
                 .post(self.v1("/functions"))
                 .bearer_auth(&self.token)
                 .header("idempotency-key", &key)
-                .json(&json!({ "name": name, "runtime": "python3.11", "entrypoint": "handler.handle" }))
+                .json(&body)
                 .send()
                 .await?;
             let status = res.status();
