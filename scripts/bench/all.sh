@@ -59,6 +59,10 @@ log "upload-ready: 20 uploads"
 out=$(sless_bench upload-ready --sless "$SLESS_BIN" --items 20 --sandbox on)
 record_json sless upload-ready 1 .p50_ms ms "$out"
 
+log "scale-out: a step from 0 to 64 callers of a 100 ms function, at most 16 instances"
+out=$(sless_bench scale-out --sless "$SLESS_BIN")
+record_json sless scale-out 1 .step.to_90pct_of_ideal_s s "$out"
+
 log "jail: a process started directly and in the sandbox"
 out=$(sless_bench jail --runs 50)
 record_json sless jail 1 '."python3 -c pass".added_p50_ms' ms "$out"

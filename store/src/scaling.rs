@@ -234,15 +234,23 @@ pub struct Scalable {
     pub idle: bool,
 }
 
-/// The functions the autoscaler looks at (see [`Scalable`]), by name.
+/// The functions the autoscaler looks at (see [`Scalable`]), by name: of
+/// those that serve, the ones with calls reported (fresh reports) or more
+/// instances than their floor. One at its floor with no call has nothing
+/// to decide, however many such functions there are.
 pub async fn scalable(pool: &PgPool) -> Result<Vec<Scalable>> {
     let rows = sqlx::query(
-        "select namespace, name, runtime, scaling, instances, idle from functions
-         where phase = 'Ready'
-           and ((endpoint is not null and not idle)
-                or (idle and coalesce((scaling->>'min_instances')::int, 0) > 0))
-         order by namespace, name",
+        "select f.namespace, f.name, f.runtime, f.scaling, f.instances, f.idle from functions f
+         where f.phase = 'Ready'
+           and ((f.endpoint is not null and not f.idle
+                 and (f.instances > greatest(coalesce((f.scaling->>'min_instances')::int, 0), 1)
+                      or exists (select 1 from function_load l
+                                 where l.namespace = f.namespace and l.name = f.name
+                                   and l.reported_at > now() - make_interval(secs => $1))))
+                or (f.idle and coalesce((f.scaling->>'min_instances')::int, 0) > 0))
+         order by f.namespace, f.name",
     )
+    .bind(LOAD_FRESH_SECS)
     .fetch_all(pool)
     .await?;
     let bad = |what: String| Error::Internal(format!("functions read model: {what}"));
@@ -265,4 +273,16 @@ pub async fn scalable(pool: &PgPool) -> Result<Vec<Scalable>> {
             })
         })
         .collect()
+}
+
+/// Deletes the load reports older than `older_than` seconds: those of API
+/// processes that are gone (each process reports under a name of its own).
+pub async fn forget_stale_load(pool: &PgPool, older_than: f64) -> Result<u64> {
+    let done = sqlx::query(
+        "delete from function_load where reported_at < now() - make_interval(secs => $1)",
+    )
+    .bind(older_than)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
 }

@@ -30,6 +30,10 @@ use tokio::sync::watch;
 /// The advisory lock the deciding worker holds (any constant of ours).
 const LEADER_LOCK: i64 = 0x736c_6573_735f_6173; // "sless_as"
 
+/// How old a load report is when the deciding worker deletes it (and how
+/// often it looks): its API process is long gone.
+const STALE_LOAD: Duration = Duration::from_secs(600);
+
 /// How the autoscaler runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AutoscaleConfig {
@@ -172,6 +176,7 @@ pub async fn run(pool: PgPool, config: AutoscaleConfig, mut shutdown: watch::Rec
             Ok(Some(mut conn)) => {
                 tracing::info!("this worker decides the functions' instances");
                 let mut autoscaler = Autoscaler::new(pool.clone(), config);
+                let mut next_cleanup = Duration::ZERO;
                 let mut every = tokio::time::interval(config.tick);
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
@@ -186,6 +191,14 @@ pub async fn run(pool: PgPool, config: AutoscaleConfig, mut shutdown: watch::Rec
                     }
                     if let Err(e) = autoscaler.tick().await {
                         tracing::warn!(error = %e, "autoscaling failed");
+                    }
+                    if autoscaler.epoch.elapsed() >= next_cleanup {
+                        next_cleanup += STALE_LOAD;
+                        if let Err(e) =
+                            scaling::forget_stale_load(&pool, STALE_LOAD.as_secs_f64()).await
+                        {
+                            tracing::warn!(error = %e, "deleting stale load reports failed");
+                        }
                     }
                 }
             }

@@ -210,3 +210,27 @@ async fn min_instances_starts_a_function_at_zero_again() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn the_reports_of_api_processes_long_gone_are_deleted() {
+    let db = TestDb::new().await;
+    report_load(&db.pool, "gone", &[report("f", 1.0)])
+        .await
+        .unwrap();
+    report_load(&db.pool, "alive", &[report("f", 2.0)])
+        .await
+        .unwrap();
+    sqlx::query("update function_load set reported_at = now() - interval '11 minutes' where replica = 'gone'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let deleted = sless_store::scaling::forget_stale_load(&db.pool, 600.0)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let left: Vec<String> = sqlx::query_scalar("select replica from function_load")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, vec!["alive".to_owned()]);
+}
