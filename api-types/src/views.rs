@@ -91,6 +91,8 @@ pub struct FunctionView {
     pub url: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
+    /// When the function last changed (a change of how many instances
+    /// serve it is not one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<String>,
     /// Position of the event a command appended.

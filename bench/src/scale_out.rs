@@ -144,7 +144,7 @@ async fn measure(dev: &SlessDev, args: &ScaleOutArgs) -> anyhow::Result<serde_js
     let last_5s = step
         .calls
         .iter()
-        .filter(|d| d.ok && d.at > args.seconds as f64 - 5.0)
+        .filter(|d| d.ok && d.at > args.seconds as f64 - 5.0 && d.at <= args.seconds as f64)
         .count() as f64
         / 5.0;
     eprintln!(

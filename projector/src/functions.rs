@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use sless_domain::{Function, FunctionEvent, SourceVersion};
+use sless_domain::{Function, FunctionEvent, Phase, SourceVersion};
 use sless_store::eventlog::StoredEvent;
 use sless_store::readmodel::function_rows_by_key;
 use sqlx::PgConnection;
@@ -36,6 +36,26 @@ pub(crate) struct Row {
     state: Function,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+}
+
+/// True when `event` changed only how many instances serve, or where
+/// they are, not the function: a `FunctionScaled`, or a `FunctionDeployed`
+/// of the version that served already, Ready before and after (a change of
+/// spec makes it `Pending` first). Such an event leaves the row's
+/// `updated_at` (its last change, which the idle sweep counts from, beside
+/// the last call's end) as it was. Decided on what the row keeps alone, so
+/// a row read back from the table decides as the cached one would.
+fn only_the_count(before: &Function, after: &Function, event: &FunctionEvent) -> bool {
+    match event {
+        FunctionEvent::FunctionScaled { .. } => true,
+        FunctionEvent::FunctionDeployed { version, .. } => {
+            before.endpoint.is_some()
+                && before.deployed_version == Some(*version)
+                && before.phase == Phase::Ready
+                && after.phase == Phase::Ready
+        }
+        _ => false,
+    }
 }
 
 /// A version row to write.
@@ -212,6 +232,7 @@ impl ReadModel for Functions {
             created_at: event.recorded_at,
             updated_at: event.recorded_at,
         });
+        let before = row.state.clone();
         row.state = std::mem::take(&mut row.state).evolve(&e.event);
         row.state.versions.clear();
         if row.state.spec.is_none() {
@@ -221,7 +242,9 @@ impl ReadModel for Functions {
                 error: "an event before FunctionCreated".into(),
             });
         }
-        row.updated_at = event.recorded_at;
+        if !only_the_count(&before, &row.state, &e.event) {
+            row.updated_at = event.recorded_at;
+        }
         Ok(())
     }
 

@@ -2,8 +2,8 @@
 # Every benchmark of issue 3 in one sitting, on one private PostgreSQL
 # cluster with default settings (see lib.sh): builds release, runs the
 # peers' comparison (peers.sh, RUNS times) and the queue's claim shapes,
-# then append, projector, proxy, api, upload-accept, upload-ready, jail and
-# scale once, appends every figure as a JSON line to
+# then append, projector, proxy, api, upload-accept, upload-ready, scale-out,
+# jail and scale once, appends every figure as a JSON line to
 # bench/results/<UTC date>.jsonl and prints a summary of the sitting.
 # About 20 minutes on 2 cores with RUNS=3; run it on a quiet machine.
 #
