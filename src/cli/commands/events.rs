@@ -72,6 +72,7 @@ fn print_event(out: &Out, e: &EventEntry) {
         .get("error")
         .and_then(|v| v.as_str())
         .map(|s| format!(" — {}", s.lines().next().unwrap_or("")))
+        .or_else(|| why(&e.data))
         .unwrap_or_default();
     println!(
         "{} {:<20} {subject}{version} by {}{error}",
@@ -79,4 +80,38 @@ fn print_event(out: &Out, e: &EventEntry) {
         out.paint("36", &e.event_type),
         e.actor.as_deref().unwrap_or("-"),
     );
+}
+
+/// Why sless did it, for the events that say: a scale's counts, window and
+/// reason (`FunctionScaled`), or the reason alone (scaling to zero and
+/// back, a stop).
+fn why(data: &serde_json::Value) -> Option<String> {
+    let reason = data.get("reason")?.as_str()?;
+    Some(
+        match (data.get("from"), data.get("to"), data.get("window")) {
+            (Some(from), Some(to), Some(window)) => format!(
+                " — {from} → {to} instances ({} window): {reason}",
+                window.as_str().unwrap_or("?")
+            ),
+            _ => format!(" — {reason}"),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn a_scale_says_its_counts_window_and_reason_and_others_their_reason() {
+        let scaled = json!({"from": 1, "to": 4, "window": "panic", "observed": 3.2,
+                            "reason": "3.2 calls in flight over the last 6 s"});
+        assert_eq!(
+            super::why(&scaled).unwrap(),
+            " — 1 → 4 instances (panic window): 3.2 calls in flight over the last 6 s"
+        );
+        let idle = json!({"version": 2, "reason": "no call for 900 s"});
+        assert_eq!(super::why(&idle).unwrap(), " — no call for 900 s");
+        assert_eq!(super::why(&json!({"version": 2})), None);
+    }
 }
