@@ -60,53 +60,75 @@ impl Tally {
     }
 }
 
-/// `callers` loops of GETs of `urls` (round robin over them) until `stop`.
-fn load(
-    urls: Vec<String>,
-    callers: usize,
-    stop: Arc<AtomicBool>,
+/// `callers` loops of GETs of `urls` (round robin over them), until
+/// stopped.
+struct Load {
     tally: Arc<Tally>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(callers)
-        .build()
-        .unwrap();
-    (0..callers)
-        .map(|i| {
-            let (http, urls, stop, tally) =
-                (http.clone(), urls.clone(), stop.clone(), tally.clone());
-            tokio::spawn(async move {
-                while !stop.load(Ordering::SeqCst) {
-                    let url = &urls[i % urls.len()];
-                    let Ok(res) = http.get(url).send().await else {
-                        *tally.by_status.lock().unwrap().entry(0).or_default() += 1;
-                        continue;
-                    };
-                    let status = res.status().as_u16();
-                    if status == 429 && res.headers().get("retry-after").is_none() {
-                        tally.retry_after_missing.fetch_add(1, Ordering::SeqCst);
-                    }
-                    let body = res.text().await.unwrap_or_default();
-                    *tally.by_status.lock().unwrap().entry(status).or_default() += 1;
-                    if status != 200 {
-                        tally.bodies.lock().unwrap().push(body);
-                    } else if let Ok(v) = serde_json::from_str::<Value>(&body) {
-                        tally.bodies.lock().unwrap().push(v["says"].to_string());
-                    }
-                    if status == 429 {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            })
-        })
-        .collect()
+    stop: Arc<AtomicBool>,
+    callers: Vec<tokio::task::JoinHandle<()>>,
 }
 
-async fn stop_load(stop: &AtomicBool, callers: Vec<tokio::task::JoinHandle<()>>) {
-    stop.store(true, Ordering::SeqCst);
-    for c in callers {
-        c.await.unwrap();
+impl Load {
+    fn start(urls: Vec<String>, callers: usize) -> Load {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(callers)
+            .build()
+            .unwrap();
+        let tally = Arc::new(Tally::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let callers = (0..callers)
+            .map(|i| {
+                let (http, urls, stop, tally) =
+                    (http.clone(), urls.clone(), stop.clone(), tally.clone());
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::SeqCst) {
+                        let url = &urls[i % urls.len()];
+                        let Ok(res) = http.get(url).send().await else {
+                            *tally.by_status.lock().unwrap().entry(0).or_default() += 1;
+                            continue;
+                        };
+                        let status = res.status().as_u16();
+                        if status == 429 && res.headers().get("retry-after").is_none() {
+                            tally.retry_after_missing.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let body = res.text().await.unwrap_or_default();
+                        *tally.by_status.lock().unwrap().entry(status).or_default() += 1;
+                        if status != 200 {
+                            tally.bodies.lock().unwrap().push(body);
+                        } else if let Ok(v) = serde_json::from_str::<Value>(&body) {
+                            tally.bodies.lock().unwrap().push(v["says"].to_string());
+                        }
+                        if status == 429 {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        Load {
+            tally,
+            stop,
+            callers,
+        }
     }
+
+    /// Stops the callers once their calls are answered.
+    async fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for c in self.callers {
+            c.await.unwrap();
+        }
+    }
+}
+
+/// Waits until `n` instances of `name` serve.
+async fn until_instances(p: &Platform, name: &str, n: i64) {
+    eventually(
+        &format!("{n} instances"),
+        Duration::from_secs(30),
+        || async { (instances(p, name).await == n).then_some(()) },
+    )
+    .await;
 }
 
 async fn instances(p: &Platform, name: &str) -> i64 {
@@ -128,12 +150,11 @@ async fn events(p: &Platform, name: &str, ty: &str) -> Vec<Value> {
 
 /// Calls answered in `window` by `callers` looping on the function.
 async fn throughput(p: &Platform, name: &str, callers: usize, window: Duration) -> f64 {
-    let tally = Arc::new(Tally::default());
-    let stop = Arc::new(AtomicBool::new(false));
     let url = format!("{}/fn/{}/{name}", p.client.fn_url, p.client.namespace);
-    let running = load(vec![url], callers, stop.clone(), tally.clone());
+    let running = Load::start(vec![url], callers);
+    let tally = running.tally.clone();
     tokio::time::sleep(window).await; // the window measured
-    stop_load(&stop, running).await;
+    running.stop().await;
     assert!(
         tally.server_errors().is_empty(),
         "{:?}",
@@ -151,18 +172,14 @@ async fn a_busy_function_scales_out_to_its_max_and_back_to_zero_after() {
     let one = throughput(&p, "busy", 1, Duration::from_secs(3)).await;
     // 32 callers: the autoscaler panics and scales out to 8.
     let url = format!("{}/fn/{}/busy", p.client.fn_url, p.client.namespace);
-    let tally = Arc::new(Tally::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let running = load(vec![url], 32, stop.clone(), tally.clone());
-    eventually("8 instances", Duration::from_secs(30), || async {
-        (instances(&p, "busy").await == 8).then_some(())
-    })
-    .await;
+    let running = Load::start(vec![url], 32);
+    let tally = running.tally.clone();
+    until_instances(&p, "busy", 8).await;
     let before = tally.count(200);
     let measured = Instant::now();
     tokio::time::sleep(Duration::from_secs(4)).await; // the window measured
     let many = (tally.count(200) - before) as f64 / measured.elapsed().as_secs_f64();
-    stop_load(&stop, running).await;
+    running.stop().await;
     println!("one caller: {one:.1} calls/s; 32 callers at 8 instances: {many:.1} calls/s");
     assert!(
         tally.server_errors().is_empty(),
@@ -217,10 +234,7 @@ async fn min_instances_keeps_two_warm_through_idle_windows() {
         json!({"min_instances": 2, "scale_to_zero_after_sec": 1}),
     )
     .await;
-    eventually("2 instances", Duration::from_secs(30), || async {
-        (instances(&p, "warm").await == 2).then_some(())
-    })
-    .await;
+    until_instances(&p, "warm", 2).await;
     // The bounded wait is the assertion: four idle windows pass.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(instances(&p, "warm").await, 2);
@@ -244,17 +258,16 @@ async fn calls_past_max_instances_get_429_with_retry_after_and_never_a_5xx() {
     )
     .await;
     let url = format!("{}/fn/{}/over", p.client.fn_url, p.client.namespace);
-    let tally = Arc::new(Tally::default());
-    let stop = Arc::new(AtomicBool::new(false));
     // Ten times what two instances take.
-    let running = load(vec![url], 20, stop.clone(), tally.clone());
+    let running = Load::start(vec![url], 20);
+    let tally = running.tally.clone();
     eventually(
         "some calls refused and some answered",
         Duration::from_secs(30),
         || async { (tally.count(429) >= 10 && tally.count(200) >= 10).then_some(()) },
     )
     .await;
-    stop_load(&stop, running).await;
+    running.stop().await;
     println!(
         "20 callers of 2 instances: {} answered, {} refused",
         tally.count(200),
@@ -279,14 +292,10 @@ async fn an_instance_killed_under_load_fails_only_the_calls_it_held() {
         &sleeper(0.2, "v1"),
     )
     .await;
-    eventually("3 instances", Duration::from_secs(30), || async {
-        (instances(&p, "victim").await == 3).then_some(())
-    })
-    .await;
+    until_instances(&p, "victim", 3).await;
     let url = format!("{}/fn/{}/victim", p.client.fn_url, p.client.namespace);
-    let tally = Arc::new(Tally::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let running = load(vec![url], 3, stop.clone(), tally.clone());
+    let running = Load::start(vec![url], 3);
+    let tally = running.tally.clone();
     eventually("calls answered", Duration::from_secs(10), || async {
         (tally.count(200) >= 10).then_some(())
     })
@@ -312,7 +321,7 @@ async fn an_instance_killed_under_load_fails_only_the_calls_it_held() {
         (now.len() == 3 && !now.iter().any(|(p, _)| p == pid)).then_some(())
     })
     .await;
-    stop_load(&stop, running).await;
+    running.stop().await;
     let failed = tally.total() - tally.count(200);
     println!(
         "{} calls, {failed} failed: {:?}",
@@ -344,14 +353,13 @@ async fn two_apis_and_two_workers_agree_on_one_count() {
         .iter()
         .map(|f| format!("{f}/fn/{}/shared", p.client.namespace))
         .collect();
-    let tally = Arc::new(Tally::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let running = load(urls, 16, stop.clone(), tally.clone());
+    let running = Load::start(urls, 16);
+    let tally = running.tally.clone();
     eventually("scaled out", Duration::from_secs(30), || async {
         (instances(&p, "shared").await >= 4).then_some(())
     })
     .await;
-    stop_load(&stop, running).await;
+    running.stop().await;
     assert!(
         tally.server_errors().is_empty(),
         "{:?}",
@@ -397,14 +405,10 @@ async fn a_new_version_rolls_the_instances_over_without_losing_a_call() {
         &sleeper(0.05, "v1"),
     )
     .await;
-    eventually("3 instances", Duration::from_secs(30), || async {
-        (instances(&p, "rolling").await == 3).then_some(())
-    })
-    .await;
+    until_instances(&p, "rolling", 3).await;
     let url = format!("{}/fn/{}/rolling", p.client.fn_url, p.client.namespace);
-    let tally = Arc::new(Tally::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let running = load(vec![url], 6, stop.clone(), tally.clone());
+    let running = Load::start(vec![url], 6);
+    let tally = running.tally.clone();
     let res = p
         .client
         .upload(
@@ -418,7 +422,7 @@ async fn a_new_version_rolls_the_instances_over_without_losing_a_call() {
         (bodies.len() > 20 && bodies.iter().rev().take(20).all(|b| b == "\"v2\"")).then_some(())
     })
     .await;
-    stop_load(&stop, running).await;
+    running.stop().await;
     assert_eq!(
         tally.count(200),
         tally.total(),
