@@ -76,7 +76,11 @@ fn a_steady_load_holds_a_steady_count_without_decisions() {
     let (n, _) = run(&mut load, &policy, 1, 0.0, 120.0, |_| 3.3);
     assert_eq!(n, 5);
     let (n, later) = run(&mut load, &policy, n, 120.0, 600.0, |t| {
-        3.3 + if (t as u64) % 2 == 0 { 0.3 } else { -0.3 }
+        3.3 + if (t as u64).is_multiple_of(2) {
+            0.3
+        } else {
+            -0.3
+        }
     });
     assert_eq!((n, later.len()), (5, 0), "{later:?}");
 }
