@@ -20,8 +20,7 @@ use sless_workers::driver::DriverError;
 use support::{Harness, handler, local_driver, python_build, python_deploy};
 
 const DEADLINE: Duration = Duration::from_secs(20);
-/// How long a replaced instance may go on before it is gone: the driver's
-/// three seconds for calls already sent to it, and its graceful stop.
+/// How long a replaced instance's process may take to end.
 const RETIRED_WITHIN: Duration = Duration::from_secs(15);
 
 /// Says which version and which start of its process answered (a pid in
@@ -158,8 +157,7 @@ async fn a_count_that_changes_starts_or_stops_instances_and_leaves_the_others_se
     assert_eq!(two.instances[..], three.instances[..2]);
     assert_eq!(running(driver.pids(&k))[..], pids[..2]);
     assert_eq!(starts(&two.instances, "1").await[..], started[..2]);
-    // Scaled in: the extra instances go on a moment for calls already
-    // sent their way, then stop.
+    // Scaled in: the extra instances stop.
     for pid in &five_pids[2..] {
         eventually(
             "a stopped instance's process to end",

@@ -321,7 +321,14 @@ async fn send(
                     target.timeout.as_secs()
                 ),
             )),
-            Ok(Err(e)) if e.is_connect() && replayable && !fresh => continue,
+            // Refused: the instance stopped (a new version replaced it,
+            // or it was scaled in) or is being started again; once the
+            // read model names where the function serves now (a moment
+            // after a rollout), the call goes there.
+            Ok(Err(e)) if e.is_connect() && replayable && !fresh => {
+                moved(state, ns, name, &endpoint).await;
+                continue;
+            }
             // A kept-alive connection to a process that has since stopped
             // (scaled to zero, replaced) breaks on the first write; when the
             // read model no longer names that endpoint, the request never
@@ -398,15 +405,29 @@ async fn until_accepting(uri: &Uri, window: Duration) {
 
 /// True when the read model, read again, no longer sends calls of the
 /// function to the instance at `used` (it has no endpoint now, or that
-/// instance is not one of its instances).
+/// instance is not one of its instances). A rollout stops the instances it
+/// replaced just before the log says where the new ones serve: the read
+/// model is read again for up to `MOVED_WITHIN` until it does.
 async fn moved(state: &AppState, ns: &str, name: &str, used: &str) -> bool {
-    state.endpoints.forget(ns, name);
-    match state.endpoints.get(&state.pool, ns, name).await {
-        Ok(Some(now)) => !now.instances.iter().any(|(e, _)| e == used),
-        Ok(None) => true,
-        Err(_) => false,
+    let give_up = Instant::now() + MOVED_WITHIN;
+    loop {
+        state.endpoints.forget(ns, name);
+        let moved = match state.endpoints.get(&state.pool, ns, name).await {
+            Ok(Some(now)) => !now.instances.iter().any(|(e, _)| e == used),
+            Ok(None) => true,
+            Err(_) => return false,
+        };
+        if moved || Instant::now() >= give_up {
+            return moved;
+        }
+        tokio::time::sleep(LOOK_AGAIN).await;
     }
 }
+
+/// How long a call whose instance went away waits for the read model to
+/// name where the function serves now, and how often it looks.
+const MOVED_WITHIN: Duration = Duration::from_secs(2);
+const LOOK_AGAIN: Duration = Duration::from_millis(20);
 
 /// What was wrong with an answer that hyper could not parse as HTTP/1.1
 /// (a bad status line, header or framing); None for other failures.

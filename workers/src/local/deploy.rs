@@ -5,9 +5,10 @@
 //! The same version with the same settings keeps its healthy instances
 //! (the oldest first) and has the missing ones started or the newest
 //! extra ones stopped; anything else starts every instance anew, and the
-//! previous ones stop only once all the new ones are healthy, and
-//! `RETIRE_AFTER` later, when no proxy sends them calls any more. A start
-//! that fails leaves what served before as it was.
+//! previous ones stop only once all the new ones are healthy (a call that
+//! a proxy still sends them is refused, and the proxy waits for the read
+//! model to name the new ones). A start that fails leaves what served
+//! before as it was.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -146,7 +147,6 @@ impl LocalDriver {
         let want = usize::try_from(req.instances.max(1)).unwrap_or(usize::MAX);
         let current = self.instances(&req.key);
         let mut kept = Vec::new();
-        let mut broken = Vec::new();
         if current.first().is_some_and(|i| runs_as(i, &req)) {
             let healthy = join_all(
                 current
@@ -154,13 +154,13 @@ impl LocalDriver {
                     .map(async |i| i.pid().is_some() && self.healthy(i.port, i.spec()).await),
             )
             .await;
-            for (i, healthy) in current.iter().zip(healthy) {
-                match healthy {
-                    true if kept.len() < want => kept.push(i.clone()),
-                    true => {}
-                    false => broken.push(i.clone()),
-                }
-            }
+            kept = current
+                .iter()
+                .zip(healthy)
+                .filter(|(_, healthy)| *healthy)
+                .map(|(i, _)| i.clone())
+                .take(want)
+                .collect();
         }
         if kept.len() == current.len() && kept.len() == want {
             return self.deployment_of(&kept).ok_or_else(|| {
@@ -186,11 +186,11 @@ impl LocalDriver {
             return Err(e);
         }
 
-        // An instance that failed its health check serves no call: it
-        // stops now; the others replaced go on a moment (`retire`).
+        // What is not kept stops: replaced, scaled in, or failing its
+        // health check.
         let retired: Vec<Arc<Instance>> = current
             .iter()
-            .filter(|i| !kept.iter().chain(&broken).any(|k| Arc::ptr_eq(i, k)))
+            .filter(|i| !kept.iter().any(|k| Arc::ptr_eq(i, k)))
             .cloned()
             .collect();
         let serving: Vec<Arc<Instance>> = kept.into_iter().chain(started).collect();
@@ -199,8 +199,7 @@ impl LocalDriver {
             .unwrap()
             .insert(req.key.clone(), serving.clone());
         self.count_processes();
-        stop_all(&broken).await;
-        retire(retired);
+        stop_all(&retired).await;
         self.deployment_of(&serving)
             .ok_or_else(|| DriverError::Infra(format!("the instances of {} stopped", req.key)))
     }
@@ -308,25 +307,6 @@ fn runs_as(instance: &Instance, req: &DeployRequest) -> bool {
         && instance.artifact == req.artifact
         && instance.entrypoint == req.entrypoint
         && instance.env_vars == req.env_vars
-}
-
-/// How long an instance replaced (by a new version, or scaled in) goes on
-/// serving after the deploy that replaced it returned: until the log
-/// records where the function serves now and every API process has read
-/// it (the read model's lag, and the invoke proxy's endpoint cache of a
-/// second), so no call is sent to an instance that has stopped.
-pub(super) const RETIRE_AFTER: Duration = Duration::from_secs(3);
-
-/// Stops `instances` gracefully once [`RETIRE_AFTER`] has passed, without
-/// holding up the caller. (They die with the worker all the same.)
-fn retire(instances: Vec<Arc<Instance>>) {
-    if instances.is_empty() {
-        return;
-    }
-    tokio::spawn(async move {
-        tokio::time::sleep(RETIRE_AFTER).await;
-        stop_all(&instances).await;
-    });
 }
 
 /// Stops `instances` gracefully, all at once, and waits until they are gone.
