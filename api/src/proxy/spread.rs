@@ -51,8 +51,9 @@ struct Inner {
     down: HashMap<String, Instant>,
 }
 
-/// How long an instance that refused a connection is passed over.
-const DOWN_FOR: Duration = Duration::from_secs(2);
+/// How long an instance that refused a connection is passed over: longer
+/// than a call waits for the read model to move on from it (`forward`).
+const DOWN_FOR: Duration = Duration::from_secs(5);
 
 /// A call's place at an instance, until dropped.
 pub struct Slot {

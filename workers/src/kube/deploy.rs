@@ -87,7 +87,13 @@ async fn scale_only(
     else {
         return Ok(None);
     };
-    if template(&existing).is_none() || template(&existing) != template(wanted) {
+    // Only a count that changed; a deploy at the same count applies the
+    // whole Deployment, taking back what another hand changed in it.
+    let count = |d: &K8sDeployment| d.spec.as_ref().and_then(|s| s.replicas);
+    if template(&existing).is_none()
+        || template(&existing) != template(wanted)
+        || count(&existing) == Some(replicas)
+    {
         return Ok(None);
     }
     let patch = serde_json::json!({"spec": {"replicas": replicas}});
