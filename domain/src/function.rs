@@ -397,6 +397,15 @@ pub enum FunctionCommand {
     Activate {
         reason: String,
     },
+    /// The instances that serve stopped with what ran them: the worker
+    /// `node` (any, with `None`) stopped, was lost, or started again
+    /// without them. The function is at zero at once, so that no call is
+    /// sent where nothing listens (calls are held as for any start from
+    /// zero), and starts again. Nothing when it is not served from there.
+    InstancesLost {
+        node: Option<String>,
+        reason: String,
+    },
     /// Serve with `to` instances (the autoscaler measured `observed` over
     /// `window`): bounded by the spec's `min_instances` and
     /// `max_instances`; nothing when that is what serves already, or when
@@ -601,6 +610,22 @@ fn events_of(
                 return Ok(vec![]);
             }
             Ok(vec![FunctionEvent::FunctionScaledUp { reason }])
+        }
+        FunctionCommand::InstancesLost { node, reason } => {
+            let there = node.is_none() || state.deployed_node == node;
+            let lost = state.exists() && !state.idle && state.endpoint.is_some() && there;
+            match state.deployed_version.filter(|_| lost) {
+                Some(version) => Ok(vec![
+                    FunctionEvent::FunctionScaledToZero {
+                        version,
+                        reason: reason.clone(),
+                    },
+                    FunctionEvent::FunctionScaledUp {
+                        reason: format!("started again: {reason}"),
+                    },
+                ]),
+                None => Ok(vec![]),
+            }
         }
         FunctionCommand::Scale {
             to,

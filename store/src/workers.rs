@@ -54,14 +54,15 @@ pub async fn alive<'e>(exec: impl PgExecutor<'e>, worker: &str, within: Duration
 }
 
 /// The functions (`{ns}/{name}`) the read model places on a worker that
-/// did not beat within `within` or left, or, with `only`, on that worker.
+/// did not beat within `within` or left, or, with `only`, on that worker;
+/// each with the worker it is placed on.
 pub async fn functions_to_place<'e>(
     exec: impl PgExecutor<'e>,
     within: Duration,
     only: Option<&str>,
-) -> Result<Vec<String>> {
-    let keys: Vec<String> = sqlx::query_scalar(
-        "select f.namespace || '/' || f.name from functions f
+) -> Result<Vec<(String, String)>> {
+    let keys: Vec<(String, String)> = sqlx::query_as(
+        "select f.namespace || '/' || f.name, f.deployed_node from functions f
          where f.deployed_node is not null and f.phase <> 'Deleted'
            and ($2::text is null or f.deployed_node = $2)
            and ($2::text is not null or not exists (

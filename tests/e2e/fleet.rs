@@ -21,8 +21,10 @@ pub struct Platform {
     /// The functions' origin of each API.
     pub fn_urls: Vec<String>,
     pub client: Client,
-    _s3: sless_testkit::TestS3,
-    _workers: Vec<crate::Proc>,
+    s3: sless_testkit::TestS3,
+    /// The `sless worker` processes, `w1` first.
+    pub workers: Vec<crate::Proc>,
+    worker_env: Vec<(String, String)>,
     root: std::path::PathBuf,
     _projector: tokio::sync::watch::Sender<bool>,
 }
@@ -60,16 +62,9 @@ impl Platform {
             stop,
         ));
         let root = sless_testkit::scratch_dir(what);
-        let workers = (1..=workers)
-            .map(|i| {
-                let dir = root.join(format!("w{i}"));
-                let mut cmd = crate::sless_on(&db.url, &s3);
-                cmd.arg("worker")
-                    .env("SLESS_DATA_DIR", &dir)
-                    .env("SLESS_WORKER_ID", format!("w{i}"))
-                    .envs(env.iter().copied());
-                crate::Proc::spawn(cmd, &dir.with_extension("log"))
-            })
+        let worker_env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let client = Client {
             url: urls[0].0.clone(),
@@ -78,15 +73,30 @@ impl Platform {
             namespace: sless_domain::Namespace::for_subject(sub).to_string(),
             http: reqwest::Client::new(),
         };
-        Platform {
+        let mut p = Platform {
             db,
             fn_urls: urls.into_iter().map(|(_, f)| f).collect(),
             client,
-            _s3: s3,
-            _workers: workers,
+            s3,
+            workers: Vec::new(),
+            worker_env,
             root,
             _projector: projector,
-        }
+        };
+        p.workers = (1..=workers).map(|i| p.start_worker(i, "log")).collect();
+        p
+    }
+
+    /// Starts `sless worker` `w{i}` (from 1) on its data directory, logging
+    /// to it with the extension `log`.
+    pub fn start_worker(&self, i: usize, log: &str) -> crate::Proc {
+        let dir = self.worker_dir(i);
+        let mut cmd = crate::sless_on(&self.db.url, &self.s3);
+        cmd.arg("worker")
+            .env("SLESS_DATA_DIR", &dir)
+            .env("SLESS_WORKER_ID", format!("w{i}"))
+            .envs(self.worker_env.iter().map(|(k, v)| (k, v)));
+        crate::Proc::spawn(cmd, &dir.with_extension(log))
     }
 
     /// The worker `i`'s (from 1) data directory.

@@ -413,6 +413,16 @@ impl<D: Driver> Worker<D> {
         // Alive from the start: before its first beat, another worker's
         // placement sweep would take this one's functions for orphans.
         crate::placement::beat(&self.pool, &*self.reconciler.driver).await;
+        if sweep {
+            match crate::placement::arrive(&self.pool, &*self.reconciler.driver).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(
+                    functions = n,
+                    "what this worker ran before it started again is started again"
+                ),
+                Err(e) => tracing::warn!(error = %e, "placing what this worker ran before failed"),
+            }
+        }
         loop {
             tokio::select! {
                 _ = wait_true(&mut stop) => return,

@@ -28,8 +28,9 @@ use super::endpoints::Target;
 use crate::AppState;
 use crate::plumbing::error::{ApiError, ApiResult};
 
-/// How often an activation looks at the read model.
+/// How often an activation looks at the read model: first, and at most.
 const POLL: Duration = Duration::from_millis(5);
+const POLL_AT_MOST: Duration = Duration::from_millis(100);
 
 /// The problem kinds of a held call that got no instance.
 pub const ACTIVATING: &str = "function-activating";
@@ -218,7 +219,9 @@ fn activating(name: &str, why: String) -> ApiError {
         StatusCode::SERVICE_UNAVAILABLE,
         ACTIVATING,
         "Function starting",
-        format!("function {name:?} was scaled to zero: {why}"),
+        format!(
+            "function {name:?} has no instance serving (it was scaled to zero, or what ran it stopped): {why}"
+        ),
     );
     e.retry_after = Some(1);
     e
@@ -281,6 +284,7 @@ async fn ask_and_watch(
             )));
         }
     };
+    let mut poll = Poll(POLL);
     while tokio::time::Instant::now() < deadline {
         match readmodel::function_row(&state.pool, ns, name).await {
             Ok(Some(row)) if row.endpoint.is_some() && !row.idle => {
@@ -291,6 +295,12 @@ async fn ask_and_watch(
                     Ok(None) => return Some(Ended::Failed("it was deleted".into())),
                     Err(_) => continue,
                 };
+                // Where it served refused a call: held until the log names
+                // an instance that serves.
+                if !state.spread.any_up(&target) {
+                    tokio::time::sleep(poll.next()).await;
+                    continue;
+                }
                 let instance_start = scaling::last_start(&state.pool, &key.stream())
                     .await
                     .ok()
@@ -310,9 +320,22 @@ async fn ask_and_watch(
             Ok(None) => return Some(Ended::Failed("it was deleted".into())),
             _ => {}
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(poll.next()).await;
     }
     None
+}
+
+/// How often an activation looks at the read model: often at first (a
+/// start takes a moment), then less (a worker that is gone takes a lease
+/// to be found out).
+struct Poll(Duration);
+
+impl Poll {
+    fn next(&mut self) -> Duration {
+        let now = self.0;
+        self.0 = (self.0 * 3 / 2).min(POLL_AT_MOST);
+        now
+    }
 }
 
 #[cfg(test)]

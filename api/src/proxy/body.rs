@@ -11,8 +11,8 @@
 //! function's connection is dropped, and the record says why.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -95,6 +95,74 @@ impl HttpBody for Inbound {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// The request body on its way to a function, which can be taken back
+/// while none of it has been read ([`Reclaim`]): a request whose
+/// connection was refused never reached the function, and goes whole to
+/// an instance that serves.
+pub(super) struct Unsent {
+    slot: Arc<Mutex<Option<Body>>>,
+    taken: Option<Body>,
+    hint: SizeHint,
+    end: bool,
+}
+
+/// Takes back the body of an [`Unsent`] that was never read.
+pub(super) struct Reclaim(Arc<Mutex<Option<Body>>>);
+
+impl Unsent {
+    pub(super) fn new(body: Body) -> (Unsent, Reclaim) {
+        let (hint, end) = (body.size_hint(), body.is_end_stream());
+        let slot = Arc::new(Mutex::new(Some(body)));
+        let unsent = Unsent {
+            slot: slot.clone(),
+            taken: None,
+            hint,
+            end,
+        };
+        (unsent, Reclaim(slot))
+    }
+}
+
+impl Reclaim {
+    /// The body, unless the request began to send it.
+    pub(super) fn take(&self) -> Option<Body> {
+        self.0.lock().unwrap().take()
+    }
+}
+
+impl HttpBody for Unsent {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        if self.taken.is_none() {
+            let taken = self.slot.lock().unwrap().take();
+            self.taken = taken;
+        }
+        match &mut self.taken {
+            Some(body) => Pin::new(body).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.taken {
+            Some(body) => body.is_end_stream(),
+            None => self.end,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.taken {
+            Some(body) => body.size_hint(),
+            None => self.hint,
+        }
     }
 }
 

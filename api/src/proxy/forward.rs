@@ -21,7 +21,7 @@ use sless_domain::FunctionName;
 use super::admission::{
     ProxyLimits, body_too_large, check_headers, check_suffix, is_user_namespace, split_path,
 };
-use super::body::{Inbound, Meter};
+use super::body::{Inbound, Meter, Unsent};
 use super::call::Call;
 use super::edge;
 use super::endpoints::Target;
@@ -202,6 +202,13 @@ fn unreadable_body() -> ApiError {
 }
 
 /// Sends the request to the function's endpoint; the answer's head.
+///
+/// A request that never reached the function (its connection was refused:
+/// the instance is gone) goes to an instance that serves, or is held, as a
+/// call to a function at zero is, until the log names one; never answered
+/// 502 for it. One whose connection broke after it was sent goes again
+/// only when it had no body and the read model no longer names where it
+/// went.
 async fn send(
     state: &AppState,
     call: &mut Call,
@@ -215,8 +222,13 @@ async fn send(
     let limit = state.http.limits.max_body_bytes;
     let mut body = Some(body);
     let mut parts = Some(parts);
-    for fresh in [false, true] {
-        if fresh {
+    // Sent at least once, so the function is read again before the next;
+    // sent again once after a connection broke.
+    let (mut again, mut broke) = (false, false);
+    // An instance it was sent to refused: what a held call's timeout says.
+    let mut gone_before = false;
+    loop {
+        if again {
             state.endpoints.forget(ns, name);
             target = state
                 .endpoints
@@ -242,10 +254,25 @@ async fn send(
         if let Some((error, at)) = &target.start_failed {
             super::activation::after_failure(name, error, *at)?;
         }
-        if (target.activating || target.start_failed.is_some()) && target.disabled.is_none() {
+        // Nothing serves (at zero, starting, or every instance it had
+        // refused a call): held until an instance serves.
+        let gone = target.endpoint.is_ok() && !state.spread.any_up(&target);
+        gone_before |= gone;
+        if (target.activating || target.start_failed.is_some() || gone) && target.disabled.is_none()
+        {
             let activated =
                 super::activation::activate(state, ns, name, &call.request_id, call.started)
-                    .await?;
+                    .await
+                    .map_err(|e| match e.kind {
+                        super::activation::ACTIVATING if gone_before => ApiError {
+                            detail: format!(
+                                "function {name:?}: its instance refused the connection (what ran it stopped), and none served within {:.1} s; it is being started again, try again shortly",
+                                state.http.limits.activation_timeout.as_secs_f64()
+                            ),
+                            ..e
+                        },
+                        _ => e,
+                    })?;
             call.activation = Some((activated.held, activated.instance_start));
             target = activated.target;
         }
@@ -270,11 +297,11 @@ async fn send(
         call.timeout = target.timeout;
         // Every call held for an instance is cold, not only the first.
         call.cold = target.first_call() || call.activation.is_some();
-        let mut req_parts = match (replayable && !fresh, &mut parts) {
+        let mut req_parts = match (replayable, &mut parts) {
             (true, Some(p)) => p.clone(),
-            (_, p) => p
-                .take()
-                .expect("a request is sent twice only when replayable"),
+            (_, p) => p.take().ok_or_else(|| {
+                ApiError::internal("a request with a body was sent twice".to_owned())
+            })?,
         };
         if sless_telemetry::trace::enabled() {
             // The request's span is the call's: the function gets it as
@@ -297,18 +324,20 @@ async fn send(
             until_accepting(&req_parts.uri, window).await;
         }
         let endpoint = endpoint.clone();
-        let upstream = hyper::Request::from_parts(req_parts, body.take().unwrap_or_default());
+        let (unsent, reclaim) = Unsent::new(body.take().unwrap_or_default());
+        let kept = req_parts.clone();
+        let upstream = hyper::Request::from_parts(req_parts, Body::new(unsent));
         let left = target.timeout.saturating_sub(call.started.elapsed());
         let res = tokio::time::timeout(left, state.http.pool.request(upstream)).await;
+        again = true;
         if call.meter.too_large.load(Ordering::Relaxed) {
             return Err(body_too_large(limit));
         }
         if call.meter.unreadable.load(Ordering::Relaxed) {
             return Err(unreadable_body());
         }
-        if let Ok(Err(e)) = &res
-            && e.is_connect()
-        {
+        let refused = matches!(&res, Ok(Err(e)) if e.is_connect());
+        if refused {
             state.spread.down(&endpoint);
         }
         return match res {
@@ -321,13 +350,19 @@ async fn send(
                     target.timeout.as_secs()
                 ),
             )),
-            // Refused: the instance stopped (a new version replaced it,
-            // or it was scaled in) or is being started again; once the
-            // read model names where the function serves now (a moment
-            // after a rollout), the call goes there.
-            Ok(Err(e)) if e.is_connect() && replayable && !fresh => {
-                moved(state, ns, name, &endpoint).await;
-                continue;
+            // Refused: the instance is gone (a new version replaced it, it
+            // was scaled in, or what ran it stopped). The request never
+            // reached it: it goes, whole, to an instance that serves, or
+            // waits for one with the calls held for a start.
+            Ok(Err(_)) if refused && call.started.elapsed() < target.timeout => {
+                match reclaim.take() {
+                    Some(unread) => {
+                        body = Some(unread);
+                        parts = Some(kept);
+                        continue;
+                    }
+                    None => Err(unreachable(name, "refused the connection")),
+                }
             }
             // A kept-alive connection to a process that has since stopped
             // (scaled to zero, replaced) breaks on the first write; when the
@@ -335,10 +370,12 @@ async fn send(
             // reached a process that answers, and goes to the one it names.
             Ok(Err(e))
                 if replayable
-                    && !fresh
+                    && !refused
                     && not_http(&e).is_none()
+                    && !broke
                     && moved(state, ns, name, &endpoint).await =>
             {
+                broke = true;
                 continue;
             }
             Ok(Err(e)) => {
@@ -359,17 +396,21 @@ async fn send(
                 } else {
                     "failed"
                 };
-                Err(ApiError::new(
-                    StatusCode::BAD_GATEWAY,
-                    "function-unreachable",
-                    "Function unreachable",
-                    format!("function {name:?} {what}: {}", error_chain(&e)),
-                ))
+                Err(unreachable(name, &format!("{what}: {}", error_chain(&e))))
             }
             Ok(Ok(res)) => Ok(res),
         };
     }
-    unreachable!("the second pass always returns")
+}
+
+/// 502 `function-unreachable`: the call could not be sent, or broke.
+fn unreachable(name: &str, what: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "function-unreachable",
+        "Function unreachable",
+        format!("function {name:?} {what}"),
+    )
 }
 
 /// How long a cold call waits for its endpoint to accept a connection.

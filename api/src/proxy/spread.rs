@@ -133,6 +133,17 @@ impl Spread {
         inner.down.insert(endpoint.to_owned(), Instant::now());
     }
 
+    /// True when an instance of `target` has not refused a connection of
+    /// late: one a call may be sent to.
+    pub(super) fn any_up(&self, target: &Target) -> bool {
+        let mut inner = self.inner.lock().unwrap();
+        inner.down.retain(|_, at| at.elapsed() < DOWN_FOR);
+        target
+            .instances
+            .iter()
+            .any(|(e, _)| !inner.down.contains_key(e))
+    }
+
     /// Finds the call of `ns/name` (started at `started`) an instance of
     /// `target`, waiting for one as the module says.
     pub(super) async fn place(

@@ -176,10 +176,22 @@ async fn failed_calls_are_recorded_with_their_error() {
     let sink = Upstream::echo().await;
     deployed(&env, SUB, "sink", 30, &sink.url).await;
 
-    let answer = env.send(get(&format!("/fn/{ns}/down"), None)).await;
-    assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
+    // Its instance refuses and the log never names another: the call is
+    // held for one, then refused with why.
+    let held = crate::api::proxy::app_with(&env, |s| {
+        s.http = sless_api::proxy::HttpClient::new(sless_api::proxy::ProxyLimits {
+            activation_timeout: Duration::from_secs(1),
+            ..Default::default()
+        });
+    });
+    let answer = send(&held, get(&format!("/fn/{ns}/down"), None)).await;
+    answer.assert_problem(
+        "a call whose only instance refuses",
+        StatusCode::SERVICE_UNAVAILABLE,
+        "function-activating",
+    );
     let r = &wait_for_records(&env, "down", 1).await[0];
-    assert_eq!(r["status"], 502);
+    assert_eq!(r["status"], 503);
     let error = r["error"].as_str().unwrap();
     assert!(error.contains("refused"), "{error}");
 

@@ -3,6 +3,7 @@
 use super::*;
 use crate::spec::Runtime;
 
+mod lost;
 mod versions;
 
 fn spec() -> FunctionSpec {
