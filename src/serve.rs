@@ -70,48 +70,101 @@ impl Listeners {
         })
     }
 
-    /// Serves both origins until `stop`.
-    fn serve(
-        self,
-        mut state: AppState,
-        stop: &watch::Receiver<bool>,
-    ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    /// Serves both origins until [`Serving::stop`], which stops them as
+    /// `shutdown` says.
+    fn serve(self, mut state: AppState, shutdown: config::Shutdown) -> Serving {
         state.fn_url = self.fn_url.map(Into::into);
+        let (stop_tx, stop) = watch::channel(false);
+        let draining = state.draining.clone();
         let tails = state.tails.clone();
         let api = serve_http(
+            "the API's origin",
             self.api,
             sless_api::router(state.clone()),
             sless_api::plumbing::serve::HEADER_PARSE_LIMIT,
             tails.clone(),
             stop.clone(),
+            shutdown.drain,
         );
         let functions = serve_http(
+            "the functions' origin",
             self.functions,
             sless_api::fn_router(state),
             sless_api::plumbing::serve::FN_HEADER_PARSE_LIMIT,
             tails,
-            stop.clone(),
+            stop,
+            shutdown.drain,
         );
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let (a, f) = tokio::join!(api, functions);
             a.and(f)
-        })
+        });
+        Serving {
+            draining,
+            shutdown,
+            stop: stop_tx,
+            task,
+        }
     }
 }
 
+/// Both origins, served.
+struct Serving {
+    draining: sless_api::plumbing::serve::Draining,
+    shutdown: config::Shutdown,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Serving {
+    /// Stops serving without failing a call: `/readyz` answers 503 at once,
+    /// both origins serve on as before for the shutdown delay (a load
+    /// balancer that polls readiness moves away meanwhile), then close
+    /// their listeners and drain (`serve_http`). Returns once both have.
+    async fn stop(self) -> anyhow::Result<()> {
+        let config::Shutdown { delay, drain } = self.shutdown;
+        self.draining.begin();
+        tracing::info!(
+            delay_secs = delay.as_secs_f64(),
+            "stopping: /readyz answers 503; serving on until the shutdown delay has passed"
+        );
+        // The delay is the point: the process serves as before meanwhile.
+        tokio::time::sleep(delay).await;
+        tracing::info!(
+            drain_secs = drain.as_secs_f64(),
+            "no new connections; the calls in flight have the drain time to finish"
+        );
+        let _ = self.stop.send(true);
+        self.task.await?
+    }
+}
+
+/// Serves `listener` until `stop`; then closes it, ends the audit log's
+/// tails, and waits up to `drain` for the calls in flight.
 async fn serve_http(
+    origin: &'static str,
     listener: tokio::net::TcpListener,
     app: axum::Router,
     parse_limit: usize,
-    // The audit log's live tails would hold the graceful shutdown open.
+    // The audit log's live tails would hold the drain open.
     tails: sless_api::rest::events::Tails,
     mut stop: watch::Receiver<bool>,
+    drain: Duration,
 ) -> anyhow::Result<()> {
-    sless_api::plumbing::serve::serve(listener, app, parse_limit, async move {
+    let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;
         tails.close();
-    })
-    .await?;
+    };
+    let drained =
+        sless_api::plumbing::serve::serve_then_drain(listener, app, parse_limit, stopped, drain)
+            .await?;
+    if drained.cut > 0 {
+        tracing::warn!(
+            origin,
+            cut = drained.cut,
+            "the drain time ran out: the calls still in flight on {origin} were cut"
+        );
+    }
     Ok(())
 }
 
@@ -191,9 +244,12 @@ pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyh
                 "released work items left running by the last stop"
             );
         }
-        // Nor is any other worker alive: what the last one ran is placed
-        // here (the reconcile of everything below does it).
+        // Nor is any other worker alive: what the last one ran stopped
+        // with it. Each such function is at zero before a call is taken,
+        // so calls are held until it runs again, never sent where nothing
+        // listens (or where another function's instance listens now).
         sless_store::workers::forget_all(&pool).await?;
+        sless_workers::placement::sweep(&pool, &*driver).await?;
     }
     let (stop_tx, stop) = watch::channel(false);
     let projector = tokio::spawn(sless_projector::run(
@@ -248,13 +304,17 @@ pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyh
     )
     .await?;
     let recorder = state.invocations.clone();
-    let http = listeners.serve(state, &stop);
+    let http = listeners.serve(state, api_config.shutdown);
     announce(&data_dir, addr, &fn_url, &auth, &pool, dev).await?;
 
     stop_signal().await;
     eprintln!("stopping sless");
+    // The calls in flight first: while they finish, the worker still
+    // starts what a held call waits for and the projector still moves on.
+    if let Err(e) = http.stop().await {
+        tracing::warn!(error = %e, "serving HTTP ended with an error");
+    }
     let _ = stop_tx.send(true);
-    let _ = http.await;
     if let Some(metrics) = metrics {
         let _ = metrics.await;
     }
@@ -442,10 +502,10 @@ pub async fn api(listen: SocketAddr, functions: FnOrigin) -> anyhow::Result<()> 
         &rx,
     )
     .await?;
-    let http = listeners.serve(state, &rx);
+    let http = listeners.serve(state, api_config.shutdown);
     stop_signal().await;
+    http.stop().await?;
     let _ = tx.send(true);
-    http.await??;
     if let Some(metrics) = metrics {
         let _ = metrics.await;
     }

@@ -117,6 +117,8 @@ pub struct Shared {
     pub metrics_scope: metrics::Scope,
     /// Pages of the functions list, kept while the read models stand still.
     pub pages: Arc<rest::page_cache::PageCache>,
+    /// Set by the binary when it starts to stop: `/readyz` answers 503.
+    pub draining: plumbing::serve::Draining,
 }
 
 /// Versions of a function kept besides the live one, by default.
@@ -151,6 +153,7 @@ impl AppState {
             metrics: sless_telemetry::global().clone(),
             metrics_scope: metrics::Scope::default(),
             pages: Arc::default(),
+            draining: plumbing::serve::Draining::default(),
         }))
     }
 }

@@ -1,8 +1,9 @@
 //! The API role (`sless api`, and the API of `sless dev` and `serve`): the
 //! invoke proxy's limits, invocation records, the upload gate, versions
-//! kept, per-namespace quotas and the fault suite's hook. Where it listens
-//! (`--listen`, `--fn-listen`/`SLESS_FN_LISTEN`) and the functions' origin
-//! (`--fn-url`/`SLESS_FN_URL`, checked by [`fn_url`]) are arguments.
+//! kept, per-namespace quotas, the fault suite's hook and how it stops
+//! (`shutdown`). Where it listens (`--listen`, `--fn-listen`/
+//! `SLESS_FN_LISTEN`) and the functions' origin (`--fn-url`/
+//! `SLESS_FN_URL`, checked by [`fn_url`]) are arguments.
 
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use sless_api::proxy::ProxyLimits;
 use sless_api::rest::upload::UploadGate;
 
 use super::source::var;
-use super::{Get, number_from};
+use super::{Get, Shutdown, number_from};
 
 /// The API's settings.
 #[derive(Debug, Clone)]
@@ -45,6 +46,9 @@ pub struct Api {
     /// The fault suite's hook: kill the process right after a commit
     /// (`SLESS_FAULT_CRASH_AFTER_COMMIT=1`). For tests only.
     pub crash_after_commit: bool,
+    /// How it stops: `SLESS_SHUTDOWN_DELAY_SECS` (0) and
+    /// `SLESS_DRAIN_SECS` (30).
+    pub shutdown: Shutdown,
 }
 
 impl Api {
@@ -87,6 +91,7 @@ impl Api {
             keep_versions,
             quotas: quotas(get)?,
             crash_after_commit: get(CRASH_AFTER_COMMIT_ENV).is_some_and(|v| v == "1"),
+            shutdown: Shutdown::from(get)?,
         })
     }
 

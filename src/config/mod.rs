@@ -6,7 +6,8 @@
 //! - [`Database`] and [`Blobs`] (`store`): PostgreSQL and S3;
 //! - [`TokenSettings`] (`tokens`): how tokens are checked;
 //! - [`Api`] (`api`): the invoke proxy, invocation records, uploads,
-//!   versions kept, quotas, the fault hook;
+//!   versions kept, quotas, the fault hook, and how it stops
+//!   ([`Shutdown`], `shutdown`);
 //! - [`Worker`] (`worker`): the worker loop, the driver, the cron scheduler;
 //! - [`Local`] (`local`, with its sandbox in `sandbox`): the local driver;
 //! - [`Kube`] (`kube`): the Kubernetes driver;
@@ -28,6 +29,7 @@ mod kube;
 mod local;
 mod metrics;
 mod sandbox;
+mod shutdown;
 mod source;
 mod store;
 mod tokens;
@@ -40,6 +42,7 @@ pub use host::Host;
 pub use kube::Kube;
 pub use local::Local;
 pub use metrics::{Metrics, traces};
+pub use shutdown::Shutdown;
 pub use store::{Blobs, Database};
 pub use tokens::TokenSettings;
 pub use worker::{DriverKind, Worker};

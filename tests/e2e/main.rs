@@ -3,6 +3,7 @@
 mod cli;
 mod console;
 mod dev;
+mod drain;
 mod edge;
 mod fleet;
 mod history;
@@ -13,6 +14,7 @@ mod orphans;
 mod platform;
 mod python_client;
 mod replay;
+mod restart;
 mod runtimes;
 mod sandbox;
 mod scale_out;

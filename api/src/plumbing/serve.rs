@@ -18,8 +18,19 @@
 //! the parser refuses itself (a malformed request line or header, two
 //! different `Content-Length`s) get its bare 400, without a body and
 //! without our words or its own.
+//!
+//! A stop drains (`serve_then_drain`): the listener is closed at once, so a
+//! new connection is refused; every open connection is told to close
+//! (hyper's graceful shutdown: an idle one is closed, one on a call
+//! answers it with `Connection: close` and is closed after); the calls in
+//! flight finish, up to a drain time, past which their connections are
+//! closed under them and counted (`Drained`). Before that, the process
+//! says it is stopping (`Draining`), so that `/readyz` fails while the
+//! listener still serves and a load balancer moves away first.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -31,6 +42,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::task::JoinSet;
 use tower::ServiceExt as _;
 
 use crate::plumbing::error::ApiError;
@@ -128,6 +140,31 @@ fn host_problem(req: &Request) -> Option<String> {
     }
 }
 
+/// Whether this process is stopping, shared by its listeners: once begun,
+/// `/readyz` answers 503 while the listeners still serve (the binary's
+/// shutdown delay), so a load balancer stops sending before they close.
+#[derive(Debug, Clone, Default)]
+pub struct Draining(Arc<AtomicBool>);
+
+impl Draining {
+    /// The process is stopping, from now on.
+    pub fn begin(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn has_begun(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How a drain ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// Connections still on a call when the drain time ran out, closed
+    /// under it.
+    pub cut: usize,
+}
+
 /// Serves `app` on `listener`, whose parser reads at most `parse_limit`
 /// header fields per request, until `stop` resolves, then stops accepting
 /// and waits for the open connections to finish the request they are on.
@@ -137,6 +174,20 @@ pub async fn serve(
     parse_limit: usize,
     stop: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
+    serve_then_drain(listener, app, parse_limit, stop, Duration::MAX)
+        .await
+        .map(drop)
+}
+
+/// [`serve`], whose wait for the open connections lasts at most `drain`:
+/// those still open then are closed, their calls cut.
+pub async fn serve_then_drain(
+    listener: TcpListener,
+    app: Router,
+    parse_limit: usize,
+    stop: impl Future<Output = ()> + Send,
+    drain: Duration,
+) -> std::io::Result<Drained> {
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .max_headers(parse_limit)
@@ -144,6 +195,8 @@ pub async fn serve(
         .header_read_timeout(HEADER_READ_TIMEOUT);
     let app = app.layer(axum::middleware::from_fn(one_host));
     let graceful = GracefulShutdown::new();
+    // Every connection's task, so that those the drain time cuts end with it.
+    let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(stop);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -157,6 +210,8 @@ pub async fn serve(
                     continue;
                 }
             },
+            // Those that ended, forgotten.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = &mut stop => break,
         };
         // The invoke proxy streams a response: its head and its body go
@@ -176,13 +231,22 @@ pub async fn serve(
         ));
         let conn = builder.serve_connection(TokioIo::new(tcp), service);
         let conn = graceful.watch(conn);
-        tokio::spawn(async move {
+        connections.spawn(async move {
             if let Err(e) = conn.await {
                 tracing::trace!(error = %e, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    graceful.shutdown().await;
-    Ok(())
+    // hyper's graceful shutdown waits for as long as a call takes.
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_ok()
+    {
+        return Ok(Drained { cut: 0 });
+    }
+    while connections.try_join_next().is_some() {}
+    let cut = connections.len();
+    connections.shutdown().await;
+    Ok(Drained { cut })
 }
