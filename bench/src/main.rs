@@ -21,6 +21,7 @@ mod pgbench;
 mod projector;
 mod proxy;
 mod queue;
+mod restart;
 mod scale;
 mod scale_out;
 mod sless_dev;
@@ -84,6 +85,9 @@ enum Command {
     /// most 16 instances): time to 90% of the ideal throughput, latency
     /// during the ramp, calls failed, and the way back down.
     ScaleOut(scale_out::ScaleOutArgs),
+    /// `sless dev` restarted under a steady load of calls: calls failed,
+    /// and the longest hold of each restart.
+    Restart(restart::RestartArgs),
     /// The tests' Kubernetes control plane: `scripts/ensure-kubernetes`
     /// when it is built, and a start to ready, several times.
     ControlPlane(control_plane::ControlPlaneArgs),
@@ -264,6 +268,7 @@ fn main() -> anyhow::Result<()> {
             Command::ColdStart(args) => cold::run(&server, args).await,
             Command::Scale(args) => scale::run(&server, args).await,
             Command::ScaleOut(args) => scale_out::run(&server, args).await,
+            Command::Restart(args) => restart::run(&server, args).await,
         };
         if let Err(e) = server.drop_databases().await {
             eprintln!("could not drop the benchmark databases: {e:#}");

@@ -85,6 +85,9 @@ struct Launch {
     db_url: String,
     unsafe_no_sandbox: bool,
     traced: Vec<(&'static str, String)>,
+    /// Where the API and the functions' origin listen, once the first
+    /// start chose (a restart keeps them, as a deployment does).
+    addresses: Option<(String, String)>,
 }
 
 /// Resident memory of a process, in KiB.
@@ -198,6 +201,7 @@ impl SlessDev {
             db_url,
             unsafe_no_sandbox: args.unsafe_no_sandbox,
             traced,
+            addresses: None,
         };
         let child = launch.spawn(dir.path())?;
         let mut dev = SlessDev {
@@ -249,17 +253,25 @@ impl SlessDev {
         };
         self.url = field("url")?;
         self.fn_url = field("fn_url")?;
+        let address = |url: &str| url.trim_start_matches("http://").to_owned();
+        self.launch.addresses = Some((address(&self.url), address(&self.fn_url)));
         self.token = field("token")?;
         self.namespace = field("namespace")?;
         Ok(())
     }
 
     /// Stops it (SIGTERM, as `stop`) and starts it again on the same
-    /// database and data directory; the time from the start of the new
+    /// database, data directory and addresses; the time from the start of the new
     /// process until it announced itself (`dev.json`: its migrations ran,
     /// every function's reconcile is enqueued, the API listens).
     pub async fn restart(&mut self) -> anyhow::Result<Duration> {
         self.terminate().await?;
+        self.start_again().await
+    }
+
+    /// Starts it again after it stopped (`restart`, or a stop of the
+    /// caller's own), as `restart` says.
+    pub async fn start_again(&mut self) -> anyhow::Result<Duration> {
         std::fs::remove_file(self.dir.path().join("data/dev.json"))?;
         let started = Instant::now();
         self.child = self.launch.spawn(self.dir.path())?;
@@ -418,7 +430,7 @@ impl SlessDev {
     }
 
     /// SIGTERM to the process, and waits for it to exit (killed after 30 s).
-    async fn terminate(&mut self) -> anyhow::Result<()> {
+    pub async fn terminate(&mut self) -> anyhow::Result<()> {
         if let Some(pid) = self.child.id() {
             // SAFETY: kill(2) on our own child's pid.
             unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -448,7 +460,10 @@ impl Launch {
             .arg("dev")
             .arg("--data-dir")
             .arg(dir.join("data"))
-            .args(["--listen", "127.0.0.1:0"])
+            .args(match &self.addresses {
+                Some((api, functions)) => ["--listen", api, "--fn-listen", functions],
+                None => ["--listen", "127.0.0.1:0", "--fn-listen", "127.0.0.1:0"],
+            })
             .args(self.unsafe_no_sandbox.then_some("--unsafe-no-sandbox"))
             .env("DATABASE_URL", &self.db_url)
             // A benchmark fills one namespace past the default quotas (the
