@@ -77,10 +77,16 @@ impl Listeners {
         let (stop_tx, stop) = watch::channel(false);
         let draining = state.draining.clone();
         let tails = state.tails.clone();
+        let closing = |router: axum::Router| {
+            router.layer(axum::middleware::from_fn_with_state(
+                draining.clone(),
+                sless_api::plumbing::serve::close_while_draining,
+            ))
+        };
         let api = serve_http(
             "the API's origin",
             self.api,
-            sless_api::router(state.clone()),
+            closing(sless_api::router(state.clone())),
             sless_api::plumbing::serve::HEADER_PARSE_LIMIT,
             tails.clone(),
             stop.clone(),
@@ -89,7 +95,7 @@ impl Listeners {
         let functions = serve_http(
             "the functions' origin",
             self.functions,
-            sless_api::fn_router(state),
+            closing(sless_api::fn_router(state)),
             sless_api::plumbing::serve::FN_HEADER_PARSE_LIMIT,
             tails,
             stop,

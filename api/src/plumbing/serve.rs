@@ -157,6 +157,25 @@ impl Draining {
     }
 }
 
+/// Middleware: once the process is stopping, every answer carries
+/// `Connection: close`, so a client with a kept-alive connection opens a
+/// new one for its next request, which a load balancer sends elsewhere
+/// (an L4 balancer such as kube-proxy moves only new connections).
+pub async fn close_while_draining(
+    axum::extract::State(draining): axum::extract::State<Draining>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let mut res = next.run(req).await;
+    if draining.has_begun() {
+        res.headers_mut().insert(
+            header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    res
+}
+
 /// How a drain ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Drained {
