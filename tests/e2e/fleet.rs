@@ -99,6 +99,11 @@ impl Platform {
         crate::Proc::spawn(cmd, &dir.with_extension(log))
     }
 
+    /// The S3 server the platform's parts share.
+    pub fn s3(&self) -> &sless_testkit::TestS3 {
+        &self.s3
+    }
+
     /// The worker `i`'s (from 1) data directory.
     pub fn worker_dir(&self, i: usize) -> std::path::PathBuf {
         self.root.join(format!("w{i}"))

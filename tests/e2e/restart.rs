@@ -381,3 +381,56 @@ async fn workers_stopped_killed_and_started_again_under_load() {
         tally.longest_ms.load(Ordering::SeqCst)
     );
 }
+
+/// `sless api` on the platform's database, at fixed addresses.
+fn api_process(p: &Platform, api: SocketAddr, functions: SocketAddr, log: &Path) -> Proc {
+    let mut cmd = crate::sless_on(&p.db.url, p.s3());
+    cmd.env(
+        "SLESS_JWT_SECRET",
+        "restart-test-secret-of-32-bytes-or-more",
+    )
+    .args(["api", "--listen", &api.to_string()])
+    .args(["--fn-listen", &functions.to_string()]);
+    Proc::spawn(cmd, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sless_api_restarted_while_the_worker_runs_fails_no_call() {
+    let p = Platform::start("restart-api", 1, 1, "api-restarter").await;
+    let names: Vec<String> = (0..4).map(|i| format!("a{i}")).collect();
+    for name in &names {
+        p.deploy(name, json!({})).await;
+    }
+    let (api_port, fn_port) = free_ports();
+    let api: SocketAddr = ([127, 0, 0, 1], api_port).into();
+    let functions: SocketAddr = ([127, 0, 0, 1], fn_port).into();
+    let logs = sless_testkit::scratch_dir("restart-api-logs");
+    let mut proc = api_process(&p, api, functions, &logs.join("api0.log"));
+    let url = |name: &String| format!("http://{functions}/fn/{}/{name}", p.client.namespace);
+    let load = Steady::start(
+        (0..2)
+            .map(|i| names.iter().skip(i).step_by(2).map(url).collect())
+            .collect(),
+        Duration::ZERO,
+    );
+    load.until_answered(30, Duration::from_secs(60)).await;
+    for restart in 1..=3 {
+        proc.signal(libc::SIGTERM);
+        let status = proc.wait_exit(Duration::from_secs(60)).await;
+        assert!(status.success(), "sless api exited with {status}");
+        proc = api_process(&p, api, functions, &logs.join(format!("api{restart}.log")));
+        load.until_answered(30, Duration::from_secs(60)).await;
+    }
+    let tally = load.stop().await;
+    println!(
+        "sless api restarted 3 times: {} calls answered, {} failed, {} connections refused while nothing listened and {} broken before an answer (sent again), longest call {} ms",
+        tally.answered.load(Ordering::SeqCst),
+        tally.failures(),
+        tally.refused.load(Ordering::SeqCst),
+        tally.broken.load(Ordering::SeqCst),
+        tally.longest_ms.load(Ordering::SeqCst)
+    );
+    assert_eq!(tally.failures(), 0, "{:?}", tally.failed);
+    proc.signal(libc::SIGTERM);
+    proc.wait_exit(Duration::from_secs(60)).await;
+}
