@@ -182,9 +182,14 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
     }
 }
 
-/// Applies pending migrations.
+/// Applies pending migrations. A database that a newer release migrated
+/// further is accepted: migrations only expand while two releases run
+/// side by side (docs/operations.md, "Upgrading"), so the release before
+/// runs on it, and a rollback's pods start.
 pub async fn migrate(pool: &PgPool) -> Result<()> {
-    MIGRATOR.run(pool).await?;
+    let mut migrator = sqlx::migrate::Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
+    migrator.set_ignore_missing(true);
+    migrator.run(pool).await?;
     Ok(())
 }
 

@@ -92,6 +92,12 @@ pub const RUN_JOB: &str = "RunJob";
 /// A work item that does nothing: for measuring the queue itself.
 pub const NOOP: &str = "Noop";
 
+/// Every kind but jobs that this release's workers handle. A worker's
+/// claim takes only these: during a rolling upgrade a kind that a newer
+/// release added waits for a worker that knows it, and is never
+/// dead-lettered by an older one as unknown.
+pub const OTHER_KINDS: [&str; 3] = [RECONCILE_FUNCTION, crate::retention::COLLECT_BLOB, NOOP];
+
 /// Enqueues a reconcile of a function (key `{ns}/{name}`) in the caller's transaction.
 pub async fn enqueue_reconcile<'e>(exec: impl PgExecutor<'e>, function_key: &str) -> Result<()> {
     enqueue(
@@ -197,7 +203,8 @@ pub enum Kinds {
     All,
     /// Jobs and cron runs (`RunJob`).
     Jobs,
-    /// Every kind but `RunJob`: reconciles, blob collection, ...
+    /// Every kind but `RunJob` that this release handles
+    /// ([`OTHER_KINDS`]): reconciles, blob collection, ...
     AllButJobs,
 }
 
@@ -209,7 +216,10 @@ impl Kinds {
         match self {
             Kinds::All => String::new(),
             Kinds::Jobs => format!("and w.kind = '{RUN_JOB}'"),
-            Kinds::AllButJobs => format!("and w.kind <> '{RUN_JOB}'"),
+            Kinds::AllButJobs => format!(
+                "and w.kind <> '{RUN_JOB}' and w.kind in ({})",
+                OTHER_KINDS.map(|k| format!("'{k}'")).join(", ")
+            ),
         }
     }
 }

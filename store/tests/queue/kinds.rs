@@ -114,3 +114,30 @@ async fn claims_for_jobs_keep_one_running_item_per_key_and_skip_locked_rows() {
     keys.sort();
     assert_eq!(keys, ["job/ns/j1", "job/ns/j2"]);
 }
+
+#[tokio::test]
+async fn a_kind_this_release_does_not_know_is_left_for_a_worker_that_does() {
+    let db = TestDb::new().await;
+    // Written by a newer release during a rolling upgrade.
+    enqueue_kind(&db.pool, "KindOfALaterRelease", "later/", 2).await;
+    enqueue_kind(&db.pool, queue::RECONCILE_FUNCTION, "ns/f", 1).await;
+    let other = queue::claim_kinds(&db.pool, "w1", Kinds::AllButJobs, 100, LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds_of(&other),
+        BTreeSet::from([queue::RECONCILE_FUNCTION.to_owned()]),
+        "an unknown kind would be dead-lettered by the worker that took it"
+    );
+    let jobs = queue::claim_kinds(&db.pool, "w1", Kinds::Jobs, 100, LONG)
+        .await
+        .unwrap();
+    assert!(jobs.is_empty(), "{jobs:?}");
+    let waiting: i64 = sqlx::query_scalar(
+        "select count(*) from work_items where kind = 'KindOfALaterRelease' and state = 'pending'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(waiting, 2);
+}
