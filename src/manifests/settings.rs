@@ -145,6 +145,18 @@ pub const SETTINGS: &[Setting] = &[
         "where each role serves /metrics without a token: 0.0.0.0:9464, the port its annotations name"
     ),
     setting!(
+        "SLESS_SHUTDOWN_DELAY_SECS",
+        "0",
+        Container,
+        "the API on SIGTERM: how long /readyz answers 503 while the listeners still serve, so the pod leaves its Service first (the API's container: 5)"
+    ),
+    setting!(
+        "SLESS_DRAIN_SECS",
+        "30",
+        Container,
+        "the API on SIGTERM, after the delay: how long the calls in flight get to finish (the API's container: 30; the pod's grace is the two plus 10 s)"
+    ),
+    setting!(
         "SLESS_DRIVER",
         "local",
         Config("kubernetes"),

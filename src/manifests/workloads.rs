@@ -19,7 +19,44 @@ struct Role {
     memory_limit: &'static str,
     /// The scratch directory (`--data-dir`) of the worker.
     data_dir: bool,
+    /// How its pods stop while others take over (the API's); `None`: on
+    /// SIGTERM the role ends its own work within the default grace.
+    drain: Option<Drain>,
 }
+
+/// The graceful stop of the API's pods on SIGTERM: `/readyz` answers 503
+/// at once, the listeners serve on for `delay_secs` while the pod leaves
+/// its Service's endpoints (a terminating pod is taken out at once, and the
+/// readiness probe takes it out too), then they stop accepting, close
+/// kept-alive connections and give the calls in flight `drain_secs`.
+#[derive(Clone, Copy)]
+struct Drain {
+    /// `SLESS_SHUTDOWN_DELAY_SECS`: long enough for the endpoints
+    /// controller and every kube-proxy (and ingress controller) to stop
+    /// sending the pod new connections, and longer than the readiness
+    /// probe takes to see the 503 (`READY_PERIOD_SECS` times
+    /// `READY_FAILURES`).
+    delay_secs: u32,
+    /// `SLESS_DRAIN_SECS`.
+    drain_secs: u32,
+}
+
+const API_DRAIN: Drain = Drain {
+    delay_secs: 5,
+    drain_secs: 30,
+};
+/// The readiness probe of the API: a pod that answers 503 is out of its
+/// Service within 4 s, inside the shutdown delay.
+const READY_PERIOD_SECS: u32 = 2;
+const READY_FAILURES: u32 = 2;
+const _: () = assert!(API_DRAIN.delay_secs > READY_PERIOD_SECS * READY_FAILURES);
+/// What a pod gets past its drain to end (the database pool closed, the
+/// last traces sent) before the kubelet kills it.
+const STOP_MARGIN_SECS: u32 = 10;
+/// The grace of the roles that stop on their own: the worker hands its
+/// items back within `SLESS_SHUTDOWN_GRACE_SECS` (8 s), the projector
+/// ends its batch.
+const GRACE_SECS: u32 = 30;
 
 const API_LISTEN: &str = "0.0.0.0:8080";
 /// The functions' origin: another port of the same pods (`FN_PORT`).
@@ -38,6 +75,7 @@ const ROLES: [Role; 3] = [
         // 250 MiB of unpacked files each are checked in memory.
         memory_limit: "2Gi",
         data_dir: false,
+        drain: Some(API_DRAIN),
     },
     Role {
         name: "worker",
@@ -49,6 +87,7 @@ const ROLES: [Role; 3] = [
         requests: ("100m", "256Mi"),
         memory_limit: "1Gi",
         data_dir: true,
+        drain: None,
     },
     // One projector: it applies the log in commit order under a lock on its
     // checkpoint row, so a second one would only wait for the first.
@@ -62,6 +101,7 @@ const ROLES: [Role; 3] = [
         requests: ("100m", "128Mi"),
         memory_limit: "512Mi",
         data_dir: false,
+        drain: None,
     },
 ];
 
@@ -128,6 +168,10 @@ fn deployment(role: &Role, labels: &Value) -> Value {
         volumes
             .push(json!({"name": "jwt", "secret": {"secretName": "sless-jwt", "optional": true}}));
     }
+    if let Some(d) = &role.drain {
+        env.push(json!({"name": "SLESS_SHUTDOWN_DELAY_SECS", "value": d.delay_secs.to_string()}));
+        env.push(json!({"name": "SLESS_DRAIN_SECS", "value": d.drain_secs.to_string()}));
+    }
     if role.data_dir {
         env.push(json!({"name": "SLESS_DATA_DIR", "value": "/var/lib/sless"}));
         mounts.push(json!({"name": "data", "mountPath": "/var/lib/sless"}));
@@ -148,7 +192,8 @@ fn deployment(role: &Role, labels: &Value) -> Value {
         ]);
         main["readinessProbe"] = json!({
             "httpGet": {"path": "/readyz", "port": "http"},
-            "periodSeconds": 5, "timeoutSeconds": 3, "failureThreshold": 3,
+            "periodSeconds": READY_PERIOD_SECS, "timeoutSeconds": READY_PERIOD_SECS,
+            "failureThreshold": READY_FAILURES,
         });
         main["livenessProbe"] = json!({
             "httpGet": {"path": "/healthz", "port": "http"},
@@ -168,6 +213,9 @@ fn deployment(role: &Role, labels: &Value) -> Value {
         }),
         vec![json!({"name": "tmp", "mountPath": "/tmp"})],
     );
+    let grace = role.drain.as_ref().map_or(GRACE_SECS, |d| {
+        d.delay_secs + d.drain_secs + STOP_MARGIN_SECS
+    });
     let mut pod_labels = labels.clone();
     pod_labels["app.kubernetes.io/component"] = json!(role.name);
     let strategy = if role.replicas == 1 {
@@ -206,9 +254,7 @@ fn deployment(role: &Role, labels: &Value) -> Value {
                         "fsGroup": 10001,
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
-                    // SIGTERM: the worker hands back its work within its
-                    // shutdown grace (SLESS_SHUTDOWN_GRACE_SECS, 8 s).
-                    "terminationGracePeriodSeconds": 30,
+                    "terminationGracePeriodSeconds": grace,
                     "initContainers": [migrate],
                     "containers": [main],
                     "volumes": volumes,

@@ -18,7 +18,9 @@
 //! Then: the api, worker and projector pods Ready, `/healthz` through the
 //! API's Service from outside, and the walkthrough through the API in the
 //! cluster: a python3.11 function created, uploaded, built by kaniko, Ready,
-//! called through the functions' port of the same Service, deleted.
+//! called through the functions' port of the same Service, scaled to zero
+//! and started again, called on while every Deployment of sless is
+//! restarted in turn (`rolling.rs`), deleted.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -32,12 +34,13 @@ use serde_json::{Value, json};
 use sless_testkit::kube::{Cluster, ControlPlane, IMAGE_TAG, sless_image, tcp_front};
 use sless_testkit::{TestDb, TestS3, eventually};
 
+use crate::rolling::{self, COLD};
 use crate::support::{Client, zip_dir};
 use crate::{BUILD_CA_SECRET, DEADLINE, cluster_tier};
 
 /// The user of the walkthrough.
 const SUB: &str = "cluster-in-cluster";
-const SYSTEM: &str = "sless";
+pub const SYSTEM: &str = "sless";
 const ROLES: [&str; 3] = ["sless-api", "sless-worker", "sless-projector"];
 /// The functions' origin: no ingress here, the functions' port of the
 /// API's Service, by the name cluster DNS would give it.
@@ -46,7 +49,7 @@ const FN_URL: &str = "http://sless-api.sless.svc:81";
 const IDLE_SEC: u32 = 2;
 /// How long the pods may take to be Ready: the image pull of a debug
 /// build and `sless migrate` in each pod's init container.
-const ROLLOUT_DEADLINE: Duration = Duration::from_secs(300);
+pub const ROLLOUT_DEADLINE: Duration = Duration::from_secs(300);
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -221,7 +224,7 @@ fn pods_report(plane: &ControlPlane, namespaces: &[&str]) -> String {
 
 /// Waits for `check` to be `Ok` until `deadline`; when it never is, panics
 /// with what it said last and the pods' report.
-async fn wait<T, Fut>(
+pub async fn wait<T, Fut>(
     what: &str,
     deadline: Duration,
     report: &impl Fn() -> String,
@@ -578,6 +581,8 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
         .upload("hello", zip_dir(&root().join("examples/hello-python")))
         .await;
     assert_eq!(res.status(), 202, "{}", res.text().await.unwrap());
+    // The function the rolling restart calls from zero: built meanwhile.
+    rolling::create_cold(&client, IDLE_SEC).await;
     wait("hello to be Ready", DEADLINE, &report, || async {
         let f = client.function("hello").await;
         if f["phase"] == "Failed" {
@@ -629,10 +634,9 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
     let tenant_deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
     wait("hello at zero", DEADLINE, &report, || async {
         let f = client.function("hello").await;
-        // Nothing else runs in the tenant's namespace.
-        let all = ListParams::default();
+        let hello = ListParams::default().labels("sless.dev/function=hello");
         let replicas: Vec<i32> = tenant_deployments
-            .list(&all)
+            .list(&hello)
             .await
             .map_err(|e| e.to_string())?
             .items
@@ -693,18 +697,23 @@ async fn sless_installed_from_deploy_answers_and_runs_the_walkthrough() {
     eprintln!("4 calls from zero answered: {:?}", woken.elapsed());
     assert_eq!(scaled_up().await - before, 1, "one start for 4 calls");
 
-    let res = client
-        .http
-        .delete(client.v1("/functions/hello"))
-        .bearer_auth(&client.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 202, "{}", res.text().await.unwrap());
+    client.wait_ready(COLD, DEADLINE).await;
+    rolling::restart_every_role_under_load(admin.clone(), &client, "hello", &report).await;
+
+    for name in ["hello", COLD] {
+        let res = client
+            .http
+            .delete(client.v1(&format!("/functions/{name}")))
+            .bearer_auth(&client.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 202, "{}", res.text().await.unwrap());
+    }
     let tenant_services: Api<Service> = Api::namespaced(admin.clone(), &ns);
     let tenant_pods: Api<Pod> = Api::namespaced(admin, &ns);
     wait(
-        "nothing of hello on the cluster",
+        "nothing of the functions on the cluster",
         DEADLINE,
         &report,
         || async {

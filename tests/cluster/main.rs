@@ -17,6 +17,7 @@ mod in_cluster;
 mod jobs;
 mod lifecycle;
 mod python;
+mod rolling;
 mod runtimes;
 #[path = "../support/mod.rs"]
 mod support;
