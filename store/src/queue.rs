@@ -92,11 +92,14 @@ pub const RUN_JOB: &str = "RunJob";
 /// A work item that does nothing: for measuring the queue itself.
 pub const NOOP: &str = "Noop";
 
+/// The work kind that deletes a blob nothing uses any more (`retention`).
+pub const COLLECT_BLOB: &str = "CollectBlob";
+
 /// Every kind but jobs that this release's workers handle. A worker's
 /// claim takes only these: during a rolling upgrade a kind that a newer
 /// release added waits for a worker that knows it, and is never
 /// dead-lettered by an older one as unknown.
-pub const OTHER_KINDS: [&str; 3] = [RECONCILE_FUNCTION, crate::retention::COLLECT_BLOB, NOOP];
+pub const OTHER_KINDS: [&str; 3] = [RECONCILE_FUNCTION, COLLECT_BLOB, NOOP];
 
 /// Enqueues a reconcile of a function (key `{ns}/{name}`) in the caller's transaction.
 pub async fn enqueue_reconcile<'e>(exec: impl PgExecutor<'e>, function_key: &str) -> Result<()> {

@@ -23,8 +23,7 @@ use sqlx::PgConnection;
 use crate::Result;
 use crate::eventlog;
 
-/// Work items that delete a blob nothing uses any more.
-pub const COLLECT_BLOB: &str = "CollectBlob";
+pub use crate::queue::COLLECT_BLOB;
 
 /// The advisory lock of the blob `key` (the same hash on both sides).
 const LOCK_KEY: &str = "hashtextextended('sless-blob:' || $1, 0)";
