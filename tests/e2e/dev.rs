@@ -25,16 +25,22 @@ pub async fn start_dev_configured(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> (Proc, Client) {
+    let listen = [&["--listen", "127.0.0.1:0"], args].concat();
+    start_dev_listening(dir, log, &listen, env).await
+}
+
+/// [`start_dev`] with `args`, which say where it listens, and settings in
+/// its environment.
+pub async fn start_dev_listening(
+    dir: &Path,
+    log: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Proc, Client) {
     let _ = std::fs::remove_file(dir.join("dev.json"));
     let mut cmd = sless();
-    cmd.args([
-        "dev",
-        "--data-dir",
-        dir.to_str().unwrap(),
-        "--listen",
-        "127.0.0.1:0",
-    ])
-    .args(args);
+    cmd.args(["dev", "--data-dir", dir.to_str().unwrap()])
+        .args(args);
     cmd.env_remove("DATABASE_URL")
         .env_remove("S3_ENDPOINT")
         .env_remove("S3_BUCKET")

@@ -15,7 +15,7 @@ use serde_json::json;
 use sless_api::proxy::ProxyLimits;
 
 use crate::fleet::Platform;
-use crate::{Client, Proc, sless, zip_files};
+use crate::{Client, Proc, zip_files};
 
 const HANDLER: &str = "def handle(event):\n    return {\"ok\": True}\n";
 
@@ -152,29 +152,9 @@ fn free_ports() -> (u16, u16) {
 
 /// `sless dev` on `dir`, at fixed addresses, once it wrote `dev.json`.
 async fn dev_at(dir: &Path, api: SocketAddr, functions: SocketAddr, log: &str) -> (Proc, Client) {
-    let _ = std::fs::remove_file(dir.join("dev.json"));
-    let mut cmd = sless();
-    cmd.args(["dev", "--data-dir", dir.to_str().unwrap()])
-        .args(["--listen", &api.to_string()])
-        .args(["--fn-listen", &functions.to_string()])
-        .env_remove("DATABASE_URL")
-        .env_remove("S3_ENDPOINT")
-        .env_remove("S3_BUCKET");
-    let proc = Proc::spawn(cmd, &dir.with_extension(log));
-    let info: serde_json::Value =
-        sless_testkit::eventually("dev.json", Duration::from_secs(90), || async {
-            let text = std::fs::read_to_string(dir.join("dev.json")).ok()?;
-            serde_json::from_str(&text).ok()
-        })
-        .await;
-    let client = Client {
-        url: info["url"].as_str().unwrap().to_owned(),
-        fn_url: info["fn_url"].as_str().unwrap().to_owned(),
-        token: info["token"].as_str().unwrap().to_owned(),
-        namespace: info["namespace"].as_str().unwrap().to_owned(),
-        http: reqwest::Client::new(),
-    };
-    (proc, client)
+    let (api, functions) = (api.to_string(), functions.to_string());
+    let listen = ["--listen", &api, "--fn-listen", &functions];
+    crate::dev::start_dev_listening(dir, log, &listen, &[]).await
 }
 
 /// Creates and deploys `names`, each with `spec` besides.

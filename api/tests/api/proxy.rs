@@ -649,8 +649,14 @@ async fn replace_upstream(
 ) -> tokio::sync::oneshot::Sender<()> {
     let (new_url, new) = upstream(reply).await;
     point_at(env, name, &new_url).await;
-    drop(old);
-    let addr = old_url.trim_start_matches("http://").to_owned();
+    stop_upstream(&old_url, old).await;
+    new
+}
+
+/// Stops the server at `url` and waits until its port is closed.
+async fn stop_upstream(url: &str, stop: tokio::sync::oneshot::Sender<()>) {
+    drop(stop);
+    let addr = url.trim_start_matches("http://").to_owned();
     sless_testkit::eventually(
         "the old server to close",
         std::time::Duration::from_secs(5),
@@ -665,7 +671,6 @@ async fn replace_upstream(
         },
     )
     .await;
-    new
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -708,22 +713,7 @@ async fn a_request_with_a_body_whose_instance_is_gone_goes_whole_to_the_one_that
     // new one echoes what it gets.
     let new = Upstream::echo().await;
     point_at(&env, "moving", &new.url).await;
-    drop(old);
-    let addr = old_url.trim_start_matches("http://").to_owned();
-    sless_testkit::eventually(
-        "the old server to close",
-        std::time::Duration::from_secs(5),
-        || {
-            let addr = addr.clone();
-            async move {
-                tokio::net::TcpStream::connect(addr)
-                    .await
-                    .is_err()
-                    .then_some(())
-            }
-        },
-    )
-    .await;
+    stop_upstream(&old_url, old).await;
     let payload = vec![7u8; 200_000];
     let post = request(Method::POST, &path, None)
         .body(Body::from(payload.clone()))
