@@ -320,6 +320,7 @@ pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyh
     if let Err(e) = http.stop().await {
         tracing::warn!(error = %e, "serving HTTP ended with an error");
     }
+    tracing::info!("the calls in flight are answered; stopping the worker");
     let _ = stop_tx.send(true);
     if let Some(metrics) = metrics {
         let _ = metrics.await;
@@ -329,7 +330,9 @@ pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyh
     let _ = scheduler.await;
     let _ = projector.await;
     let _ = manifests.await;
+    tracing::info!("the worker stopped; stopping the functions");
     driver.shutdown().await;
+    tracing::info!("the functions stopped");
     leave(&driver, &pool).await;
     if let Some(crashes) = crashes {
         let _ = crashes.await;

@@ -336,6 +336,14 @@ pub(crate) async fn terminate(running: &mut Running, grace: Duration) {
         .await
         .is_err()
     {
+        tracing::warn!(
+            pid = running.pid,
+            signalled = running
+                .jail
+                .as_mut()
+                .is_none_or(|j| j.program_pid().is_some()),
+            "a process did not stop within {grace:?} of SIGTERM; killed"
+        );
         kill(running);
         let _ = running.child.wait().await;
     }
