@@ -460,10 +460,14 @@ pub struct Health {
 /// `/readyz`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Readiness {
-    /// `ready` or `not ready`.
+    /// `ready`, `not ready`, or `stopping` (the process drains: it
+    /// finishes the calls it has and soon takes no new connection).
     pub status: String,
     /// `ok`, or what the database said.
     pub database: String,
     /// `current`, `behind` or `unknown`.
     pub migrations: String,
+    /// Why it is not ready, when it is stopping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }

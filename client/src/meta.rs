@@ -14,8 +14,8 @@ impl Client {
         self.json(Call::get("/healthz")).await
     }
 
-    /// `GET /readyz`: the database answers and its migrations are current
-    /// (a 503 when not: an error).
+    /// `GET /readyz`: the database answers, its migrations are current and
+    /// the process is not stopping (a 503 when not: an error).
     pub async fn readyz(&self) -> Result<Readiness> {
         self.json(Call::get("/readyz")).await
     }
