@@ -255,6 +255,9 @@ pub async fn all_in_one(args: ServeArgs, dev: bool, host: &config::Host) -> anyh
         // so calls are held until it runs again, never sent where nothing
         // listens (or where another function's instance listens now).
         sless_store::workers::forget_all(&pool).await?;
+        // Where functions serve, as the whole log says (the last run's own
+        // stop recorded some of it after its projector had stopped).
+        sless_projector::catch_up(&pool).await?;
         sless_workers::placement::sweep(&pool, &*driver).await?;
     }
     let (stop_tx, stop) = watch::channel(false);
