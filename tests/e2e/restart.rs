@@ -301,9 +301,9 @@ async fn workers_stopped_killed_and_started_again_under_load() {
     let load = Steady::start(lists, Duration::ZERO);
     load.until_answered(30, Duration::from_secs(60)).await;
 
-    // A worker stopped (SIGTERM) hands its functions over at once: no call
-    // fails.
-    let (stopped, n) = busiest(&p).await;
+    // A worker stopped (SIGTERM) hands its functions over at once (a
+    // reconcile each); calls to its stopped instances are held: none fails.
+    let (stopped, _) = busiest(&p).await;
     p.workers[stopped - 1].signal(libc::SIGTERM);
     let status = p.workers[stopped - 1]
         .wait_exit(Duration::from_secs(60))
@@ -311,10 +311,6 @@ async fn workers_stopped_killed_and_started_again_under_load() {
     assert!(status.success(), "the worker exited with {status}");
     load.until_answered(60, Duration::from_secs(90)).await;
     assert_eq!(load.tally.failures(), 0, "{:?}", load.tally.failed);
-    assert_eq!(
-        lost_because(&p, &format!("worker w{stopped} stopped")).await,
-        n
-    );
     p.workers[stopped - 1] = p.start_worker(stopped, "log2");
 
     // Killed and started again at once under its id: what the log placed

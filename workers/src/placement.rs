@@ -3,9 +3,11 @@
 //!
 //! Every such worker beats (table `workers`) with its lease heartbeat, and
 //! sweeps with its lease sweep:
-//! - a function the read model places on a worker that has not beaten for
-//!   a lease (its process was killed), or that left (it stopped), has lost
-//!   its instances (`FunctionCommand::InstancesLost`): it is at zero at
+//! - a function the read model places on a worker that left (it stopped)
+//!   gets a reconcile, which another worker turns into a deploy there (the
+//!   proxy holds the calls its refused instances get meanwhile);
+//! - one placed on a worker that has not beaten for a lease (its process
+//!   was killed) has lost its instances (`FunctionCommand::InstancesLost`): it is at zero at
 //!   once, so the proxy holds its calls instead of sending them where
 //!   nothing listens, and starts again on whichever worker takes its
 //!   reconcile;
@@ -114,10 +116,10 @@ async fn placed_here(
 pub async fn leave(pool: &PgPool, node: &Node) -> sless_store::Result<usize> {
     workers::leave(pool, &node.id).await?;
     let mine = workers::functions_to_place(pool, node.dead_after, Some(&node.id)).await?;
-    instances_lost(pool, &mine, |me| {
-        format!("worker {me} stopped, and its instances with it")
-    })
-    .await
+    for (key, _) in &mine {
+        sless_store::queue::enqueue_reconcile(pool, key).await?;
+    }
+    Ok(mine.len())
 }
 
 /// This worker starts (before it serves anything): what the log places on
