@@ -345,14 +345,26 @@ async fn workers_stopped_killed_and_started_again_under_load() {
         "none found lost by the worker that started again"
     );
     load.until_answered(60, Duration::from_secs(90)).await;
+    // A call in flight on a killed worker's instance may fail, with a 502.
+    // One held past the activation timeout (30 s) while the instances start
+    // elsewhere gets 503 `function-activating`: only a machine too busy to
+    // start them in time (seen with other tests beside it) does that.
     let at_most_in_flight = |tally: &Tally| {
         let failed = tally.failed.lock().unwrap();
-        let n: usize = failed.values().map(Vec::len).sum();
+        let in_flight = failed.get(&502).map_or(0, Vec::len);
+        let held_too_long = failed.get(&503).map_or(&[][..], Vec::as_slice);
         assert!(
-            n <= callers && failed.keys().all(|s| *s == 502),
+            in_flight <= callers
+                && failed.keys().all(|s| *s == 502 || *s == 503)
+                && held_too_long
+                    .iter()
+                    .all(|b| b.contains("function-activating")),
             "only the calls in flight may fail, with a 502: {failed:?}"
         );
-        n
+        if !held_too_long.is_empty() {
+            println!("held past the activation timeout: {held_too_long:?}");
+        }
+        in_flight
     };
     let after_restart = at_most_in_flight(&load.tally);
 
