@@ -27,7 +27,14 @@
 // line of JSON, and the binary exits 0 (1 when the function returned an error
 // or panicked).
 //
-// Standard library only; builds with Go 1.21 and later.
+// Output: once it serves, os.Stdout and os.Stderr are pipes the wrapper reads
+// a line at a time; a line read while exactly one call is in flight, and that
+// call's request carried a `Sless-Invocation-Id`, is written as
+// `\x1e<id>\x1f<line>` (see "Output and the call that printed it" in
+// runtimes/README.md).
+//
+// Standard library only; builds with Go 1.21 and later, for Unix systems
+// (the output relay reads its pipes with syscall).
 package main
 
 import (
@@ -37,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math"
 	"net"
 	"net/http"
@@ -44,6 +52,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"regexp"
 	"runtime/debug"
 	"sort"
 	"strconv"
@@ -72,7 +81,12 @@ const (
 
 var logMu sync.Mutex
 
+// logLine writes one of the wrapper's own lines, never marked.
 func logLine(format string, args ...any) {
+	if stderrRelay != nil {
+		stderrRelay.writeOwn("", fmt.Sprintf(format, args...))
+		return
+	}
 	logMu.Lock()
 	defer logMu.Unlock()
 	fmt.Fprintf(os.Stderr, format+"\n", args...)
@@ -565,6 +579,269 @@ func errorResponse(name, message, traceback string) response {
 }
 
 // ---------------------------------------------------------------------------
+// Output and the call that printed it
+// ---------------------------------------------------------------------------
+
+const (
+	invocationHeader = "Sless-Invocation-Id"
+	// A line still without its newline is written as a line of its own
+	// once it is longer than this many bytes.
+	partialLineLimit = 16 * 1024
+)
+
+var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// invocationID is the id a request's Sless-Invocation-Id names, lowercase,
+// or "" unless there is exactly one such header and it is a UUID.
+func invocationID(r *http.Request) string {
+	values := r.Header.Values(invocationHeader)
+	if len(values) != 1 {
+		return ""
+	}
+	if id := strings.ToLower(strings.TrimSpace(values[0])); uuidPattern.MatchString(id) {
+		return id
+	}
+	return ""
+}
+
+// appendLine appends line as written for the call id: "\x1e" + id +
+// "\x1f" + line + "\n", or line + "\n" when id is "".
+func appendLine(dst []byte, id string, line []byte) []byte {
+	if id != "" {
+		dst = append(append(append(dst, 0x1e), id...), 0x1f)
+	}
+	return append(append(dst, line...), '\n')
+}
+
+// call is a call in flight; id is "" when its request named none.
+type call struct{ id string }
+
+// inFlight holds the calls being served. Goroutines have no identity, so
+// a line is a call's only while that call is alone in flight.
+var inFlight = struct {
+	sync.Mutex
+	calls map[*call]bool
+}{calls: map[*call]bool{}}
+
+// callsNow is how many calls are in flight, and the id of the one when it
+// is alone ("" when its request named none).
+func callsNow() (int, string) {
+	inFlight.Lock()
+	defer inFlight.Unlock()
+	n := len(inFlight.calls)
+	if n == 1 {
+		for c := range inFlight.calls {
+			return 1, c.id
+		}
+	}
+	return n, ""
+}
+
+// soleCallID is the id lines read now are marked with.
+func soleCallID() string {
+	_, id := callsNow()
+	return id
+}
+
+// relay stands behind os.Stdout or os.Stderr while the wrapper serves: the
+// function writes into a pipe, and the relay copies it to the real stream a
+// line at a time (one write for the lines of one read, never a part of a
+// line), each marked as soleCallID says when it is read. Lock order:
+// relay.mu, then inFlight.
+type relay struct {
+	mu   sync.Mutex // held while the pipe is read and lines are written
+	out  *os.File   // the real stream
+	pipe syscall.RawConn
+	held []byte // the start of the current line
+	buf  []byte
+}
+
+// The relays, once installed (when serving: a job's output is unmarked).
+var stdoutRelay, stderrRelay *relay
+
+// installRelays puts pipes in place of os.Stdout and os.Stderr, and the
+// relay in place of the log package's output unless the function set one.
+// A writer the function's package took from them before (in its init, say)
+// keeps writing to the real stream, unmarked.
+func installRelays() error {
+	var err error
+	var stdout, stderr *os.File
+	if stdoutRelay, stdout, err = newRelay(os.Stdout); err != nil {
+		return err
+	}
+	if stderrRelay, stderr, err = newRelay(os.Stderr); err != nil {
+		return err
+	}
+	// The log package writes through the relay itself, not the pipe: what
+	// log.Fatal writes is out before it exits.
+	if log.Writer() == os.Stderr {
+		log.SetOutput(stderrRelay)
+	}
+	os.Stdout, os.Stderr = stdout, stderr
+	return nil
+}
+
+func newRelay(out *os.File) (*relay, *os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	pipe, err := r.SyscallConn()
+	if err != nil {
+		return nil, nil, err
+	}
+	rl := &relay{out: out, pipe: pipe, buf: make([]byte, 64*1024)}
+	go rl.run()
+	return rl, w, nil
+}
+
+func relays() []*relay {
+	if stdoutRelay == nil {
+		return nil
+	}
+	return []*relay{stdoutRelay, stderrRelay}
+}
+
+// run copies the pipe as it fills, until every writer closed it.
+func (rl *relay) run() {
+	for {
+		done := false
+		err := rl.pipe.Read(func(fd uintptr) bool {
+			rl.mu.Lock()
+			defer rl.mu.Unlock()
+			n, err := syscall.Read(int(fd), rl.buf)
+			switch {
+			case err == syscall.EAGAIN:
+				return false // wait until there is more
+			case err == syscall.EINTR:
+			case n <= 0:
+				done = true
+			default:
+				rl.take(rl.buf[:n], soleCallID())
+			}
+			return true
+		})
+		if err != nil || done {
+			return
+		}
+	}
+}
+
+// drain takes in what the pipe holds now, so that what was written before
+// this moment is attributed as of this moment. The caller holds mu.
+func (rl *relay) drain() {
+	rl.pipe.Control(func(fd uintptr) {
+		for {
+			n, err := syscall.Read(int(fd), rl.buf)
+			if err == syscall.EINTR {
+				continue
+			}
+			if n <= 0 {
+				return
+			}
+			rl.take(rl.buf[:n], soleCallID())
+		}
+	})
+}
+
+// take writes the complete lines of p, marked with id unless it is "",
+// and holds the rest. The caller holds mu.
+func (rl *relay) take(p []byte, id string) {
+	var out []byte
+	for {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			break
+		}
+		rl.held = append(rl.held, p[:i]...)
+		out = appendLine(out, id, rl.held)
+		rl.held, p = rl.held[:0], p[i+1:]
+	}
+	if rl.held = append(rl.held, p...); len(rl.held) > partialLineLimit {
+		out = appendLine(out, id, rl.held)
+		rl.held = rl.held[:0]
+	}
+	if len(out) > 0 {
+		rl.out.Write(out)
+	}
+}
+
+// endLine writes the held line, if any, with a newline added. The caller
+// holds mu.
+func (rl *relay) endLine(id string) {
+	if len(rl.held) > 0 {
+		rl.out.Write(appendLine(nil, id, rl.held))
+		rl.held = rl.held[:0]
+	}
+}
+
+// Write is the log package's output: after what the pipe holds, lines
+// attributed as those read from it.
+func (rl *relay) Write(p []byte) (int, error) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	rl.drain()
+	rl.take(p, soleCallID())
+	return len(p), nil
+}
+
+// writeOwn writes the wrapper's own lines, marked with id unless it is "",
+// after what the function wrote before.
+func (rl *relay) writeOwn(id, text string) {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	rl.drain()
+	var out []byte
+	for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		out = appendLine(out, id, []byte(line))
+	}
+	rl.out.Write(out)
+}
+
+// beginCall counts c in flight, after taking in what was written before
+// it began: a line left open then is ended, unmarked, if no call was in
+// flight.
+func beginCall(c *call) {
+	for _, rl := range relays() {
+		rl.mu.Lock()
+		rl.drain()
+		if n, _ := callsNow(); n == 0 {
+			rl.endLine("")
+		}
+		rl.mu.Unlock()
+	}
+	inFlight.Lock()
+	inFlight.calls[c] = true
+	inFlight.Unlock()
+}
+
+// endCall counts c out, after taking in what its code wrote: a line it
+// left open is ended, marked, if it was alone in flight.
+func endCall(c *call) {
+	for _, rl := range relays() {
+		rl.mu.Lock()
+		rl.drain()
+		if n, _ := callsNow(); n == 1 {
+			rl.endLine(c.id)
+		}
+		rl.mu.Unlock()
+	}
+	inFlight.Lock()
+	delete(inFlight.calls, c)
+	inFlight.Unlock()
+}
+
+// flushRelays writes what is left in the pipes, as the process stops.
+func flushRelays() {
+	for _, rl := range relays() {
+		rl.mu.Lock()
+		rl.drain()
+		rl.endLine(soleCallID())
+		rl.mu.Unlock()
+	}
+}
+
+// ---------------------------------------------------------------------------
 // HTTP server
 // ---------------------------------------------------------------------------
 
@@ -573,7 +850,20 @@ type server struct {
 }
 
 // call runs the user's function, turning a panic into an error response.
-func (s *server) call(ctx context.Context, method, path string, ev event) (resp response) {
+// What fails is logged on behalf of the call: marked with its id.
+func (s *server) call(ctx context.Context, id, method, path string, ev event) (resp response) {
+	c := &call{id: id}
+	beginCall(c)
+	defer endCall(c)
+	failure := func(name, message, traceback string) response {
+		text := fmt.Sprintf("sless: %s %s raised:\n%s", method, path, traceback)
+		if stderrRelay != nil {
+			stderrRelay.writeOwn(id, text)
+		} else {
+			logLine("%s", strings.TrimRight(text, "\n"))
+		}
+		return errorResponse(name, message, traceback)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			name := "panic"
@@ -581,16 +871,16 @@ func (s *server) call(ctx context.Context, method, path string, ev event) (resp 
 				name = errorName(err)
 			}
 			traceback := fmt.Sprintf("panic: %v\n\n%s", p, userStack(string(debug.Stack())))
-			resp = s.failure(method, path, name, fmt.Sprint(p), traceback)
+			resp = failure(name, fmt.Sprint(p), traceback)
 		}
 	}()
 	raw, err := json.Marshal(ev)
 	if err != nil {
-		return s.failure(method, path, errorName(err), err.Error(), err.Error()+"\n")
+		return failure(errorName(err), err.Error(), err.Error()+"\n")
 	}
 	result, failed := s.h.invoke(ctx, raw)
 	if failed != nil {
-		return s.failure(method, path, failed.name, failed.message, failed.traceback)
+		return failure(failed.name, failed.message, failed.traceback)
 	}
 	resp, err = buildResponse(result)
 	if err != nil {
@@ -599,7 +889,7 @@ func (s *server) call(ctx context.Context, method, path string, ev event) (resp 
 		if _, ok := err.(*invalidResponse); ok {
 			name = "InvalidResponse"
 		}
-		return s.failure(method, path, name, err.Error(), fmt.Sprintf("%s: %s\n", name, err.Error()))
+		return failure(name, err.Error(), fmt.Sprintf("%s: %s\n", name, err.Error()))
 	}
 	return resp
 }
@@ -658,11 +948,6 @@ func userStack(stack string) string {
 	return head + frames
 }
 
-func (s *server) failure(method, path, name, message, traceback string) response {
-	logLine("sless: %s %s raised:\n%s", method, path, strings.TrimRight(traceback, "\n"))
-	return errorResponse(name, message, traceback)
-}
-
 func send(w http.ResponseWriter, method string, resp response) error {
 	h := w.Header()
 	h.Set("Server", serverName)
@@ -714,7 +999,7 @@ func (s *server) respond(w http.ResponseWriter, r *http.Request, path, query str
 			return 200, sendJSON(w, r.Method, 200, healthDocument())
 		}
 	}
-	resp := s.call(r.Context(), r.Method, path, buildEvent(r, path, query, body))
+	resp := s.call(r.Context(), invocationID(r), r.Method, path, buildEvent(r, path, query, body))
 	return resp.status, send(w, r.Method, resp)
 }
 
@@ -839,6 +1124,12 @@ func main() {
 		runJob(h)
 	}
 
+	// Before the function runs a call; its package's init ran already, and
+	// what it printed then went to the real streams, unmarked.
+	if err := installRelays(); err != nil {
+		fail(exitConfig, "cannot read the function's output: %v", err)
+	}
+
 	addr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
 	var listener net.Listener
 	var err error
@@ -886,5 +1177,6 @@ func main() {
 		fail(exitListen, "serving on %s: %v", addr, err)
 	}
 	<-done
+	flushRelays()
 	logLine("sless: stopped")
 }

@@ -37,9 +37,15 @@
  * in job mode, its event being the rest of stdin when SLESS_JOB_EVENT_FILE is
  * not set). End of input before the line: it exits 0.
  *
+ * Output: a line the function writes to process.stdout or process.stderr
+ * (console.log, console.error) while serving a call whose request carried a
+ * `Sless-Invocation-Id` is written as `\x1e<id>\x1f<line>` (see "Output and
+ * the call that printed it" in runtimes/README.md).
+ *
  * Node.js built-in modules only.
  */
 
+const { AsyncLocalStorage } = require('node:async_hooks');
 const http = require('node:http');
 const fs = require('node:fs');
 const path = require('node:path');
@@ -65,9 +71,26 @@ const FRAMING_HEADERS = new Set(['content-length', 'transfer-encoding', 'connect
 const MODULE_EXTENSIONS = ['.js', '.cjs', '.mjs'];
 const EMPTY = Buffer.alloc(0);
 
+// Output and the call that printed it (runtimes/README.md): a line written
+// while serving the call named by INVOCATION_HEADER is written as MARK + id
+// + MARK_END + the line + "\n".
+const INVOCATION_HEADER = 'sless-invocation-id';
+const MARK = Buffer.from([0x1e]);
+const MARK_END = Buffer.from([0x1f]);
+const NEWLINE = Buffer.from([0x0a]);
+// A call's line still without its newline is written as a line of its own
+// once it is longer than this many bytes.
+const PARTIAL_LINE_LIMIT = 16 * 1024;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** process.stdout and process.stderr once markOutput() patched them. */
+const outputs = {};
+
+/** The wrapper's own line: never marked, even while a call runs. */
 function log(message) {
   try {
-    process.stderr.write(message + '\n');
+    if (outputs.stderr) outputs.stderr.unmarked(message + '\n');
+    else process.stderr.write(message + '\n');
   } catch (_) {
     // Nothing sensible is left to do.
   }
@@ -374,6 +397,114 @@ function errorResponse(err, traceback) {
 }
 
 // ---------------------------------------------------------------------------
+// Output and the call that printed it
+// ---------------------------------------------------------------------------
+
+/**
+ * The call the running code serves, `{ id, ended }`: entered around each
+ * request's handling, so that timers and promises the function starts
+ * carry it too. `ended` once it is answered: text its code writes later is
+ * not held back any more.
+ */
+const currentCall = new AsyncLocalStorage();
+
+/**
+ * The call a request names, or null unless its Sless-Invocation-Id (one
+ * header: Node.js joins repeated ones with ", ") is a UUID.
+ */
+function callOf(req) {
+  const value = req.headers[INVOCATION_HEADER];
+  const id = typeof value === 'string' ? value.trim().toLowerCase() : '';
+  return UUID.test(id) ? { id: Buffer.from(id), ended: false } : null;
+}
+
+/**
+ * Patches `stream.write`: bytes the code serving a call writes are held
+ * until their line ends, then written as one marked line (one write per
+ * line, so lines of concurrent calls never mix); other bytes pass through
+ * as they are. Remembers whether the last bytes written ended a line, so
+ * that a marked line, and a job's result, start on a line of their own.
+ */
+function markOutput(stream) {
+  const write = stream.write.bind(stream);
+  const held = new Map(); // call -> the start of its current line
+  const output = { atLineStart: true };
+
+  const track = (chunk) => {
+    const length = typeof chunk === 'string' ? chunk.length : chunk.byteLength;
+    if (length > 0) {
+      const last = typeof chunk === 'string' ? chunk.charCodeAt(length - 1) : chunk[length - 1];
+      output.atLineStart = last === 0x0a;
+    }
+  };
+  const writeMarked = (call, lines, callback) => {
+    // Text written outside any call left its line open: end it, so that
+    // the mark starts a line.
+    const parts = output.atLineStart ? [] : [NEWLINE];
+    for (const line of lines) parts.push(MARK, call.id, MARK_END, line, NEWLINE);
+    output.atLineStart = true;
+    return write(Buffer.concat(parts), callback);
+  };
+
+  /** Writes what is not the function's output of a call. */
+  output.unmarked = (chunk, callback) => {
+    track(chunk);
+    return write(chunk, callback);
+  };
+  /** Writes what `call` left of a line, with a newline added. */
+  output.endCall = (call) => {
+    call.ended = true;
+    const rest = held.get(call);
+    held.delete(call);
+    if (rest) writeMarked(call, [rest]);
+  };
+  stream.write = (chunk, encoding, callback) => {
+    if (typeof encoding === 'function') {
+      callback = encoding;
+      encoding = undefined;
+    }
+    const call = currentCall.getStore();
+    // Anything but text and bytes is the stream's to refuse.
+    if (!call || (typeof chunk !== 'string' && !(chunk instanceof Uint8Array))) {
+      if (typeof chunk === 'string' || chunk instanceof Uint8Array) track(chunk);
+      return write(chunk, encoding, callback);
+    }
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk, Buffer.isEncoding(encoding) ? encoding : 'utf8') : toBuffer(chunk);
+    const text = held.has(call) ? Buffer.concat([held.get(call), bytes]) : bytes;
+    held.delete(call);
+    const lines = [];
+    let start = 0;
+    for (let end = text.indexOf(0x0a); end >= 0; end = text.indexOf(0x0a, start)) {
+      lines.push(text.subarray(start, end));
+      start = end + 1;
+    }
+    const rest = text.subarray(start);
+    if (rest.length > 0 && (call.ended || rest.length > PARTIAL_LINE_LIMIT)) lines.push(rest);
+    else if (rest.length > 0) held.set(call, Buffer.from(rest)); // a copy: the caller may reuse its buffer
+    if (lines.length > 0) return writeMarked(call, lines, callback);
+    if (callback) process.nextTick(callback, null);
+    return !stream.writableNeedDrain;
+  };
+  return output;
+}
+
+/** Patches process.stdout and process.stderr (once). */
+function markOutputs() {
+  if (!outputs.stdout) {
+    outputs.stdout = markOutput(process.stdout);
+    outputs.stderr = markOutput(process.stderr);
+  }
+  return outputs;
+}
+
+/** Ends `call` (if any): the lines it left open are written. */
+function endCall(call) {
+  if (!call || call.ended) return;
+  outputs.stdout.endCall(call);
+  outputs.stderr.endCall(call);
+}
+
+// ---------------------------------------------------------------------------
 // HTTP server
 // ---------------------------------------------------------------------------
 
@@ -401,9 +532,9 @@ function sendJson(res, method, status, value, extra = []) {
 }
 
 function failure(method, reqPath, err, traceback) {
-  log(`sless: ${method} ${reqPath} raised:`);
   try {
-    process.stderr.write(traceback);
+    // Not log(): written on behalf of the call, so marked with its id.
+    process.stderr.write(`sless: ${method} ${reqPath} raised:\n${traceback}`);
   } catch (_) {
     // Logging must not break the response.
   }
@@ -446,6 +577,8 @@ async function respond(func, req, res, reqPath, query, body) {
       response = failure(method, reqPath, err, `${typeName(err)}: ${messageOf(err)}\n`);
     }
   }
+  // The call's open lines are written before it is answered.
+  endCall(currentCall.getStore());
   if (res.destroyed) return;
   send(res, method, ...response);
 }
@@ -488,7 +621,10 @@ function createServer(func) {
       req.on('data', (chunk) => chunks.push(chunk));
       req.on('end', () => {
         reading.delete(req.socket);
-        respond(func, req, res, reqPath, query, Buffer.concat(chunks)).catch((err) => {
+        const call = callOf(req);
+        const answer = () => respond(func, req, res, reqPath, query, Buffer.concat(chunks));
+        (call ? currentCall.run(call, answer) : answer()).catch((err) => {
+          endCall(call);
           log('sless: error while answering a request:\n' + traceOf(err));
           if (!res.headersSent && !res.destroyed) {
             sendJson(res, method, 500, { error: typeName(err), message: messageOf(err), traceback: traceOf(err) });
@@ -621,26 +757,16 @@ async function readJobEvent() {
  */
 async function runJob(func) {
   const event = await readJobEvent();
-  // Remember whether the function's own output ended a line, so that the
-  // result starts on a line of its own.
-  const write = process.stdout.write.bind(process.stdout);
-  let atLineStart = true;
-  process.stdout.write = (chunk, ...rest) => {
-    const length = typeof chunk === 'string' ? chunk.length : chunk.byteLength;
-    if (length > 0) {
-      const last = typeof chunk === 'string' ? chunk.charCodeAt(length - 1) : chunk[length - 1];
-      atLineStart = last === 0x0a;
-    }
-    return write(chunk, ...rest);
-  };
+  // No call is current in a job: what it prints passes through unmarked.
+  const stdout = markOutputs().stdout;
   let line;
   try {
     line = jobResultJson(await func(event));
   } catch (err) {
     log(traceOf(err).trimEnd());
-    return exitAfter(write, '', 1);
+    return exitAfter(stdout.unmarked, '', 1);
   }
-  exitAfter(write, (atLineStart ? '' : '\n') + line + '\n', 0);
+  exitAfter(stdout.unmarked, (stdout.atLineStart ? '' : '\n') + line + '\n', 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -697,6 +823,7 @@ async function specialise() {
 }
 
 async function main() {
+  markOutputs();
   const args = process.argv.slice(2);
   const pooledJob = args.includes('--pool') ? await specialise() : false;
   if (args.includes('--pool') && !pooledJob) process.stdin.destroy();

@@ -17,6 +17,7 @@ const http = require('node:http');
 const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
+const { randomUUID } = require('node:crypto');
 
 const WRAPPER = path.join(__dirname, 'sless_runtime.cjs');
 const STARTUP_DEADLINE_MS = 10000;
@@ -93,6 +94,44 @@ const MODULES = {
     exports.exits = () => process.exit(3);
     exports.notSerialisable = () => ({ value: 10n });
   `,
+  'marks.js': `
+    console.log('imported marks');
+    process.stdout.write('import left its line open');
+    // Two calls meet here: each writes while the other is in flight.
+    const waiting = [];
+    const meet = () => new Promise((resolve) => {
+      waiting.push(resolve);
+      if (waiting.length === 2) for (const wake of waiting.splice(0)) wake();
+    });
+    exports.prints = async () => {
+      console.log('to stdout');
+      console.error('to stderr');
+      process.stdout.write('two\\nlines\\n');
+      process.stdout.write(Buffer.from('bytes\\n'));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      console.log('after a timer');
+      return 'printed';
+    };
+    exports.partial = async () => {
+      const fits = process.stdout.write('y'.repeat(20000));
+      await new Promise((resolve) => process.stdout.write('x', resolve));
+      return typeof fits;
+    };
+    exports.together = async (event) => {
+      const n = event.query.n;
+      console.log('a-' + n);
+      process.stdout.write('b-' + n + '-');
+      await meet();
+      console.log('end');
+      await meet();
+      console.log('c-' + n);
+      return n;
+    };
+    exports.fails = () => {
+      console.log('before the failure');
+      throw new RangeError('no such record');
+    };
+  `,
   'broken.js': `
     require('sless-no-such-module-for-tests');
     exports.handle = () => 'unreachable';
@@ -147,6 +186,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 class Runtime {
   constructor(port, entrypoint, env = {}, pool = false) {
     this.port = port;
+    this.stdout = '';
     this.stderr = '';
     this.exitCode = null;
     const given = {
@@ -162,9 +202,12 @@ class Runtime {
       this.proc = spawn(process.execPath, pool ? [WRAPPER, '--pool'] : [WRAPPER], {
         cwd: tmp,
         env: pool ? { ...process.env } : { ...process.env, ...given },
-        stdio: [pool ? 'pipe' : 'ignore', 'ignore', 'pipe'],
+        stdio: [pool ? 'pipe' : 'ignore', 'pipe', 'pipe'],
       });
       if (pool) this.proc.stdin.end(JSON.stringify({ env: given }) + '\n');
+      this.proc.stdout.on('data', (chunk) => {
+        this.stdout += chunk.toString('utf8');
+      });
       this.proc.stderr.on('data', (chunk) => {
         this.stderr += chunk.toString('utf8');
       });
@@ -218,6 +261,12 @@ class Runtime {
         req.end(body);
       }
     });
+  }
+
+  /** Waits until `check()` holds (what the wrapper wrote arrives on its own time). */
+  async waitFor(check) {
+    const deadline = Date.now() + STARTUP_DEADLINE_MS;
+    while (!check() && Date.now() < deadline) await sleep(10);
   }
 
   stop() {
@@ -597,6 +646,92 @@ test('one access log line per request, without the query string', async () => {
   assert.equal(status, '200');
   assert.match(duration, /^[0-9]+\.[0-9]{2}ms$/);
   assert.doesNotMatch(rt.stderr, /secret/);
+});
+
+// -- output and the call that printed it ------------------------------------
+
+/** The lines of `text` marked with `id`, without the mark. */
+function marked(text, id) {
+  const mark = `\x1e${id}\x1f`;
+  return text.split('\n').filter((l) => l.startsWith(mark)).map((l) => l.slice(mark.length));
+}
+
+function unmarked(text) {
+  return text.split('\n').slice(0, -1).filter((l) => !l.startsWith('\x1e'));
+}
+
+// A call that never ends (a write whose callback is lost) fails its test.
+const CALL_DEADLINE_MS = 20000;
+
+function call(rt, target, id) {
+  return rt.request('GET', target, { headers: { 'Sless-Invocation-Id': id } });
+}
+
+test("a call's lines are marked with its id on their own stream", { timeout: CALL_DEADLINE_MS }, async () => {
+  const rt = await start('marks.prints');
+  const id = randomUUID();
+  const res = await call(rt, '/', id.toUpperCase());
+  assert.deepEqual([res.status, res.body.toString()], [200, 'printed']);
+  const expected = ['to stdout', 'two', 'lines', 'bytes', 'after a timer'];
+  await rt.waitFor(() => marked(rt.stdout, id).length === expected.length && rt.stderr.includes('GET / 200'));
+  assert.deepEqual(marked(rt.stdout, id), expected);
+  assert.deepEqual(marked(rt.stderr, id), ['to stderr']);
+  // Printed at load, or by the wrapper (the access log): unmarked. The line
+  // the load left open is ended before the first marked line.
+  assert.deepEqual(unmarked(rt.stdout), ['imported marks', 'import left its line open']);
+  assert.match(unmarked(rt.stderr).join('\n'), /GET \/ 200 /);
+  assert.equal(rt.stdout.split('\x1e').length - 1, expected.length);
+});
+
+test('a header that is no UUID leaves the lines unmarked', { timeout: CALL_DEADLINE_MS }, async () => {
+  const rt = await start('marks.prints');
+  for (const value of ['not-a-uuid', randomUUID().slice(0, -1), randomUUID() + '0']) {
+    const res = await call(rt, '/', value);
+    assert.equal(res.status, 200);
+  }
+  await rt.waitFor(() => rt.stdout.split('after a timer\n').length === 4);
+  assert.equal(rt.stdout.split('after a timer\n').length, 4, rt.stdout);
+  assert.ok(!(rt.stdout + rt.stderr).includes('\x1e'), rt.stdout);
+});
+
+test("a partial line is written at the call's end, and past 16 KiB", { timeout: CALL_DEADLINE_MS }, async () => {
+  const rt = await start('marks.partial');
+  const id = randomUUID();
+  const res = await call(rt, '/', id);
+  assert.deepEqual([res.status, res.body.toString()], [200, 'boolean']);
+  await rt.waitFor(() => marked(rt.stdout, id).length === 2);
+  assert.deepEqual(marked(rt.stdout, id), ['y'.repeat(20000), 'x']);
+});
+
+test('concurrent calls get only their own ids', { timeout: CALL_DEADLINE_MS }, async () => {
+  const rt = await start('marks.together');
+  const ids = { 1: randomUUID(), 2: randomUUID() };
+  const answers = await Promise.all(['1', '2'].map((n) => call(rt, `/?n=${n}`, ids[n])));
+  assert.deepEqual(answers.map((r) => r.body.toString()), ['1', '2']);
+  await rt.waitFor(() => marked(rt.stdout, ids[1]).length + marked(rt.stdout, ids[2]).length === 6);
+  for (const n of ['1', '2']) {
+    assert.deepEqual(marked(rt.stdout, ids[n]), [`a-${n}`, `b-${n}-end`, `c-${n}`], rt.stdout);
+  }
+  // Interleaved in time: each call's first line came before either's second.
+  const lines = rt.stdout.split('\n');
+  const first = Math.max(...['1', '2'].map((n) => lines.indexOf(`\x1e${ids[n]}\x1fa-${n}`)));
+  const second = lines.findIndex((l) => l.includes('\x1fb-'));
+  assert.ok(first < second, rt.stdout);
+});
+
+test("a failure's stack is marked with the call's id", { timeout: CALL_DEADLINE_MS }, async () => {
+  const rt = await start('marks.fails');
+  const id = randomUUID();
+  const res = await call(rt, '/', id);
+  assert.equal(res.status, 500);
+  const { traceback } = json(res);
+  await rt.waitFor(() => marked(rt.stderr, id).length > 1 && marked(rt.stdout, id).length > 0);
+  const lines = marked(rt.stderr, id);
+  assert.deepEqual(lines.slice(0, 1), ['sless: GET / raised:'], rt.stderr);
+  assert.equal(lines.slice(1).join('\n') + '\n', traceback);
+  assert.match(lines[1], /^RangeError: no such record/);
+  assert.doesNotMatch(unmarked(rt.stderr).join('\n'), /RangeError/);
+  assert.deepEqual(marked(rt.stdout, id), ['before the failure']);
 });
 
 // -- job mode ---------------------------------------------------------------

@@ -30,13 +30,21 @@ environment, and goes on as a process started with that environment (with
 ``"job": true``, in job mode, its event being the rest of stdin when
 SLESS_JOB_EVENT_FILE is not set). End of input before the line: it exits 0.
 
+Output: a line the function writes to sys.stdout or sys.stderr while serving
+a call whose request carried a ``Sless-Invocation-Id`` is written as
+``\x1e<id>\x1f<line>`` (see "Output and the call that printed it" in
+runtimes/README.md).
+
 Standard library only.
 """
 
+import contextlib
+import contextvars
 import http.server
 import importlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -60,6 +68,17 @@ _NO_BODY_STATUSES = (204, 304)
 # Response headers the wrapper controls itself; values set by the function are
 # ignored so that the message framing stays correct.
 _FRAMING_HEADERS = ("content-length", "transfer-encoding", "connection")
+
+# Output and the call that printed it (runtimes/README.md): a line written
+# while serving the call named by INVOCATION_HEADER is written as
+# MARK + id + MARK_END + the line + "\n".
+INVOCATION_HEADER = "Sless-Invocation-Id"
+MARK = "\x1e"
+MARK_END = "\x1f"
+# A call's line still without its newline is written as a line of its own
+# once it is longer than this (in characters).
+PARTIAL_LINE_LIMIT = 16 * 1024
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
 def _log(message):
@@ -288,6 +307,135 @@ def _format_user_traceback(exc):
     if tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+# ---------------------------------------------------------------------------
+# Output and the call that printed it
+# ---------------------------------------------------------------------------
+
+
+class _Call:
+    """A call being served whose request named it: its lines are marked with
+    ``id``. ``ended`` once it is answered: text its code writes later (from
+    a thread it left running) is not held back any more."""
+
+    __slots__ = ("id", "ended")
+
+    def __init__(self, invocation_id):
+        self.id = invocation_id
+        self.ended = False
+
+
+# The call the running code serves. Set by the thread that serves the
+# request; asyncio tasks the function starts inherit it, threads it starts
+# do not (their lines stay unmarked rather than risk another call's id).
+_current_call = contextvars.ContextVar("sless_current_call", default=None)
+
+
+def _invocation_id(values):
+    """The id a request's Sless-Invocation-Id names, lowercase, or None
+    unless there is exactly one such header and it is a UUID."""
+    if not values or len(values) != 1:
+        return None
+    value = values[0].strip().lower()
+    return value if _UUID.match(value) else None
+
+
+class _CallOutput:
+    """Stands in for sys.stdout or sys.stderr. Text the code serving a call
+    writes is held until its line ends, then written as one marked line:
+    lines of concurrent calls never mix. Other text passes through as it
+    is. Everything else (``buffer``, ``fileno()``, ``flush()``,
+    ``encoding``, ...) is the stream's.
+
+    Also remembers whether the last text written ended a line, so that a
+    marked line, and a job's result, start on a line of their own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        # Held around each write to the stream: a line goes out whole,
+        # whichever thread writes it.
+        self._lock = threading.RLock()
+        # _Call -> the start of its current line.
+        self._held = {}
+        self.at_line_start = True
+
+    def write(self, text):
+        call = _current_call.get()
+        if call is None:
+            with self._lock:
+                written = self._stream.write(text)
+                if text:
+                    self.at_line_start = text.endswith("\n")
+            return written
+        if not isinstance(text, str):
+            raise TypeError("write() argument must be str, not %s" % type(text).__name__)
+        with self._lock:
+            lines = (self._held.pop(call, "") + text).split("\n")
+            rest = lines.pop()
+            if rest and (call.ended or len(rest) > PARTIAL_LINE_LIMIT):
+                lines.append(rest)
+            elif rest:
+                self._held[call] = rest
+            self._write_marked(call.id, lines)
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def end_call(self, call):
+        """Writes what ``call`` left of a line, with a newline added."""
+        with self._lock:
+            rest = self._held.pop(call, "")
+            self._write_marked(call.id, [rest] if rest else [])
+
+    def _write_marked(self, call_id, lines):
+        if not lines:
+            return
+        text = "".join(MARK + call_id + MARK_END + line + "\n" for line in lines)
+        if not self.at_line_start:
+            # Text written outside any call left its line open: end it, so
+            # that the mark starts a line.
+            text = "\n" + text
+        self._stream.write(text)
+        self.at_line_start = True
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+# The _CallOutput objects standing in for sys.stdout and sys.stderr.
+_outputs = []
+
+
+def _install_outputs():
+    """Puts a _CallOutput in place of sys.stdout and sys.stderr (once);
+    returns the one for stdout."""
+    if not _outputs:
+        sys.stdout = _CallOutput(sys.stdout)
+        sys.stderr = _CallOutput(sys.stderr)
+        _outputs.extend((sys.stdout, sys.stderr))
+    return _outputs[0]
+
+
+@contextlib.contextmanager
+def _serving_call(headers):
+    """What is written inside is the call's that ``headers`` name (if they
+    name one); at the end, the lines it left open are written."""
+    invocation_id = _invocation_id(headers.get_all(INVOCATION_HEADER))
+    if invocation_id is None:
+        yield
+        return
+    call = _Call(invocation_id)
+    token = _current_call.set(call)
+    try:
+        yield
+    finally:
+        _current_call.reset(token)
+        call.ended = True
+        for output in _outputs:
+            output.end_call(call)
 
 
 # ---------------------------------------------------------------------------
@@ -531,19 +679,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return 200
 
         event = self._event(path, query, body)
-        try:
-            result = self.server.func(event)
-        except (Exception, SystemExit) as exc:
-            response = self._failure(exc, _format_user_traceback(exc))
-        else:
+        # The failure's traceback is printed on behalf of the call: marked.
+        with _serving_call(self.headers):
             try:
-                response = build_response(result)
-            except Exception as exc:
-                # The return value could not be mapped (bad statusCode or
-                # headers, not JSON-serialisable): the wrapper's own frames
-                # would not help the user, so report only the exception line.
-                tb_text = "".join(traceback.format_exception_only(type(exc), exc))
-                response = self._failure(exc, tb_text)
+                result = self.server.func(event)
+            except (Exception, SystemExit) as exc:
+                response = self._failure(exc, _format_user_traceback(exc))
+            else:
+                try:
+                    response = build_response(result)
+                except Exception as exc:
+                    # The return value could not be mapped (bad statusCode
+                    # or headers, not JSON-serialisable): the wrapper's own
+                    # frames would not help the user, so report only the
+                    # exception line.
+                    tb_text = "".join(traceback.format_exception_only(type(exc), exc))
+                    response = self._failure(exc, tb_text)
         status, headers, data = response
         self._send(status, headers, data)
         return status
@@ -552,24 +703,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
 # ---------------------------------------------------------------------------
 # Job mode: one call, the event from a file or stdin, the result on stdout
 # ---------------------------------------------------------------------------
-
-
-class _LineTracker:
-    """Stands in for sys.stdout and remembers whether the last text written
-    ended a line, so that the result starts on a line of its own."""
-
-    def __init__(self, stream):
-        self._stream = stream
-        self.at_line_start = True
-
-    def write(self, text):
-        written = self._stream.write(text)
-        if text:
-            self.at_line_start = text.endswith("\n")
-        return written
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
 
 
 def _job_default(value):
@@ -653,9 +786,8 @@ def _read_job_event():
 def run_job(func):
     """Call ``func`` once with the job's event; returns the exit code."""
     event = _read_job_event()
-    stdout = sys.stdout
-    tracker = _LineTracker(stdout)
-    sys.stdout = tracker
+    # No call is current in a job: what it prints passes through unmarked.
+    stdout = _install_outputs()
     try:
         result = func(event)
     except Exception as exc:
@@ -670,7 +802,7 @@ def run_job(func):
         sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
         sys.stderr.flush()
         return 1
-    if not tracker.at_line_start:
+    if not stdout.at_line_start:
         stdout.write("\n")
     stdout.write(line + "\n")
     stdout.flush()
@@ -687,6 +819,9 @@ def main(argv=None):
         sys.stdout.reconfigure(line_buffering=True)
     except Exception:
         pass
+    # Before the function's module is imported: a logging handler it sets
+    # up then writes through them too.
+    _install_outputs()
     argv = sys.argv[1:] if argv is None else argv
     if "--pool" in argv:
         argv = _specialise(argv)

@@ -21,8 +21,10 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import unittest
+import uuid
 
 WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sless_runtime.py")
 
@@ -125,6 +127,54 @@ MODULES = {
         def nan(event):
             return float("nan")
     ''',
+    "marks.py": '''
+        import asyncio
+        import sys
+        import threading
+
+        print("imported marks")
+        sys.stdout.write("import left its line open")
+
+        def prints(event):
+            print("to stdout")
+            print("to stderr", file=sys.stderr)
+            sys.stdout.write("two\\nlines\\n")
+            print("flushed", flush=True)
+
+            async def task():
+                print("from a task")
+
+            asyncio.run(task())
+            thread = threading.Thread(target=print, args=("from a thread",))
+            thread.start()
+            thread.join()
+            # The rest of the streams is theirs.
+            assert (sys.stdout.fileno(), sys.stderr.fileno()) == (1, 2)
+            assert sys.stdout.encoding and sys.stdout.buffer and not sys.stdout.isatty()
+            return "printed"
+
+        def partial(event):
+            sys.stdout.write("y" * 20000)
+            sys.stdout.write("x")
+            return "partial"
+
+        # Two calls meet here twice: each writes while the other is in flight.
+        _gate = threading.Barrier(2, timeout=10)
+
+        def together(event):
+            n = event["query"]["n"]
+            print("a-%s" % n)
+            sys.stdout.write("b-%s-" % n)
+            _gate.wait()
+            print("end")
+            _gate.wait()
+            print("c-%s" % n)
+            return n
+
+        def fails(event):
+            print("before the failure")
+            raise LookupError("no such record")
+    ''',
     "pkg/__init__.py": "",
     "pkg/mod.py": '''
         import depmod
@@ -160,6 +210,8 @@ class Runtime:
         self.port = free_port()
         self.stderr_path = os.path.join(tmp, "stderr-%s-%d.log" % (entrypoint, self.port))
         self._stderr = open(self.stderr_path, "wb")
+        self.stdout_path = os.path.join(tmp, "stdout-%s-%d.log" % (entrypoint, self.port))
+        self._stdout = open(self.stdout_path, "wb")
         env = dict(os.environ)
         env.update(
             SLESS_PORT=str(self.port),
@@ -183,7 +235,7 @@ class Runtime:
             env=env,
             cwd=tmp,
             stdin=subprocess.PIPE if pool else subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=self._stdout,
             stderr=self._stderr,
         )
         if pool:
@@ -191,8 +243,11 @@ class Runtime:
             self.proc.stdin.close()
 
     def stderr_text(self):
-        self._stderr.flush()
         with open(self.stderr_path, "r", encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def stdout_text(self):
+        with open(self.stdout_path, "r", encoding="utf-8", errors="replace") as f:
             return f.read()
 
     def wait_healthy(self):
@@ -246,6 +301,7 @@ class Runtime:
             self.proc.kill()
             self.proc.wait(timeout=EXIT_DEADLINE_S)
         self._stderr.close()
+        self._stdout.close()
 
 
 class RuntimeTestCase(unittest.TestCase):
@@ -596,6 +652,93 @@ class JobModeTest(RuntimeTestCase):
         )
         self.assertEqual(proc.returncode, 2)
         self.assertIn("the event on stdin is not JSON", proc.stderr.decode("utf-8"))
+
+
+# (Not str.splitlines(): it splits at \x1e too.)
+def marked(text, invocation_id):
+    """The lines of ``text`` marked with ``invocation_id``, without the mark."""
+    mark = "\x1e%s\x1f" % invocation_id
+    return [l[len(mark):] for l in text.split("\n") if l.startswith(mark)]
+
+
+def unmarked(text):
+    return [l for l in text.split("\n")[:-1] if not l.startswith("\x1e")]
+
+
+class OutputMarkTest(RuntimeTestCase):
+    """What a call prints is marked with its Sless-Invocation-Id."""
+
+    def call(self, rt, path, invocation_id):
+        resp, data = rt.request("GET", path, headers={"Sless-Invocation-Id": invocation_id})
+        return resp.status, data
+
+    def test_a_call_s_lines_are_marked_with_its_id_on_their_own_stream(self):
+        rt = self.start("marks.prints")
+        call = str(uuid.uuid4())
+        self.assertEqual(self.call(rt, "/", call.upper()), (200, b"printed"))
+        out, err = rt.stdout_text(), rt.stderr_text()
+        self.assertEqual(
+            marked(out, call), ["to stdout", "two", "lines", "flushed", "from a task"]
+        )
+        self.assertEqual(marked(err, call), ["to stderr"])
+        # Printed at import, by a thread the call started, or by the
+        # wrapper (the access log): unmarked. The line the import left open
+        # is ended before the first marked line.
+        self.assertEqual(
+            unmarked(out), ["imported marks", "import left its line open", "from a thread"]
+        )
+        self.assertIn("GET / 200 ", "\n".join(unmarked(err)))
+        self.assertEqual(out.count("\x1e"), 5, out)
+
+    def test_a_header_that_is_no_uuid_leaves_the_lines_unmarked(self):
+        rt = self.start("marks.prints")
+        for value in ("not-a-uuid", str(uuid.uuid4())[:-1], str(uuid.uuid4()) + "0"):
+            self.assertEqual(self.call(rt, "/", value), (200, b"printed"))
+        self.assertNotIn("\x1e", rt.stdout_text() + rt.stderr_text())
+        self.assertEqual(rt.stdout_text().count("to stdout\n"), 3)
+
+    def test_a_partial_line_is_written_at_the_call_s_end_and_past_16_kib(self):
+        rt = self.start("marks.partial")
+        call = str(uuid.uuid4())
+        self.assertEqual(self.call(rt, "/", call), (200, b"partial"))
+        self.assertEqual(marked(rt.stdout_text(), call), ["y" * 20000, "x"])
+
+    def test_concurrent_calls_get_only_their_own_ids(self):
+        rt = self.start("marks.together")
+        calls = {n: str(uuid.uuid4()) for n in ("1", "2")}
+        answers = {}
+
+        def call(n):
+            answers[n] = self.call(rt, "/?n=" + n, calls[n])
+
+        threads = [threading.Thread(target=call, args=(n,)) for n in calls]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(answers, {"1": (200, b"1"), "2": (200, b"2")})
+        out = rt.stdout_text()
+        for n, call_id in calls.items():
+            self.assertEqual(marked(out, call_id), ["a-" + n, "b-%s-end" % n, "c-" + n], out)
+        # Interleaved in time: each call's first line came before either
+        # call's second.
+        lines = out.split("\n")
+        first = max(i for i, l in enumerate(lines) if l.endswith("\x1fa-1") or l.endswith("\x1fa-2"))
+        second = min(i for i, l in enumerate(lines) if "\x1fb-" in l)
+        self.assertLess(first, second, out)
+
+    def test_a_failure_s_traceback_is_marked_with_the_call_s_id(self):
+        rt = self.start("marks.fails")
+        call = str(uuid.uuid4())
+        status, data = self.call(rt, "/", call)
+        self.assertEqual(status, 500)
+        traceback_text = json.loads(data)["traceback"]
+        lines = marked(rt.stderr_text(), call)
+        self.assertEqual(lines[:1], ["sless: GET / raised:"], rt.stderr_text())
+        self.assertEqual("\n".join(lines[1:]) + "\n", traceback_text)
+        self.assertIn("LookupError: no such record", lines[-1])
+        self.assertNotIn("LookupError", "\n".join(unmarked(rt.stderr_text())))
+        self.assertEqual(marked(rt.stdout_text(), call), ["before the failure"])
 
 
 class ReservedPathTest(RuntimeTestCase):
