@@ -17,6 +17,7 @@ use sless_workers::driver::{
 use sless_workers::kube::{CronRunRecorder, KubeDriver, PodCrashRecorder};
 use sless_workers::local::sandbox::{Isolation, TenantIds};
 use sless_workers::local::{LocalDriver, LocalDriverConfig};
+use sless_workers::logs::{LogsConfig, Shipper};
 
 use crate::config::{self, DriverKind};
 
@@ -27,6 +28,7 @@ fn local_driver(
     worker: &WorkerConfig,
     host: &config::Host,
     local: config::Local,
+    logs: &LogsConfig,
     unsafe_no_sandbox: bool,
 ) -> anyhow::Result<LocalDriver> {
     let settings = local.sandbox;
@@ -62,6 +64,7 @@ fn local_driver(
         dead_after: worker.lease,
     });
     cfg.advertise = local.advertise;
+    cfg.logs = Some(Shipper::start(pool.clone(), logs.clone()).0);
     LocalDriver::new(cfg).map_err(|e| {
         if unsafe_no_sandbox {
             anyhow::anyhow!("preparing the local driver: {e}")
@@ -105,6 +108,7 @@ impl AnyDriver {
                     &worker.config,
                     host,
                     local,
+                    &worker.logs,
                     unsafe_no_sandbox,
                 )?;
                 if let Some(limits) = driver.limits() {

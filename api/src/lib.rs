@@ -98,6 +98,8 @@ pub struct Shared {
     pub tails: rest::events::Tails,
     /// The LISTEN that wakes followers of build logs.
     pub build_logs: rest::build_log::Watch,
+    /// The LISTEN that wakes followers of functions' logs.
+    pub function_logs: plumbing::watch::Watch,
     /// Replays for the admin routes, filled by the binary (`admin`); `None`
     /// answers them 501.
     pub maintenance: Option<Arc<dyn rest::admin::Maintenance>>,
@@ -147,6 +149,7 @@ impl AppState {
             quotas: plumbing::quota::Quotas::UNLIMITED,
             tails: rest::events::Tails::default(),
             build_logs: rest::build_log::Watch::default(),
+            function_logs: plumbing::watch::Watch::new(sless_store::function_logs::CHANNEL),
             maintenance: None,
             fn_url: None,
             only_namespace: None,
@@ -177,6 +180,9 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(rest::functions::list, rest::functions::create))
         .routes(routes!(rest::functions::get, rest::functions::delete))
         .routes(routes!(rest::invocations::list))
+        .routes(routes!(rest::invocations::get))
+        // Answers once the tail has its start; the lines follow in the body.
+        .routes(routes!(rest::logs::get))
         .routes(routes!(rest::versions::list))
         .routes(routes!(rest::versions::rollback))
         .routes(routes!(rest::triggers::list, rest::triggers::create))

@@ -6,8 +6,8 @@
 //! (`recorder`), each request's deadline (`deadlines`), shedding requests
 //! while the database is unavailable (`breaker`), reading what one has
 //! just written (`catch_up`), counting requests and `/metrics`
-//! (`metrics`), serving over TCP (`serve`), and the faults a test may ask
-//! for (`faults`).
+//! (`metrics`), serving over TCP (`serve`), the LISTEN a process's live
+//! tails share (`watch`), and the faults a test may ask for (`faults`).
 
 pub mod auth;
 pub(crate) mod breaker;
@@ -24,3 +24,4 @@ pub mod quota;
 pub mod recorder;
 pub mod request_id;
 pub mod serve;
+pub mod watch;

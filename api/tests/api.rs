@@ -19,6 +19,7 @@ mod api {
     mod events;
     mod events_plan;
     mod events_tail;
+    mod function_logs;
     mod functions;
     mod health;
     mod idempotency;

@@ -432,9 +432,36 @@ fn api_and_worker_sections_have_defaults_and_name_a_bad_value() {
     let w = read(&[], Worker::from).unwrap();
     assert_eq!(w.driver, super::DriverKind::Local);
     assert_eq!(w.cron_starting_deadline, Duration::from_secs(3600));
+    assert_eq!((w.logs.retention_days, w.logs.lines_per_sec), (7, 1000));
+    let w = read(
+        &[
+            ("SLESS_LOG_RETENTION_DAYS", "3"),
+            ("SLESS_LOG_RETENTION_NAMESPACES", " team-a=30, team-b=1 "),
+            ("SLESS_LOG_LINES_PER_SEC", "50"),
+        ],
+        Worker::from,
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            w.logs.days_of("team-a"),
+            w.logs.days_of("team-b"),
+            w.logs.days_of("other")
+        ),
+        (30, 1, 3)
+    );
+    assert_eq!(w.logs.lines_per_sec, 50);
     for (name, value) in [
         ("SLESS_DRIVER", "nomad"),
         ("SLESS_CRON_STARTING_DEADLINE_SECS", "5"),
+        ("SLESS_LOG_RETENTION_DAYS", "0"),
+        ("SLESS_LOG_RETENTION_DAYS", "367"),
+        ("SLESS_LOG_RETENTION_DAYS", "a week"),
+        ("SLESS_LOG_RETENTION_NAMESPACES", "team-a"),
+        ("SLESS_LOG_RETENTION_NAMESPACES", "team-a=0"),
+        ("SLESS_LOG_RETENTION_NAMESPACES", "Not A Namespace=3"),
+        ("SLESS_LOG_LINES_PER_SEC", "0"),
+        ("SLESS_LOG_BYTES_PER_SEC", "-1"),
     ] {
         let e = read(&[(name, value)], Worker::from).unwrap_err();
         assert!(e.to_string().starts_with(name), "{name}={value}: {e}");

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::bail;
 use sless_store::queue::Backoff;
 use sless_workers::WorkerConfig;
+use sless_workers::logs::LogsConfig;
 use sless_workers::scheduler::DEFAULT_STARTING_DEADLINE;
 
 use super::source::var;
@@ -35,6 +36,12 @@ pub struct Worker {
     /// How late a cron tick may still fire (after an outage, only the
     /// latest tick fires), `SLESS_CRON_STARTING_DEADLINE_SECS` (3600).
     pub cron_starting_deadline: Duration,
+    /// What functions print, kept: `SLESS_LOG_RETENTION_DAYS` (7),
+    /// `SLESS_LOG_RETENTION_NAMESPACES` (`ns=days,…`, namespaces that keep
+    /// theirs longer or shorter), and each function's budget,
+    /// `SLESS_LOG_LINES_PER_SEC` (1000) and `SLESS_LOG_BYTES_PER_SEC`
+    /// (1048576).
+    pub logs: LogsConfig,
 }
 
 impl Worker {
@@ -61,6 +68,7 @@ impl Worker {
             config,
             driver,
             cron_starting_deadline: Duration::from_secs(secs),
+            logs: logs_config(get)?,
         })
     }
 
@@ -153,5 +161,44 @@ fn autoscale_config(get: Get<'_>) -> anyhow::Result<sless_workers::autoscale::Au
         bail!("SLESS_AUTOSCALE_TARGET_UTILISATION must be above 0 and at most 1");
     }
     p.scale_down_delay = p.panic_window;
+    Ok(c)
+}
+
+/// The most days lines may be kept.
+const MAX_RETENTION_DAYS: u32 = 366;
+
+/// How function logs are kept (see [`Worker::logs`]).
+fn logs_config(get: Get<'_>) -> anyhow::Result<LogsConfig> {
+    let mut c = LogsConfig::default();
+    c.retention_days = number_from(get, "SLESS_LOG_RETENTION_DAYS", c.retention_days)?;
+    if !(1..=MAX_RETENTION_DAYS).contains(&c.retention_days) {
+        bail!("SLESS_LOG_RETENTION_DAYS must be from 1 to {MAX_RETENTION_DAYS}");
+    }
+    for pair in get("SLESS_LOG_RETENTION_NAMESPACES")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let days = pair.split_once('=').and_then(|(ns, days)| {
+            let days: u32 = days.trim().parse().ok()?;
+            let ns = sless_domain::Namespace::parse(ns.trim()).ok()?;
+            (1..=MAX_RETENTION_DAYS)
+                .contains(&days)
+                .then(|| (ns.to_string(), days))
+        });
+        let Some((ns, days)) = days else {
+            bail!(
+                "SLESS_LOG_RETENTION_NAMESPACES: {pair:?} is not namespace=days \
+                 (days from 1 to {MAX_RETENTION_DAYS})"
+            );
+        };
+        c.retention.insert(ns, days);
+    }
+    c.lines_per_sec = number_from(get, "SLESS_LOG_LINES_PER_SEC", c.lines_per_sec)?;
+    c.bytes_per_sec = number_from(get, "SLESS_LOG_BYTES_PER_SEC", c.bytes_per_sec)?;
+    if c.lines_per_sec == 0 || c.bytes_per_sec == 0 {
+        bail!("SLESS_LOG_LINES_PER_SEC and SLESS_LOG_BYTES_PER_SEC must be above 0");
+    }
     Ok(c)
 }

@@ -262,6 +262,25 @@ pub async fn page<'e>(
     Ok(rows.into_iter().map(record_of).collect())
 }
 
+/// One record of a function, by its id.
+pub async fn one<'e>(
+    exec: impl PgExecutor<'e>,
+    namespace: &str,
+    function: &str,
+    id: Uuid,
+) -> Result<Option<Invocation>> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "select {COLUMNS} from invocations
+         where id = $1 and namespace = $2 and function = $3"
+    )))
+    .bind(id)
+    .bind(namespace)
+    .bind(function)
+    .fetch_optional(exec)
+    .await?;
+    Ok(row.map(record_of))
+}
+
 /// How many calls a function had since a time, and how many of them failed
 /// (a 5xx answer, or none).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,6 +20,7 @@ pub mod command;
 pub mod console;
 pub mod crashes;
 pub mod eventlog;
+pub mod function_logs;
 pub mod gauges;
 pub mod idempotency;
 pub mod invocations;

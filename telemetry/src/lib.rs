@@ -64,6 +64,11 @@ pub struct Metrics {
     pub invocations: Family<InvocationLabels, Counter>,
     pub invocation_duration: Family<FunctionLabelSet, Histogram>,
     pub cold_starts: Family<FunctionLabelSet, Counter>,
+    /// Lines functions printed that were kept.
+    pub log_lines: Family<FunctionLabelSet, Counter>,
+    /// Lines functions printed that were not kept: over their budget, or
+    /// while the writer could not keep up.
+    pub log_lines_dropped: Family<FunctionLabelSet, Counter>,
     pub proxy_errors: Family<StatusLabels, Counter>,
     pub projector_position: Family<ProjectionLabels, Gauge>,
     pub projector_lag_events: Family<ProjectionLabels, Gauge>,
@@ -92,6 +97,8 @@ pub struct Metrics {
     pub audit_followers: Gauge,
     /// Clients following a build's log live (`?follow=true`, or SSE).
     pub build_log_followers: Gauge,
+    /// Clients following a function's log live.
+    pub function_log_followers: Gauge,
     /// From the claim of a work item to the start of its handling.
     pub work_start_delay: Family<KindLabels, Histogram>,
     /// The attempt number a work item was started with.
@@ -106,6 +113,9 @@ pub enum Tail {
     /// A build's log (`GET …/build-log?follow=true`):
     /// `sless_build_log_followers`.
     BuildLog,
+    /// A function's log (`GET …/logs?follow=true`):
+    /// `sless_function_log_followers`.
+    FunctionLog,
 }
 
 /// One client counted by [`Metrics::follow`] while this lives.
@@ -160,6 +170,8 @@ impl Metrics {
             seconds_histogram as fn() -> _,
         );
         let cold_starts = Family::<FunctionLabelSet, Counter>::default();
+        let log_lines = Family::<FunctionLabelSet, Counter>::default();
+        let log_lines_dropped = Family::<FunctionLabelSet, Counter>::default();
         let proxy_errors = Family::<StatusLabels, Counter>::default();
         let projector_position = Family::<ProjectionLabels, Gauge>::default();
         let projector_lag_events = Family::<ProjectionLabels, Gauge>::default();
@@ -196,6 +208,12 @@ impl Metrics {
             audit_followers.clone(),
         );
         let build_log_followers = Gauge::default();
+        let function_log_followers = Gauge::default();
+        registry.register(
+            "sless_function_log_followers",
+            "Clients following a function's log live",
+            function_log_followers.clone(),
+        );
         registry.register(
             "sless_build_log_followers",
             "Clients following a build's log live (follow=true or Server-Sent Events) in this process",
@@ -309,6 +327,16 @@ impl Metrics {
             cold_starts.clone(),
         );
         registry.register(
+            "sless_function_log_lines",
+            "Lines functions printed (stdout and stderr) that sless kept",
+            log_lines.clone(),
+        );
+        registry.register(
+            "sless_function_log_lines_dropped",
+            "Lines functions printed that sless did not keep: over the function's budget, or while the writer could not keep up",
+            log_lines_dropped.clone(),
+        );
+        registry.register(
             "sless_proxy_errors",
             "Calls through /fn the proxy answered itself with an error, by status (413, 502, 503, 504)",
             proxy_errors.clone(),
@@ -363,6 +391,8 @@ impl Metrics {
             invocations,
             invocation_duration,
             cold_starts,
+            log_lines,
+            log_lines_dropped,
             proxy_errors,
             projector_position,
             projector_lag_events,
@@ -387,6 +417,7 @@ impl Metrics {
             db_max_connections,
             audit_followers,
             build_log_followers,
+            function_log_followers,
             work_start_delay,
             work_attempts,
         }
@@ -437,6 +468,7 @@ impl Metrics {
         let followers = match tail {
             Tail::Audit => &self.audit_followers,
             Tail::BuildLog => &self.build_log_followers,
+            Tail::FunctionLog => &self.function_log_followers,
         };
         followers.inc();
         Following(Some(followers.clone()))

@@ -6,6 +6,7 @@ mod dev;
 mod drain;
 mod edge;
 mod fleet;
+mod function_logs;
 mod history;
 mod job_slots;
 mod jobs;

@@ -116,6 +116,8 @@ pub struct JobRequest {
     pub artifact: Artifact,
     /// The event the handler receives.
     pub event: serde_json::Value,
+    /// The run's invocation record, which what it prints belongs to.
+    pub invocation: Option<uuid::Uuid>,
 }
 
 /// How a run ended and what it printed.

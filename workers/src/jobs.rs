@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sless_domain::job::{self, Job, JobCommand, JobEvent, Output, RunResult};
 use sless_domain::{FunctionKey, Namespace};
 use sless_store::eventlog;
@@ -174,7 +174,7 @@ impl<D: Driver> Reconciler<D> {
         let result = tokio::select! {
             // A run that could not start is failed, not retried: a later
             // attempt would find it started and fail it anyway.
-            r = self.execute(&ns, &item.key, &request) => match r {
+            r = self.execute(&ns, &item.key, &request, began) => match r {
                 Ok(r) => r,
                 Err(HandlerError::LeaseLost) => return Err(HandlerError::LeaseLost),
                 Err(HandlerError::Retry(e) | HandlerError::Fatal(e)) => not_run(e),
@@ -252,6 +252,7 @@ impl<D: Driver> Reconciler<D> {
         ns: &Namespace,
         stream: &str,
         request: &job::JobRequest,
+        began: DateTime<Utc>,
     ) -> HandlerResult<RunResult> {
         let key = FunctionKey::new(ns.clone(), request.function.clone());
         let (function, _) = eventlog::load::<sless_domain::Function>(&self.pool, &key.stream())
@@ -327,6 +328,7 @@ impl<D: Driver> Reconciler<D> {
                 timeout: Duration::from_secs(request.timeout_sec as u64),
                 artifact,
                 event: handler_event(request),
+                invocation: Some(invocations::id_for(began)),
             }),
         )
         .await;

@@ -17,6 +17,7 @@ pub mod idle;
 pub mod jobs;
 pub mod kube;
 pub mod local;
+pub mod logs;
 pub mod placement;
 pub mod reconcile;
 pub mod scheduler;

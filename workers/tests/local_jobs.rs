@@ -178,6 +178,7 @@ fn job(
         timeout: Duration::from_secs(30),
         artifact: artifact.clone(),
         event: job_event(&input),
+        invocation: None,
     }
 }
 

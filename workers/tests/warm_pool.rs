@@ -398,6 +398,7 @@ async fn a_job_runs_in_a_waiting_process() {
             artifact,
             event: json!({"method": "JOB", "path": "/", "query": {}, "headers": {},
                           "body": input.to_string(), "json": input}),
+            invocation: None,
         })
         .await
         .unwrap();

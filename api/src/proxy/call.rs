@@ -12,7 +12,7 @@ use axum::BoxError;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use sless_store::invocations::{Invocation, id_for};
+use sless_store::invocations::Invocation;
 
 use super::body::{Bounds, Ends, Failure, Meter, Outbound};
 use crate::plumbing::error::ApiError;
@@ -29,8 +29,18 @@ fn failure_of(e: &ApiError) -> Failure {
     Failure::new(kind, e.detail.clone())
 }
 
+/// The header that carries a call's invocation record id: to the function
+/// (whose runtime wrapper marks what the call prints with it) and back to
+/// the caller. A caller's own is replaced.
+pub const INVOCATION_ID: axum::http::HeaderName =
+    axum::http::HeaderName::from_static("sless-invocation-id");
+
 /// One call to an existing function, to be recorded once it is answered.
 pub struct Call {
+    /// Its invocation record's id (`id_for(started_at)`), which the
+    /// function gets as `Sless-Invocation-Id` (and marks what it prints
+    /// with) and the caller gets back.
+    pub id: uuid::Uuid,
     pub recorder: Recorder,
     pub metrics: Arc<sless_telemetry::Metrics>,
     pub meter: Arc<Meter>,
@@ -69,7 +79,8 @@ impl Call {
             timeout: self.timeout,
             idle,
         };
-        let (parts, body) = res.into_parts();
+        let (mut parts, body) = res.into_parts();
+        self.identify(&mut parts.headers);
         let status = parts.status.as_u16();
         let body = Outbound::new(body, self, status, None, Some(bounds));
         Response::from_parts(parts, Body::new(body))
@@ -78,10 +89,18 @@ impl Call {
     /// A problem instead of the function's answer, recorded likewise.
     pub fn refuse(self, e: ApiError) -> Response {
         let failure = failure_of(&e);
-        let (parts, body) = e.into_response().into_parts();
+        let (mut parts, body) = e.into_response().into_parts();
+        self.identify(&mut parts.headers);
         let status = parts.status.as_u16();
         let body = Outbound::new(body, self, status, Some(failure), None);
         Response::from_parts(parts, Body::new(body))
+    }
+
+    /// Tells the caller which record (and which lines) the call has.
+    fn identify(&self, headers: &mut axum::http::HeaderMap) {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&self.id.to_string()) {
+            headers.insert(INVOCATION_ID, v);
+        }
     }
 
     fn record(self, status: u16, bytes_out: u64, failure: Option<Failure>) {
@@ -106,7 +125,7 @@ impl Call {
             None => (None, None),
         };
         let record = Invocation {
-            id: id_for(self.started_at),
+            id: self.id,
             namespace: self.namespace,
             function: self.function,
             version: self.version,

@@ -106,9 +106,14 @@ pub(super) async fn forward(
     };
     edge::request_headers(&mut parts.headers, &state.auth, seen);
     parts.headers.insert(X_REQUEST_ID, request_id.clone());
+    let id = sless_store::invocations::id_for(started_at);
+    if let Ok(v) = HeaderValue::from_str(&id.to_string()) {
+        parts.headers.insert(super::call::INVOCATION_ID, v);
+    }
     let meter = Arc::new(Meter::default());
     let calling = state.load.start(&ns, &name);
     let mut call = Call {
+        id,
         recorder: state.invocations.clone(),
         metrics: state.metrics.clone(),
         meter: meter.clone(),

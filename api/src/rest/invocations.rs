@@ -1,13 +1,16 @@
 //! `GET .../invocations`: a function's invocation records (written by the
-//! recorder, `crate::plumbing::recorder`), newest first, a page at a time.
+//! recorder, `crate::plumbing::recorder`), newest first, a page at a time;
+//! `GET .../invocations/{id}`: one, with the lines its call printed.
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use serde_json::{Value, json};
 use sless_domain::{FunctionKey, FunctionName};
+use sless_store::function_logs::{self, Filter};
 use sless_store::invocations::{self as records, Cursor, Invocation};
 use sless_store::{eventlog, readmodel};
+use uuid::Uuid;
 
 use crate::AppState;
 use crate::plumbing::auth::Caller;
@@ -63,29 +66,12 @@ pub async fn list(
     PathParams((ns, name)): PathParams<(String, String)>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> ApiResult<Json<Value>> {
-    let namespace = caller.namespace(&ns)?;
-    let missing = || ApiError::not_found(format!("function {name:?} not found in {ns}"));
-    let function = FunctionName::parse(&name).map_err(|_| missing())?;
     let (limit, after) = page_query(query)?;
-    let row = readmodel::function_row(&state.pool, namespace.as_str(), function.as_str()).await?;
-    let exists = match row {
-        Some(row) if row.state().exists() => true,
-        // Not projected yet, or deleted: the log says.
-        _ => {
-            let key = FunctionKey::new(namespace.clone(), function.clone());
-            eventlog::load::<sless_domain::Function>(&state.pool, &key.stream())
-                .await?
-                .0
-                .exists()
-        }
-    };
-    if !exists {
-        return Err(missing());
-    }
+    let key = known_function(&state, &caller, &ns, &name).await?;
     let mut items = records::page(
         &state.pool,
-        namespace.as_str(),
-        function.as_str(),
+        key.namespace.as_str(),
+        key.name.as_str(),
         after,
         limit + 1,
     )
@@ -93,4 +79,72 @@ pub async fn list(
     let next_cursor = crate::plumbing::paging::cut(&mut items, limit, |r| Cursor::of(r).encode());
     let items: Vec<Value> = items.iter().map(view).collect();
     Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
+}
+
+/// The function the caller names, when it exists (or once did, for what
+/// it left behind: records, lines); 404 otherwise, and for another
+/// tenant's.
+pub(crate) async fn known_function(
+    state: &AppState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+) -> ApiResult<FunctionKey> {
+    let namespace = caller.namespace(ns)?;
+    let missing = || ApiError::not_found(format!("function {name:?} not found in {ns}"));
+    let function = FunctionName::parse(name).map_err(|_| missing())?;
+    let row = readmodel::function_row(&state.pool, namespace.as_str(), function.as_str()).await?;
+    let key = FunctionKey::new(namespace, function);
+    let exists = match row {
+        Some(row) if row.state().exists() => true,
+        // Not projected yet, or deleted: the log says.
+        _ => eventlog::load::<sless_domain::Function>(&state.pool, &key.stream())
+            .await?
+            .0
+            .exists(),
+    };
+    if exists { Ok(key) } else { Err(missing()) }
+}
+
+/// The most lines `GET …/invocations/{id}` holds.
+const LINES_OF_ONE: u32 = 1000;
+
+/// `GET /v1/namespaces/{ns}/functions/{name}/invocations/{id}`: one record
+/// and what its call printed.
+#[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/invocations/{id}", operation_id = "getInvocation", tag = "functions",
+    summary = "One invocation record and the lines its call printed",
+    params(crate::plumbing::path::FunctionPath,
+        ("id" = String, Path, description = "The invocation record's id")),
+    responses((status = 200, description = "The record and its lines", body = sless_api_types::InvocationWithLines)))]
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    PathParams((ns, name, id)): PathParams<(String, String, String)>,
+) -> ApiResult<Json<Value>> {
+    let key = known_function(&state, &caller, &ns, &name).await?;
+    let missing = || ApiError::not_found(format!("no invocation {id:?} of function {name:?}"));
+    let uuid = Uuid::try_parse(&id).map_err(|_| missing())?;
+    let (n, f) = (key.namespace.as_str(), key.name.as_str());
+    let record = records::one(&state.pool, n, f, uuid)
+        .await?
+        .ok_or_else(missing)?;
+    let filter = Filter {
+        namespace: n.to_owned(),
+        function: f.to_owned(),
+        invocation: Some(uuid),
+        limit: LINES_OF_ONE + 1,
+        ..Filter::default()
+    };
+    let mut lines = function_logs::page(&state.pool, &filter).await?;
+    let more_lines = lines.len() > LINES_OF_ONE as usize;
+    lines.truncate(LINES_OF_ONE as usize);
+    let mut answer = view(&record);
+    answer["lines"] = json!(
+        lines
+            .iter()
+            .map(crate::rest::logs::view)
+            .collect::<Vec<_>>()
+    );
+    answer["more_lines"] = json!(more_lines);
+    Ok(Json(answer))
 }

@@ -11,6 +11,7 @@ use super::build;
 use super::pool::WarmPool;
 use super::sandbox::{Isolation, JailSizes, TenantIds};
 use crate::driver::Node;
+use crate::logs::Shipper;
 
 /// Settings of the [`LocalDriver`](super::LocalDriver).
 #[derive(Debug, Clone)]
@@ -57,6 +58,9 @@ pub struct LocalDriverConfig {
     /// Processes started ahead for deploys and jobs to take (none by
     /// default; only in the sandbox).
     pub warm_pool: WarmPool,
+    /// Where what functions and jobs print is kept (`None`: only in the
+    /// data directory's files, as in tests of the driver alone).
+    pub logs: Option<Shipper>,
 }
 
 impl LocalDriverConfig {
@@ -80,6 +84,7 @@ impl LocalDriverConfig {
             placement: None,
             advertise: IpAddr::V4(Ipv4Addr::LOCALHOST),
             warm_pool: WarmPool::default(),
+            logs: None,
             data_dir,
         }
     }

@@ -25,6 +25,7 @@ use super::process::{self, Instance, InstanceParts, LogSink, Running};
 use super::sandbox::Launch;
 use super::{LocalDriver, build, pool};
 use crate::driver::{DeployRequest, Deployment, DriverError};
+use crate::logs::Source;
 
 /// How often deploy asks a starting function whether it is healthy.
 const HEALTH_POLL: Duration = Duration::from_millis(5);
@@ -216,7 +217,6 @@ impl LocalDriver {
             .await
             .map_err(|e| DriverError::Infra(format!("log task: {e}")))?
             .map_err(|e| DriverError::Infra(format!("cannot open the function log: {e}")))?;
-        let sink = Arc::new(sink);
 
         // The socket the function serves on is bound here and handed to its
         // process: a warm process brought one from its start, a cold one gets
@@ -229,6 +229,14 @@ impl LocalDriver {
             None => Arc::new(self.listen()?),
         };
         let port = listener_port(&listener)?;
+        let source = Source {
+            namespace: req.key.namespace.to_string(),
+            function: req.key.name.to_string(),
+            version: Some(req.version),
+            instance: format!("{}:{port}", self.cfg.advertise),
+            invocation: None,
+        };
+        let sink = Arc::new(sink.shipping(self.cfg.logs.clone().map(|s| (s, source))));
         let spec = self
             .launch_spec(req, artifact_dir, Some(listener), Vec::new())
             .await?;

@@ -22,6 +22,8 @@ use super::launch::EVENT_FILE_ENV;
 use super::{LocalDriver, build, pool, process, sandbox};
 use crate::capture::Capture;
 use crate::driver::{DeployRequest, DriverError, JobOutput, JobRequest};
+use crate::logs::{Shipper, Source};
+use sless_store::function_logs::{self, Stream};
 
 /// How long a job gets between SIGTERM and SIGKILL once its time is up.
 const JOB_STOP_GRACE: Duration = Duration::from_secs(2);
@@ -147,11 +149,20 @@ impl LocalDriver {
         let stderr = running.child.stderr.take();
         let mut out = Capture::default();
         let mut err = Capture::default();
+        let source = Source {
+            namespace: req.key.namespace.to_string(),
+            function: req.key.name.to_string(),
+            version: Some(req.version),
+            instance: req.run.clone(),
+            invocation: req.invocation,
+        };
+        let ship = |stream| Lines::new(self.cfg.logs.clone(), source.clone(), stream);
+        let (mut out_lines, mut err_lines) = (ship(Stream::Stdout), ship(Stream::Stderr));
         let (status, timed_out) = {
             let io = async {
                 tokio::join!(
-                    read_stream(stdout, &mut out, &log),
-                    read_stream(stderr, &mut err, &log)
+                    read_stream(stdout, &mut out, &mut out_lines, &log),
+                    read_stream(stderr, &mut err, &mut err_lines, &log)
                 )
             };
             tokio::pin!(io);
@@ -313,7 +324,12 @@ impl JobLog {
     }
 }
 
-async fn read_stream<R: AsyncRead + Unpin>(reader: Option<R>, capture: &mut Capture, log: &JobLog) {
+async fn read_stream<R: AsyncRead + Unpin>(
+    reader: Option<R>,
+    capture: &mut Capture,
+    lines: &mut Lines,
+    log: &JobLog,
+) {
     let Some(mut reader) = reader else { return };
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -322,8 +338,75 @@ async fn read_stream<R: AsyncRead + Unpin>(reader: Option<R>, capture: &mut Capt
             Ok(n) => {
                 log.write(&buf[..n]);
                 capture.push(&buf[..n]);
+                lines.push(&buf[..n]);
             }
         }
+    }
+    lines.finish();
+}
+
+/// A run's stream cut into lines for the function's log: each line as it
+/// ends, one past [`function_logs::LINE_LIMIT`] cut there, and what is left
+/// without an end when the stream ends.
+struct Lines {
+    ship: Option<(Shipper, Source)>,
+    stream: Stream,
+    partial: Vec<u8>,
+    /// The line being read went past the limit: the rest of it is skipped.
+    cut: bool,
+}
+
+impl Lines {
+    fn new(shipper: Option<Shipper>, source: Source, stream: Stream) -> Lines {
+        Lines {
+            ship: shipper.map(|s| (s, source)),
+            stream,
+            partial: Vec::new(),
+            cut: false,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        if self.ship.is_none() {
+            return;
+        }
+        while !bytes.is_empty() {
+            let end = bytes.iter().position(|b| *b == b'\n');
+            let (piece, rest) = match end {
+                Some(i) => (&bytes[..i], &bytes[i + 1..]),
+                None => (bytes, &[][..]),
+            };
+            if !self.cut {
+                let room = (function_logs::LINE_LIMIT + 64).saturating_sub(self.partial.len());
+                self.partial
+                    .extend_from_slice(&piece[..piece.len().min(room)]);
+                if piece.len() > room {
+                    self.cut = true;
+                    self.send();
+                }
+            }
+            if end.is_some() {
+                if !self.cut {
+                    self.send();
+                }
+                self.cut = false;
+            }
+            bytes = rest;
+        }
+    }
+
+    fn finish(&mut self) {
+        if !self.partial.is_empty() {
+            self.send();
+        }
+    }
+
+    fn send(&mut self) {
+        if let Some((shipper, source)) = &self.ship {
+            let text = String::from_utf8_lossy(&self.partial);
+            shipper.push(source.line(self.stream, &text, self.cut));
+        }
+        self.partial.clear();
     }
 }
 

@@ -18,12 +18,15 @@ use tokio::time::Instant;
 use super::sandbox::{self, Launch};
 use crate::crashes::Crash;
 use crate::driver::Artifact;
+use crate::logs::{Shipper, Source};
 use sless_domain::{CrashCause, FunctionKey};
+use sless_store::function_logs::{self, Stream};
 
 /// How many lines of a function's output are kept in memory.
 const RING_LINES: usize = 50;
-/// The longest line kept as one; longer output is split.
-const MAX_LINE_BYTES: u64 = 16 * 1024;
+/// The most bytes of a line read: what the function log keeps, and room
+/// for the runtime wrapper's mark of the call.
+const MAX_LINE_BYTES: u64 = function_logs::LINE_LIMIT as u64 + 64;
 /// How long a process gets between SIGTERM and SIGKILL.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(5);
 const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
@@ -153,11 +156,13 @@ impl Spawner {
     }
 }
 
-/// Output of a function: appended to its log file and kept as a ring of
-/// the last lines for error reports.
+/// Output of a function: appended to its log file, kept as a ring of
+/// the last lines for error reports, and shipped to the function's log
+/// (`crate::logs`) when the driver keeps one.
 pub(crate) struct LogSink {
     file: Mutex<Option<std::fs::File>>,
     ring: Mutex<VecDeque<String>>,
+    ship: Option<(Shipper, Source)>,
 }
 
 impl LogSink {
@@ -172,9 +177,17 @@ impl LogSink {
         Ok(LogSink {
             file: Mutex::new(Some(file)),
             ring: Mutex::new(VecDeque::with_capacity(RING_LINES)),
+            ship: None,
         })
     }
 
+    /// Also ships every line to `shipper`, as `source`'s.
+    pub(crate) fn shipping(mut self, ship: Option<(Shipper, Source)>) -> LogSink {
+        self.ship = ship;
+        self
+    }
+
+    /// A line sless writes itself (a restart, say): kept here, not shipped.
     pub(crate) fn push(&self, line: &str) {
         let line = line.trim_end_matches(['\n', '\r']);
         if let Some(file) = self.file.lock().unwrap().as_mut() {
@@ -190,6 +203,19 @@ impl LogSink {
         ring.push_back(line.to_owned());
     }
 
+    /// A line the process wrote on `stream` (`cut`: it went on past what
+    /// was read, and the rest was skipped).
+    fn printed(&self, stream: Stream, raw: &str, cut: bool) {
+        match &self.ship {
+            Some((shipper, source)) => {
+                let line = source.line(stream, raw, cut);
+                self.push(&line.line);
+                shipper.push(line);
+            }
+            None => self.push(crate::logs::unmark(raw).1),
+        }
+    }
+
     /// The last captured lines, oldest first.
     pub(crate) fn tail(&self) -> String {
         let ring = self.ring.lock().unwrap();
@@ -200,7 +226,9 @@ impl LogSink {
     }
 }
 
-async fn pump<R: AsyncRead + Unpin>(reader: R, sink: Arc<LogSink>) {
+/// Reads `reader` a line at a time into `sink`. A line longer than
+/// [`MAX_LINE_BYTES`] is cut there and the rest of it skipped.
+async fn pump<R: AsyncRead + Unpin>(reader: R, sink: Arc<LogSink>, stream: Stream) {
     let mut reader = BufReader::new(reader);
     let mut buf = Vec::new();
     loop {
@@ -211,7 +239,30 @@ async fn pump<R: AsyncRead + Unpin>(reader: R, sink: Arc<LogSink>) {
             .await
         {
             Ok(0) | Err(_) => break,
-            Ok(_) => sink.push(&String::from_utf8_lossy(&buf)),
+            Ok(n) => {
+                let cut = n as u64 == MAX_LINE_BYTES && buf.last() != Some(&b'\n');
+                sink.printed(stream, &String::from_utf8_lossy(&buf), cut);
+                if cut && !skip_line(&mut reader).await {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Reads past the rest of a line; false at the end of the output.
+async fn skip_line<R: AsyncRead + Unpin>(reader: &mut BufReader<R>) -> bool {
+    loop {
+        let (done, used) = match reader.fill_buf().await {
+            Ok([]) | Err(_) => return false,
+            Ok(bytes) => match bytes.iter().position(|b| *b == b'\n') {
+                Some(i) => (true, i + 1),
+                None => (false, bytes.len()),
+            },
+        };
+        reader.consume(used);
+        if done {
+            return true;
         }
     }
 }
@@ -270,10 +321,14 @@ pub(crate) async fn start(
 /// Sends what the process prints to `sink` from now on.
 pub(crate) fn read_output(running: &mut Running, sink: &Arc<LogSink>) {
     if let Some(out) = running.child.stdout.take() {
-        running.pumps.push(tokio::spawn(pump(out, sink.clone())));
+        running
+            .pumps
+            .push(tokio::spawn(pump(out, sink.clone(), Stream::Stdout)));
     }
     if let Some(err) = running.child.stderr.take() {
-        running.pumps.push(tokio::spawn(pump(err, sink.clone())));
+        running
+            .pumps
+            .push(tokio::spawn(pump(err, sink.clone(), Stream::Stderr)));
     }
 }
 

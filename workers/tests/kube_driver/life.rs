@@ -81,6 +81,7 @@ async fn a_function_lives_its_whole_life_in_its_namespace() {
             reference: image.clone(),
         },
         event,
+        invocation: None,
     };
     let out = c
         .driver

@@ -54,6 +54,7 @@ pub fn job_req(k: &FunctionKey, name: &str) -> JobRequest {
             reference: "registry.test/sless/x:v1-00000000".into(),
         },
         event: serde_json::json!({"method": "JOB", "json": {"n": 1}}),
+        invocation: None,
     }
 }
 

@@ -90,6 +90,7 @@ fn job_request(key: FunctionKey, run: &str) -> JobRequest {
             reference: "img".to_owned(),
         },
         event: serde_json::json!({"method": "JOB", "body": "{\"p\":\"$(HOME)\"}", "json": {"p": "$(HOME)"}}),
+        invocation: None,
     }
 }
 

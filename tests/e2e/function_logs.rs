@@ -1,0 +1,218 @@
+//! What a function prints, kept, on a real `sless dev`: a line printed in a
+//! call is under that call's invocation id within a second; two calls in
+//! one instance at once, printing in turns, each get only their own lines;
+//! a crash's traceback hangs off the 502 it caused; a function printing
+//! far past its budget loses lines, counted, and its calls still answer;
+//! and a job's output is in the same log, under its run's record.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::dev::{start_dev_configured, stop_dev};
+use crate::{Client, zip_files};
+
+/// Prints a line naming the call's tag; `?wait=1` makes it wait between
+/// its two lines until a call with `?release=1` comes (so two calls in the
+/// one instance interleave); `?crash=1` prints a traceback and dies;
+/// `?spew=N` prints N lines as fast as it can.
+const HANDLER: &str = r#"
+import os, sys, threading, traceback
+
+print("imported", flush=True)
+released = threading.Event()
+
+def handle(event):
+    q = event["query"]
+    if "release" in q:
+        released.set()
+        return {"released": True}
+    tag = q.get("tag", "none")
+    print(f"{tag}: first", flush=True)
+    if "wait" in q:
+        released.wait(20)
+    print(f"{tag}: second", file=sys.stderr, flush=True)
+    if "crash" in q:
+        try:
+            raise RuntimeError("the disk is on fire")
+        except RuntimeError:
+            traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    for i in range(int(q.get("spew", "0"))):
+        print(f"{tag}: spew {i} " + "x" * 200)
+    sys.stdout.flush()
+    return {"tag": tag}
+"#;
+
+async fn logs(c: &Client, name: &str, query: &str) -> Value {
+    let res = c
+        .http
+        .get(c.v1(&format!("/functions/{name}/logs{query}")))
+        .bearer_auth(&c.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    res.json().await.unwrap()
+}
+
+fn lines(page: &Value) -> Vec<String> {
+    page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["line"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Calls the function; its status and invocation id.
+async fn call(c: &Client, name: &str, query: &str) -> (u16, String) {
+    let url = format!("{}/fn/{}/{name}/{query}", c.fn_url, c.namespace);
+    let res = c.http.get(&url).send().await.unwrap();
+    let id = res
+        .headers()
+        .get("sless-invocation-id")
+        .expect("every call says its invocation id")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    (res.status().as_u16(), id)
+}
+
+/// The lines of one invocation, oldest first, once there are `n`.
+async fn lines_of(c: &Client, name: &str, id: &str, n: usize, within: Duration) -> Vec<Value> {
+    sless_testkit::eventually(&format!("{n} lines of {id}"), within, || async {
+        let page = logs(c, name, &format!("?invocation={id}&order=oldest")).await;
+        let items = page["items"].as_array().unwrap().clone();
+        (items.len() >= n).then_some(items)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_function_prints_is_kept_under_the_call_that_printed_it() {
+    let dir = sless_testkit::scratch_dir("function-logs").join("data");
+    let (proc, c) =
+        start_dev_configured(&dir, "log", &[], &[("SLESS_LOG_LINES_PER_SEC", "200")]).await;
+    let res = c
+        .create(json!({"name": "talker", "runtime": "python3.11",
+                       "entrypoint": "handler.handle", "concurrency": 4,
+                       "max_instances": 1}))
+        .await;
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    let res = c
+        .upload("talker", zip_files(&[("handler.py", HANDLER)]))
+        .await;
+    assert_eq!(res.status(), 202);
+    c.wait_ready("talker", Duration::from_secs(120)).await;
+
+    // One call: both its lines, on their streams, within a second.
+    let (status, id) = call(&c, "talker", "?tag=solo").await;
+    assert_eq!(status, 200);
+    let solo = lines_of(&c, "talker", &id, 2, Duration::from_secs(1)).await;
+    // stdout and stderr are two pipes, read apart: each keeps its order,
+    // not the order between them.
+    let mut got: Vec<(&str, &str)> = solo
+        .iter()
+        .map(|l| (l["line"].as_str().unwrap(), l["stream"].as_str().unwrap()))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, [("solo: first", "stdout"), ("solo: second", "stderr")]);
+    assert_eq!(solo[0]["version"], 1);
+    // What it printed at import belongs to no call.
+    let all = logs(&c, "talker", "?q=imported").await;
+    assert_eq!(all["items"][0]["invocation"], Value::Null, "{all}");
+
+    // Two calls in one instance at once, printing in turns.
+    let wait = "&wait=1";
+    let (a, b) = (
+        tokio::spawn({
+            let c = c.clone();
+            let q = format!("?tag=a{wait}");
+            async move { call(&c, "talker", &q).await }
+        }),
+        tokio::spawn({
+            let c = c.clone();
+            let q = format!("?tag=b{wait}");
+            async move { call(&c, "talker", &q).await }
+        }),
+    );
+    sless_testkit::eventually(
+        "both calls to print their first line",
+        Duration::from_secs(20),
+        || async {
+            let page = logs(&c, "talker", "?q=%3A%20first&limit=10").await;
+            let l = lines(&page);
+            (l.contains(&"a: first".to_owned()) && l.contains(&"b: first".to_owned())).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(call(&c, "talker", "?release=1").await.0, 200);
+    let ((sa, ia), (sb, ib)) = (a.await.unwrap(), b.await.unwrap());
+    assert_eq!((sa, sb), (200, 200));
+    assert_ne!(ia, ib);
+    for (id, tag) in [(&ia, "a"), (&ib, "b")] {
+        let of = lines_of(&c, "talker", id, 2, Duration::from_secs(5)).await;
+        let mut texts: Vec<&str> = of.iter().map(|l| l["line"].as_str().unwrap()).collect();
+        texts.sort_unstable();
+        assert_eq!(
+            texts,
+            [format!("{tag}: first"), format!("{tag}: second")],
+            "call {tag} has its own lines and only those"
+        );
+    }
+
+    // A crash: its traceback hangs off the 502.
+    let (status, crash) = call(&c, "talker", "?tag=crash&crash=1").await;
+    assert_eq!(status, 502);
+    let tb = lines_of(&c, "talker", &crash, 4, Duration::from_secs(5)).await;
+    let text: Vec<&str> = tb.iter().map(|l| l["line"].as_str().unwrap()).collect();
+    assert!(
+        text.contains(&"RuntimeError: the disk is on fire"),
+        "{text:?}"
+    );
+    assert!(text.iter().any(|l| l.starts_with("Traceback")), "{text:?}");
+    let record =
+        sless_testkit::eventually("the crash's record", Duration::from_secs(10), || async {
+            let res = c
+                .http
+                .get(c.v1(&format!("/functions/talker/invocations/{crash}")))
+                .bearer_auth(&c.token)
+                .send()
+                .await
+                .unwrap();
+            (res.status() == 200).then(|| res)
+        })
+        .await;
+    let record: Value = record.json().await.unwrap();
+    assert_eq!(record["status"], 502, "{record}");
+    assert!(
+        record["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["line"] == "RuntimeError: the disk is on fire"),
+        "{record}"
+    );
+
+    // Far past the budget (200 lines a second): lines dropped and
+    // counted, and the call still answers.
+    c.wait_ready("talker", Duration::from_secs(60)).await;
+    let (status, spew) = call(&c, "talker", "?tag=spew&spew=20000").await;
+    assert_eq!(status, 200);
+    let page = sless_testkit::eventually("drops counted", Duration::from_secs(10), || async {
+        let page = logs(&c, "talker", &format!("?invocation={spew}&limit=1000")).await;
+        let kept = page["items"].as_array().unwrap().len() as u64;
+        (kept + page["dropped"].as_u64().unwrap_or(0) >= 20_000).then_some(page)
+    })
+    .await;
+    let kept = page["items"].as_array().unwrap().len() as u64;
+    let dropped = page["dropped"].as_u64().unwrap();
+    assert!(kept < 1000, "held to its budget: {kept} kept");
+    assert!(kept + dropped >= 20_000, "{kept} kept, {dropped} dropped");
+    let (status, _) = call(&c, "talker", "?tag=after").await;
+    assert_eq!(status, 200);
+
+    stop_dev(proc, &dir).await;
+}
