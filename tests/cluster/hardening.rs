@@ -155,9 +155,9 @@ async fn first_call(p: &Platform, url: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_function_pod_runs_as_non_root_on_a_read_only_root_without_a_service_account_token() {
-    if !cluster_tier() {
+    let Some(_one_at_a_time) = cluster_tier().await else {
         return;
-    }
+    };
     let (_cluster, p) = platform("cluster-hardening").await;
     let f = deploy_probe(&p, "probe", 128).await;
     let seen = first_call(&p, f["url"].as_str().expect("the url")).await;
@@ -183,9 +183,9 @@ async fn a_function_pod_runs_as_non_root_on_a_read_only_root_without_a_service_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_or_a_function_over_its_memory_is_killed_and_reported_as_out_of_memory() {
-    if !cluster_tier() {
+    let Some(_one_at_a_time) = cluster_tier().await else {
         return;
-    }
+    };
     let (_cluster, p) = platform("cluster-oom").await;
     let hog = deploy_probe(&p, "hog", 128).await;
     let started = Instant::now();
@@ -256,9 +256,9 @@ async fn a_job_or_a_function_over_its_memory_is_killed_and_reported_as_out_of_me
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_function_cannot_reach_another_tenants_pod_or_service() {
-    if !cluster_tier() {
+    let Some(_one_at_a_time) = cluster_tier().await else {
         return;
-    }
+    };
     let ((_, a), (_, b)) = tokio::join!(platform("cluster-netpol-a"), platform("cluster-netpol-b"));
     let (fa, fb) = tokio::join!(
         deploy_probe(&a, "prober", 128),

@@ -15,9 +15,9 @@ use crate::{cluster_tier, deploy, platform};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cron_trigger_runs_a_job_per_tick_and_keeps_its_output() {
-    if !cluster_tier() {
+    let Some(_one_at_a_time) = cluster_tier().await else {
         return;
-    }
+    };
     let (_cluster, p) = platform("cluster-cron").await;
     deploy(&p, "hello", "python3.11", "handler.handle", "hello-python").await;
     let (status, body) = p
@@ -122,9 +122,9 @@ async fn a_cron_trigger_runs_a_job_per_tick_and_keeps_its_output() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_runs_once_in_a_pod_and_keeps_its_output() {
-    if !cluster_tier() {
+    let Some(_one_at_a_time) = cluster_tier().await else {
         return;
-    }
+    };
     let (_cluster, p) = platform("cluster-job").await;
     deploy(&p, "hello", "python3.11", "handler.handle", "hello-python").await;
     let started = Instant::now();
@@ -175,9 +175,9 @@ const BROKEN_GO: &str = "package handler\n\nfunc Handle(event map[string]any) (a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_that_fails_keeps_kanikos_log_and_says_why() {
-    if !cluster_tier() {
+    let Some(_one_at_a_time) = cluster_tier().await else {
         return;
-    }
+    };
     let (_cluster, p) = platform("cluster-build-fails").await;
     let (status, body) = p
         .call(

@@ -58,9 +58,9 @@ async fn deployment_of(p: &Platform, name: &str) -> Option<(i32, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_function_scales_to_zero_and_its_next_call_starts_it() {
-    if !cluster_tier() {
+    let Some(_one_at_a_time) = cluster_tier().await else {
         return;
-    }
+    };
     let (_cluster, p) = platform("cluster-scale").await;
     let (status, body) = p
         .call(
@@ -145,9 +145,9 @@ async fn an_idle_function_scales_to_zero_and_its_next_call_starts_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_serves_the_first_versions_code_from_its_own_image() {
-    if !cluster_tier() {
+    let Some(_one_at_a_time) = cluster_tier().await else {
         return;
-    }
+    };
     let (_cluster, p) = platform("cluster-rollback").await;
     let f = deploy(&p, "hello", "python3.11", "handler.handle", "hello-python").await;
     let url = f["url"].as_str().expect("the function's url").to_owned();
@@ -195,9 +195,9 @@ async fn a_rollback_serves_the_first_versions_code_from_its_own_image() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_function_leaves_nothing_on_the_cluster() {
-    if !cluster_tier() {
+    let Some(_one_at_a_time) = cluster_tier().await else {
         return;
-    }
+    };
     let (_cluster, p) = platform("cluster-delete").await;
     let f = deploy(&p, "hello", "python3.11", "handler.handle", "hello-python").await;
     let url = f["url"].as_str().expect("the function's url").to_owned();

@@ -36,13 +36,20 @@ pub const DEADLINE: Duration = Duration::from_secs(600);
 /// The Secret in the build namespace that holds the node's CA.
 const BUILD_CA_SECRET: &str = "sless-build-ca";
 
-/// Whether this tier runs: `SLESS_TEST_CLUSTER=1` (scripts/test-cluster).
-pub fn cluster_tier() -> bool {
+/// Whether this tier runs (`SLESS_TEST_CLUSTER=1`, scripts/test-cluster):
+/// when it does, the test's turn on the node, held until it ends. The
+/// tests share one node on a machine of two cores: two at once (kaniko
+/// builds beside the rolling restart of sless's own pods under load)
+/// starved each other's rollouts and pods past their deadlines, so they
+/// take turns.
+pub async fn cluster_tier() -> Option<tokio::sync::MutexGuard<'static, ()>> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let on = std::env::var("SLESS_TEST_CLUSTER").is_ok_and(|v| v == "1");
     if !on {
         eprintln!("the cluster tier runs with SLESS_TEST_CLUSTER=1 (scripts/test-cluster)");
+        return None;
     }
-    on
+    Some(TURN.lock().await)
 }
 
 /// The node, sless installed on its control plane, the build CA Secret,

@@ -45,16 +45,16 @@ async fn deployed_and_answered(sub: &str, runtime: &str, entrypoint: &str, examp
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nodejs_function_is_built_by_kaniko_and_answered_by_its_pod() {
-    if !cluster_tier() {
+    let Some(_one_at_a_time) = cluster_tier().await else {
         return;
-    }
+    };
     deployed_and_answered("cluster-nodejs", "nodejs20", "handler.handle", "hello-node").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_go_function_is_built_by_kaniko_and_answered_by_its_pod() {
-    if !cluster_tier() {
+    let Some(_one_at_a_time) = cluster_tier().await else {
         return;
-    }
+    };
     deployed_and_answered("cluster-go", "go1.23", "handler.Handle", "hello-go").await;
 }
