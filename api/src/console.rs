@@ -23,6 +23,7 @@ mod assets;
 mod calls;
 mod function;
 mod highlight;
+mod logs;
 mod namespace;
 mod page;
 mod plain;
@@ -80,6 +81,15 @@ pub fn routes() -> Router<AppState> {
         .route(
             "/console/ns/{ns}/functions/{name}/invocations",
             get(activity::invocations),
+        )
+        .route(
+            "/console/ns/{ns}/functions/{name}/invocations/{id}",
+            get(logs::invocation),
+        )
+        .route("/console/ns/{ns}/functions/{name}/logs", get(logs::show))
+        .route(
+            "/console/ns/{ns}/functions/{name}/logs/stream",
+            get(logs::stream),
         )
         .route(
             "/console/ns/{ns}/triggers/{name}",

@@ -12,8 +12,8 @@
 //!   or broke), for every call; a GET is also retried on a 5xx answer,
 //!   after its `Retry-After` when it has one;
 //! - a timeout per call (`Config::timeout`), except the streams (the
-//!   audit log's tail and a followed build log), which end when the
-//!   server ends them.
+//!   audit log's tail, a followed build log and a function's followed
+//!   log, `logs`), which end when the server ends them.
 //!
 //! A list call (`list_functions`, `list_triggers`, `list_versions`,
 //! `list_jobs`)
@@ -33,6 +33,7 @@ mod events;
 mod functions;
 mod http;
 mod jobs;
+mod logs;
 mod meta;
 mod pages;
 mod sse;
@@ -45,6 +46,7 @@ use std::time::Duration;
 pub use error::{ApiProblem, Error, Result};
 pub use events::{EventFilter, EventStream};
 pub use functions::{BuildLogEvent, BuildLogStream, Invoke, Invoked};
+pub use logs::{LogQuery, LogStream};
 pub use pages::PageQuery;
 pub use sless_api_types as types;
 pub use sless_api_types::{

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sless_api::{AppState, Auth};
 use sless_client::{
-    Client, Config, CreateFunction, CreateJob, CreateTrigger, Error, EventFilter, Invoke,
+    Client, Config, CreateFunction, CreateJob, CreateTrigger, Error, EventFilter, Invoke, LogQuery,
     PageQuery, UpdateFunction,
 };
 use sless_testkit::{TestDb, TestS3};
@@ -101,6 +101,11 @@ async fn call(c: &Client, operation: &str) -> Option<Result<(), Error>> {
         "rollbackFunction" => c.rollback(f, 1).await.map(drop),
         "getBuildLog" => c.get_build_log(f, 1).await.map(drop),
         "listInvocations" => c.list_invocations(f, &PageQuery::default()).await.map(drop),
+        "getFunctionLogs" => c.function_logs(f, &LogQuery::default()).await.map(drop),
+        "getInvocation" => c
+            .get_invocation(f, "00000000-0000-7000-8000-000000000000")
+            .await
+            .map(drop),
         "listTriggers" => c.list_triggers().await.map(drop),
         "listJobs" => c.list_jobs().await.map(drop),
         "createTrigger" => c

@@ -68,17 +68,12 @@ pub enum UserCommand {
     Get { name: String },
     /// Call a function through its URL.
     Invoke(commands::InvokeArgs),
-    /// A function's invocations and job runs, newest last.
-    Logs {
-        name: String,
-        /// Keep printing new ones as they come.
-        #[arg(short, long)]
-        follow: bool,
-        /// Only those since this long ago (`10m`, `2h`, `1d`) or this
-        /// RFC 3339 time.
-        #[arg(long)]
-        since: Option<String>,
-    },
+    /// What a function printed, oldest first: its last lines, or every
+    /// line since a time, then (`--follow`) new ones as they are written.
+    Logs(commands::LogsArgs),
+    /// A function's invocation records and job runs, newest last; or one
+    /// record with the lines its call printed.
+    Invocations(commands::InvocationsArgs),
     /// A function's kept versions.
     Versions { name: String },
     /// A function's source: the file list, or one file's content.
@@ -181,11 +176,8 @@ async fn dispatch(
         UserCommand::Ls => commands::ls(&client, out).await,
         UserCommand::Get { name } => commands::get(&client, out, &name).await,
         UserCommand::Invoke(args) => commands::invoke(&client, out, args).await,
-        UserCommand::Logs {
-            name,
-            follow,
-            since,
-        } => commands::logs(&client, out, &name, follow, since.as_deref()).await,
+        UserCommand::Logs(args) => commands::logs(&client, out, args).await,
+        UserCommand::Invocations(args) => commands::invocations(&client, out, args).await,
         UserCommand::Versions { name } => commands::versions(&client, out, &name).await,
         UserCommand::Source {
             name,

@@ -193,17 +193,25 @@ async fn a_user_deploys_invokes_diffs_and_rolls_back_with_the_command_line_only(
         &["source", "app"],
         &["diff", "app", "1", "2"],
         &["events", "--function", "app"],
-        &["logs", "app"],
+        &["invocations", "app"],
         &["trigger", "ls"],
         &["invoke", "app"],
     ] {
         user.json(args);
     }
 
-    // `logs --follow` shows a call made after it started.
+    // `invocations --follow` shows a call made after it started.
     let mut follower = std::process::Command::new(env!("CARGO_BIN_EXE_sless"))
         .env("XDG_CONFIG_HOME", &config)
-        .args(["logs", "app", "--follow", "-o", "json", "--since", "0s"])
+        .args([
+            "invocations",
+            "app",
+            "--follow",
+            "-o",
+            "json",
+            "--since",
+            "0s",
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -229,7 +237,7 @@ async fn a_user_deploys_invokes_diffs_and_rolls_back_with_the_command_line_only(
         match rx.recv_timeout(std::time::Duration::from_secs(2)) {
             Ok(line) => break line,
             Err(_) if std::time::Instant::now() < deadline => continue,
-            Err(e) => panic!("logs --follow printed no call within 30 s: {e}"),
+            Err(e) => panic!("invocations --follow printed no call within 30 s: {e}"),
         }
     };
     follower.kill().ok();

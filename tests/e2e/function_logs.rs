@@ -182,7 +182,7 @@ async fn what_a_function_prints_is_kept_under_the_call_that_printed_it() {
                 .send()
                 .await
                 .unwrap();
-            (res.status() == 200).then(|| res)
+            (res.status() == 200).then_some(res)
         })
         .await;
     let record: Value = record.json().await.unwrap();

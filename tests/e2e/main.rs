@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `sless` binary, started as a process.
 
 mod cli;
+mod cli_logs;
 mod console;
 mod dev;
 mod drain;

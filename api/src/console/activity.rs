@@ -82,7 +82,7 @@ pub async fn invocations(
             tbody {
                 @for i in shown.iter().take(200) {
                     tr {
-                        td { (i.started_at) }
+                        td { a href={ (base) "/invocations/" (page::encode(&i.id, false)) } { (i.started_at) } }
                         td { (Text(method_of(i))) }
                         td { code { (Text(path_of(i))) } }
                         td { (i.status) }

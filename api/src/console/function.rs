@@ -92,6 +92,7 @@ pub async fn show(
         p.links {
             a href={ (base) "/versions" } { "Versions" } " · "
             a href={ (base) "/invocations" } { "Calls" } " · "
+            a href={ (base) "/logs" } { "Logs" } " · "
             a href={ "/console/ns/" (ns) "/events?function=" (f.name) } { "Audit log" }
         }
         @if let Some(error) = &f.last_error {

@@ -10,7 +10,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use sless_api_types::FunctionView;
 use sless_domain::{Function, FunctionKey, FunctionName};
 use sless_store::eventlog::{self, Appended};
-use sless_store::readmodel::FunctionRow;
+use sless_store::readmodel::{self, FunctionRow};
 
 use crate::AppState;
 use crate::plumbing::auth::Caller;
@@ -138,4 +138,29 @@ pub(crate) fn function_not_found(key: &FunctionKey) -> ApiError {
         key.name.as_str(),
         key.namespace
     ))
+}
+
+/// The function the caller names, when it exists (or once did, for what
+/// it left behind: records, lines); 404 otherwise, and for another
+/// tenant's.
+pub(crate) async fn known_function(
+    state: &AppState,
+    caller: &Caller,
+    ns: &str,
+    name: &str,
+) -> ApiResult<FunctionKey> {
+    let namespace = caller.namespace(ns)?;
+    let missing = || ApiError::not_found(format!("function {name:?} not found in {ns}"));
+    let function = FunctionName::parse(name).map_err(|_| missing())?;
+    let row = readmodel::function_row(&state.pool, namespace.as_str(), function.as_str()).await?;
+    let key = FunctionKey::new(namespace, function);
+    let exists = match row {
+        Some(row) if row.state().exists() => true,
+        // Not projected yet, or deleted: the log says.
+        _ => eventlog::load::<sless_domain::Function>(&state.pool, &key.stream())
+            .await?
+            .0
+            .exists(),
+    };
+    if exists { Ok(key) } else { Err(missing()) }
 }

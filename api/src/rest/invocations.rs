@@ -6,16 +6,15 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use serde_json::{Value, json};
-use sless_domain::{FunctionKey, FunctionName};
 use sless_store::function_logs::{self, Filter};
 use sless_store::invocations::{self as records, Cursor, Invocation};
-use sless_store::{eventlog, readmodel};
 use uuid::Uuid;
 
 use crate::AppState;
 use crate::plumbing::auth::Caller;
 use crate::plumbing::error::{ApiError, ApiResult};
 use crate::plumbing::path::PathParams;
+use crate::rest::function::known_function;
 
 /// `?limit=` and `?cursor=`, checked: the cursor is an invocation's.
 fn page_query(
@@ -79,31 +78,6 @@ pub async fn list(
     let next_cursor = crate::plumbing::paging::cut(&mut items, limit, |r| Cursor::of(r).encode());
     let items: Vec<Value> = items.iter().map(view).collect();
     Ok(Json(json!({ "items": items, "next_cursor": next_cursor })))
-}
-
-/// The function the caller names, when it exists (or once did, for what
-/// it left behind: records, lines); 404 otherwise, and for another
-/// tenant's.
-pub(crate) async fn known_function(
-    state: &AppState,
-    caller: &Caller,
-    ns: &str,
-    name: &str,
-) -> ApiResult<FunctionKey> {
-    let namespace = caller.namespace(ns)?;
-    let missing = || ApiError::not_found(format!("function {name:?} not found in {ns}"));
-    let function = FunctionName::parse(name).map_err(|_| missing())?;
-    let row = readmodel::function_row(&state.pool, namespace.as_str(), function.as_str()).await?;
-    let key = FunctionKey::new(namespace, function);
-    let exists = match row {
-        Some(row) if row.state().exists() => true,
-        // Not projected yet, or deleted: the log says.
-        _ => eventlog::load::<sless_domain::Function>(&state.pool, &key.stream())
-            .await?
-            .0
-            .exists(),
-    };
-    if exists { Ok(key) } else { Err(missing()) }
 }
 
 /// The most lines `GET …/invocations/{id}` holds.

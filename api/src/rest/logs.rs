@@ -39,7 +39,7 @@ use crate::plumbing::error::{ApiError, ApiResult};
 use crate::plumbing::paging::{DEFAULT_PAGE, MAX_PAGE};
 use crate::plumbing::path::{FunctionPath, PathParams};
 use crate::rest::events::{KEEP_ALIVE, LAST_EVENT_ID, RECONNECT_AFTER};
-use crate::rest::invocations::known_function;
+use crate::rest::function::known_function;
 
 /// How often a follower looks again when no NOTIFY woke it.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);

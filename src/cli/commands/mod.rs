@@ -1,11 +1,13 @@
 //! The user commands that read or change one thing, one module per
-//! family: [`functions`] (`ls`, `get`, `rm`), [`invoke`], [`logs`],
+//! family: [`functions`] (`ls`, `get`, `rm`), [`invoke`], [`logs`] (what
+//! a function printed), [`invocations`] (its calls' records),
 //! [`versions`] (`versions`, `source`, `diff`, `build-log`), [`triggers`]
 //! (`trigger ...`), [`jobs`] (`job ...`) and [`events`]. The dispatch
 //! (`super::dispatch`) names them through the re-exports below.
 
 mod events;
 mod functions;
+mod invocations;
 mod invoke;
 mod jobs;
 mod logs;
@@ -14,9 +16,10 @@ mod versions;
 
 pub use events::{EventsArgs, events};
 pub use functions::{get, ls, rm};
+pub use invocations::{InvocationsArgs, invocations};
 pub use invoke::{InvokeArgs, invoke};
 pub use jobs::{JobCommand, job};
-pub use logs::logs;
+pub use logs::{LogsArgs, logs};
 pub use triggers::{TriggerCommand, trigger};
 pub use versions::{build_log, diff, source, versions};
 
@@ -28,21 +31,25 @@ fn since_time(since: &str) -> Result<chrono::DateTime<chrono::Utc>, Failure> {
         return Ok(t.with_timezone(&chrono::Utc));
     }
     let (number, unit) = since.split_at(since.trim_end_matches(char::is_alphabetic).len());
-    let n: i64 = number.parse().map_err(|_| {
+    let n: u64 = number.parse().map_err(|_| {
         Failure::usage(format!(
             "--since {since:?} is not like 10m, 2h, 1d or a time"
         ))
     })?;
-    let seconds = match unit {
-        "s" => n,
-        "m" | "" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
+    let unit: u64 = match unit {
+        "s" => 1,
+        "m" | "" => 60,
+        "h" => 3600,
+        "d" => 86_400,
         _ => {
             return Err(Failure::usage(format!(
                 "--since {since:?}: units are s, m, h, d"
             )));
         }
     };
-    Ok(chrono::Utc::now() - chrono::Duration::seconds(seconds))
+    n.checked_mul(unit)
+        .and_then(|s| i64::try_from(s).ok())
+        .and_then(chrono::Duration::try_seconds)
+        .and_then(|ago| chrono::Utc::now().checked_sub_signed(ago))
+        .ok_or_else(|| Failure::usage(format!("--since {since:?} is too long ago")))
 }
