@@ -676,7 +676,13 @@ class OutputMarkTest(RuntimeTestCase):
         rt = self.start("marks.prints")
         call = str(uuid.uuid4())
         self.assertEqual(self.call(rt, "/", call.upper()), (200, b"printed"))
-        out, err = rt.stdout_text(), rt.stderr_text()
+        # The access log and the thread's line may come after the answer.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            out, err = rt.stdout_text(), rt.stderr_text()
+            if "from a thread" in out and "GET / 200 " in err:
+                break
+            time.sleep(0.01)
         self.assertEqual(
             marked(out, call), ["to stdout", "two", "lines", "flushed", "from a task"]
         )
