@@ -306,18 +306,21 @@ pub(crate) fn outcome(
     }
 }
 
-fn recorded(row: sqlx::postgres::PgRow) -> RecordedEvent {
-    RecordedEvent {
-        position: row.get("position"),
-        xid: row.get("xid"),
-        stream: row.get("stream"),
-        version: row.get::<i32, _>("version") as i64,
-        event_type: row.get("type"),
-        namespace: row.get("namespace"),
-        data: row.get("data"),
-        metadata: row.get("metadata"),
-        recorded_at: row.get("recorded_at"),
-    }
+/// The event of `row`; a column that does not decode (a number in `data`
+/// that is no double, say) is an error of the read, not a panic of the
+/// reader.
+fn recorded(row: sqlx::postgres::PgRow) -> Result<RecordedEvent> {
+    Ok(RecordedEvent {
+        position: row.try_get("position")?,
+        xid: row.try_get("xid")?,
+        stream: row.try_get("stream")?,
+        version: row.try_get::<i32, _>("version")? as i64,
+        event_type: row.try_get("type")?,
+        namespace: row.try_get("namespace")?,
+        data: row.try_get("data")?,
+        metadata: row.try_get("metadata")?,
+        recorded_at: row.try_get("recorded_at")?,
+    })
 }
 
 const COLUMNS: &str =
@@ -334,7 +337,7 @@ pub async fn read_stream<'e>(
     .bind(stream)
     .fetch_all(exec)
     .await?;
-    Ok(rows.into_iter().map(recorded).collect())
+    rows.into_iter().map(recorded).collect()
 }
 
 /// An event of aggregate `A` read back from its stream, with when and
@@ -419,7 +422,7 @@ pub async fn read_committed_batch(
     .bind(limit)
     .fetch_all(conn)
     .await?;
-    Ok(rows.into_iter().map(recorded).collect())
+    rows.into_iter().map(recorded).collect()
 }
 
 /// An event as a reader that decodes it itself reads it: `data` is the JSON

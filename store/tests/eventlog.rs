@@ -724,3 +724,35 @@ async fn an_idempotency_key_keeps_its_first_answer_and_cannot_be_saved_twice() {
         Some(other)
     );
 }
+
+/// What a caller may write in JSON, the log gives back as it was: the
+/// largest and smallest doubles, a denormal, many digits. PostgreSQL keeps
+/// a number in `jsonb` as a decimal and writes it out in full (the largest
+/// double as 309 digits), which must still read as the same double.
+#[tokio::test]
+async fn numbers_at_the_edges_of_a_double_read_back_as_they_were_written() {
+    let db = TestDb::new().await;
+    let numbers = [
+        f64::MAX,
+        f64::MIN,
+        f64::MIN_POSITIVE,
+        5e-324,
+        0.1 + 0.2,
+        1e300,
+        -2.5e-300,
+    ];
+    let data = json!({ "numbers": numbers, "big": u64::MAX, "small": i64::MIN });
+    append_committed(
+        &db.pool,
+        "function/ns/numbers",
+        0,
+        &[event("Numbers", data.clone())],
+    )
+    .await;
+    let read = eventlog::read_stream(&db.pool, "function/ns/numbers")
+        .await
+        .expect("the event reads back");
+    assert_eq!(read[0].data, data);
+    let all = read_all_committed(&db.pool).await;
+    assert_eq!(all.last().unwrap().data, data);
+}
