@@ -167,8 +167,12 @@ async fn throughput(p: &Platform, name: &str, callers: usize, window: Duration) 
 async fn a_busy_function_scales_out_to_its_max_and_back_to_zero_after() {
     let p = Platform::start_with("scale-out", 1, 1, "busy", FAST, ProxyLimits::default()).await;
     let spec = json!({"concurrency": 1, "max_instances": 8, "scale_to_zero_after_sec": 3});
-    p.deploy_code("busy", spec, &sleeper(0.1, "v1")).await;
-    // One caller: one instance's pace, ~10 calls a second.
+    // A quarter of a second a call: the calls wait, they do not compute, so
+    // the figure is the instances' pace even on a busy machine (at 0.1 s,
+    // eight instances asked for ~80 calls a second of the proxy, and a
+    // machine running the rest of the suite gave 44).
+    p.deploy_code("busy", spec, &sleeper(0.25, "v1")).await;
+    // One caller: one instance's pace, ~4 calls a second.
     let one = throughput(&p, "busy", 1, Duration::from_secs(3)).await;
     // 32 callers: the autoscaler panics and scales out to 8.
     let url = format!("{}/fn/{}/busy", p.client.fn_url, p.client.namespace);
