@@ -254,6 +254,23 @@ pub struct VersionDiff {
     pub diff_limit: u64,
 }
 
+/// How a build ended: the `data` of a followed build log's last event
+/// (`event: end`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BuildLogEnd {
+    pub outcome: BuildOutcome,
+    /// Why it failed; null when it succeeded.
+    pub error: Option<String>,
+}
+
+/// Whether a build made an image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BuildOutcome {
+    Succeeded,
+    Failed,
+}
+
 /// One invocation record.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct InvocationView {

@@ -20,7 +20,12 @@
 //! has no build log: 404, as for one that does not exist or was pruned.
 //! A line's carriage returns (a progress bar's redraws) keep only what
 //! the last one left, as a terminal shows it.
+//!
+//! The document lists both answers of the one status: `text/plain`, a
+//! string, and `text/event-stream`, each event as an `EventSource` reads
+//! it ([`BuildLogEvent`]).
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
@@ -32,18 +37,23 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use serde_json::json;
+use sless_api_types::{BuildLogEnd, BuildOutcome};
 use sless_domain::FunctionKey;
 use sless_store::blobs;
 use sless_store::build_logs::{self, BuildLog, Outcome};
 use tokio::sync::broadcast;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{OneOfBuilder, Schema};
+use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
 use crate::AppState;
 use crate::plumbing::auth::Caller;
 use crate::plumbing::error::{ApiError, ApiResult};
 use crate::plumbing::path::{FunctionPath, PathParams};
-use crate::rest::events::{KEEP_ALIVE, LAST_EVENT_ID, RECONNECT_AFTER};
+use crate::rest::events::{
+    KEEP_ALIVE, LAST_EVENT_ID, RECONNECT_AFTER, event_schema, json_data, string,
+};
 use crate::rest::function::{load, path_key};
 use crate::rest::versions::{existing, version_of};
 
@@ -124,8 +134,10 @@ async fn listen(pool: sless_store::PgPool, tx: broadcast::Sender<String>) {
         ("follow" = Option<bool>, Query, description = "Stream the log until the build ends"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume a followed log after this line")),
     responses(
-        (status = 200, description = "The log", content_type = "text/plain", body = String),
-        (status = 200, description = "The log as it is written", content_type = "text/event-stream", body = String)))]
+        (status = 200, description = "The log: as it is now (`text/plain`), or followed as it is written \
+            (`text/event-stream`)",
+            headers(("Sless-Build-State" = inline(BuildState), description = "Where the build is (the plain answer)")),
+            content((String = "text/plain"), (BuildLogEvent = "text/event-stream")))))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
@@ -170,9 +182,10 @@ pub async fn get(
     };
     let mut response =
         ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response();
-    response
-        .headers_mut()
-        .insert(BUILD_STATE, HeaderValue::from_static(state_of(&log)));
+    response.headers_mut().insert(
+        BUILD_STATE,
+        HeaderValue::from_static(state_of(&log).as_str()),
+    );
     Ok(response)
 }
 
@@ -183,10 +196,30 @@ fn never_built(key: &FunctionKey, v: u32) -> ApiError {
     ))
 }
 
-fn state_of(log: &BuildLog) -> &'static str {
-    match &log.ended {
-        None => "running",
-        Some(end) => end.outcome.as_str(),
+/// Where a build is: the plain answer's `Sless-Build-State`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum BuildState {
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl BuildState {
+    fn as_str(self) -> &'static str {
+        match self {
+            BuildState::Running => "running",
+            BuildState::Succeeded => "succeeded",
+            BuildState::Failed => "failed",
+        }
+    }
+}
+
+fn state_of(log: &BuildLog) -> BuildState {
+    match log.ended.as_ref().map(|end| end.outcome) {
+        None => BuildState::Running,
+        Some(Outcome::Succeeded) => BuildState::Succeeded,
+        Some(Outcome::Failed) => BuildState::Failed,
     }
 }
 
@@ -343,7 +376,8 @@ impl Follower {
             // Not started yet: still coming, unless the function moved on.
             let f = load(&self.state, &self.key).await?;
             if !f.exists() || f.current_version != Some(self.version) {
-                self.end("failed", Some(never_built(&self.key, self.version).detail));
+                let error = never_built(&self.key, self.version).detail;
+                self.end(BuildOutcome::Failed, Some(error));
                 return Ok(true);
             }
             return Ok(false);
@@ -385,14 +419,11 @@ impl Follower {
                 // of them is its beginning.
                 let rest = text.get(self.taken..).unwrap_or_default().to_owned();
                 self.lines(&rest, true);
-                let outcome = end.outcome;
-                self.end(
-                    match outcome {
-                        Outcome::Succeeded => "succeeded",
-                        Outcome::Failed => "failed",
-                    },
-                    end.error.clone(),
-                );
+                let outcome = match end.outcome {
+                    Outcome::Succeeded => BuildOutcome::Succeeded,
+                    Outcome::Failed => BuildOutcome::Failed,
+                };
+                self.end(outcome, end.error.clone());
                 Ok(true)
             }
         }
@@ -431,10 +462,11 @@ impl Follower {
             .push_back(Event::default().event("line").id(id).data(shown(line)));
     }
 
-    fn end(&mut self, outcome: &str, error: Option<String>) {
-        let data = json!({"outcome": outcome, "error": error});
+    fn end(&mut self, outcome: BuildOutcome, error: Option<String>) {
+        let data = serde_json::to_string(&BuildLogEnd { outcome, error })
+            .expect("a build's end serializes");
         self.pending
-            .push_back(Event::default().event("end").data(data.to_string()));
+            .push_back(Event::default().event("end").data(data));
         self.ended = true;
     }
 
@@ -460,6 +492,44 @@ impl Follower {
     }
 }
 
+/// One event of a followed build log, as the document describes it
+/// (`events::event_schema`): a `line` (its `id` says where to resume after
+/// it), or the `end`, whose `data` is a [`BuildLogEnd`] as JSON.
+pub struct BuildLogEvent;
+
+impl PartialSchema for BuildLogEvent {
+    fn schema() -> RefOr<Schema> {
+        let line = event_schema(
+            string("A line of the log").enum_values(Some(["line"])),
+            string("The line, as a terminal shows it"),
+            "Where to resume after the line (`Last-Event-ID`)",
+            false,
+        );
+        let end = event_schema(
+            string("The build ended; the stream ends after it").enum_values(Some(["end"])),
+            json_data::<BuildLogEnd>("How it ended (JSON)"),
+            "The last line's (an `EventSource` keeps the last id sent)",
+            false,
+        );
+        OneOfBuilder::new()
+            .item(line)
+            .item(end)
+            .description(Some("One event of a followed build log"))
+            .into()
+    }
+}
+
+impl ToSchema for BuildLogEvent {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("BuildLogEvent")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((BuildLogEnd::name().into_owned(), BuildLogEnd::schema()));
+        BuildLogEnd::schemas(schemas);
+    }
+}
+
 /// A line as a terminal shows it: what the last carriage return left
 /// (a line ending in CR LF keeps what came before the CR).
 fn shown(line: &str) -> &str {
@@ -473,6 +543,61 @@ fn shown(line: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both answers of 200, each with its schema: the plain log first
+    /// (client generators take the first text type listed), then its
+    /// events; and the plain answer's header.
+    #[test]
+    fn the_log_is_documented_as_plain_text_and_as_events() {
+        use utoipa::Path;
+        let op = __path_get::operation();
+        let Some(RefOr::T(ok)) = op.responses.responses.get("200") else {
+            panic!("no 200 in {:?}", op.responses.responses.keys());
+        };
+        let types: Vec<&str> = ok.content.keys().map(String::as_str).collect();
+        assert_eq!(types, ["text/plain", "text/event-stream"]);
+        let ok = serde_json::to_value(ok).unwrap();
+        assert_eq!(ok["content"]["text/plain"]["schema"]["type"], "string");
+        assert_eq!(
+            ok["content"]["text/event-stream"]["schema"]["$ref"],
+            "#/components/schemas/BuildLogEvent"
+        );
+        assert_eq!(
+            ok["headers"]["Sless-Build-State"]["schema"]["enum"],
+            serde_json::json!(["running", "succeeded", "failed"])
+        );
+    }
+
+    /// A `line` or the `end`, told apart by `event`; the end's `data` is
+    /// a `BuildLogEnd`, which is what `end` sends.
+    #[test]
+    fn an_event_is_a_line_or_the_end_with_its_outcome() {
+        let schema = serde_json::to_value(BuildLogEvent::schema()).unwrap();
+        let events: Vec<_> = schema["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["properties"]["event"]["enum"].clone())
+            .collect();
+        assert_eq!(
+            events,
+            [serde_json::json!(["line"]), serde_json::json!(["end"])]
+        );
+        let end = &schema["oneOf"][1]["properties"]["data"];
+        assert_eq!(end["contentMediaType"], "application/json");
+        assert_eq!(
+            end["contentSchema"]["$ref"],
+            "#/components/schemas/BuildLogEnd"
+        );
+        let data = BuildLogEnd {
+            outcome: BuildOutcome::Failed,
+            error: Some("exit 1".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(data).unwrap(),
+            serde_json::json!({"outcome": "failed", "error": "exit 1"})
+        );
+    }
 
     #[test]
     fn a_line_shows_what_its_last_carriage_return_left() {

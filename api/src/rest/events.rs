@@ -20,16 +20,22 @@
 //!   reconnecting client need not read those again. A comment every
 //!   `KEEP_ALIVE` keeps quiet connections open.
 //!
+//! The document describes each event of the tail as an `EventSource`
+//! reads it ([`AuditTailEvent`], built by [`event_schema`], which the build
+//! log's events share).
+//!
 //! The tail is the response body itself: no task is spawned for it, and it
 //! stops when the client goes away (the body is dropped), when the
 //! database fails (the client reconnects with its `Last-Event-ID`), or when
 //! the server shuts down (`Tails::close`).
 //!
 //! Bad parameters are 422 `invalid-field` naming the parameter: an unknown
-//! name, a repeated one (only `type` repeats), an empty value, a `limit`
+//! name, a repeated one (only `type` repeats), an empty value, one with a
+//! NUL character (no text in the log holds one, nor can it), a `limit`
 //! outside 1..=1000, a time that is not RFC 3339, `since` after `until`, an
 //! `order` other than `newest`/`oldest`, a cursor this API did not give out.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -43,13 +49,17 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures_util::{Stream, StreamExt};
 use serde_json::{Value, json};
+use sless_api_types::EventEntry;
 use sless_domain::{FunctionKey, FunctionName, Namespace};
 use sless_store::PgPool;
 use sless_store::audit::{self, Entry, Filter, Order, PageCursor};
 use sless_store::eventlog::Checkpoint;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use utoipa::IntoParams;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::extensions::Extensions;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use crate::AppState;
 use crate::plumbing::auth::Caller;
@@ -108,6 +118,83 @@ impl Tails {
         async move {
             let _ = rx.wait_for(|closed| *closed).await;
         }
+    }
+}
+
+/// One Server-Sent Event as the document describes a `text/event-stream`
+/// answer: under OpenAPI 3.1 the media type's schema is that of each
+/// event, with the fields an `EventSource` reads — `event` (its name),
+/// `data` and `id` (the last one sent, when the event has none of its
+/// own). Comments, and blocks without data (the retry interval, a resume
+/// point), are not events. `id` is always documented, and required when
+/// every event carries its own.
+pub(crate) fn event_schema(
+    event: ObjectBuilder,
+    data: ObjectBuilder,
+    id: &str,
+    id_required: bool,
+) -> ObjectBuilder {
+    let event = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("event", event)
+        .required("event")
+        .property("data", data)
+        .required("data")
+        .property("id", string(id));
+    if id_required {
+        event.required("id")
+    } else {
+        event
+    }
+}
+
+/// A string, described.
+pub(crate) fn string(description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(description))
+}
+
+/// An event's `data` that is a JSON document of the component `T`.
+pub(crate) fn json_data<T: ToSchema>(description: &str) -> ObjectBuilder {
+    // `contentSchema` (JSON Schema 2020-12, the dialect of OpenAPI 3.1)
+    // has no field in utoipa's schema object; its extensions are written
+    // beside the other members under the names they are given.
+    let content_schema = json!({ "$ref": format!("#/components/schemas/{}", T::name()) });
+    string(description)
+        .content_media_type("application/json")
+        .extensions(Some(Extensions::from_iter([(
+            "contentSchema",
+            content_schema,
+        )])))
+}
+
+/// One event of the audit log's tail, as the document describes it
+/// ([`event_schema`]): `event` is the event's type, `data` the entry as the
+/// list shows it ([`EventEntry`], as JSON), and `id` where to resume after it.
+pub struct AuditTailEvent;
+
+impl PartialSchema for AuditTailEvent {
+    fn schema() -> RefOr<Schema> {
+        event_schema(
+            string("The event's type (`FunctionUploaded`, ...), as `type` in `data`"),
+            json_data::<EventEntry>("The entry, as the list shows it (JSON)"),
+            "Where to resume after it (`Last-Event-ID`, or `after`)",
+            true,
+        )
+        .description(Some("One event of the audit log's tail"))
+        .into()
+    }
+}
+
+impl ToSchema for AuditTailEvent {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("AuditTailEvent")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((EventEntry::name().into_owned(), EventEntry::schema()));
+        EventEntry::schemas(schemas);
     }
 }
 
@@ -196,6 +283,12 @@ fn params(
         }
         if value.is_empty() {
             return Err(ApiError::invalid(&key, format!("{key} must not be empty")));
+        }
+        if value.contains('\0') {
+            return Err(ApiError::invalid(
+                &key,
+                format!("{key} must not contain a NUL character"),
+            ));
         }
         if value.len() > MAX_VALUE_LEN {
             return Err(ApiError::invalid(
@@ -434,7 +527,7 @@ pub async fn list_all(
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id"),
         ("after" = Option<String>, Query, description = "Resume after this event id (when `Last-Event-ID` is not sent)"),
         StreamFilter, FunctionFilter, EventFilters),
-    responses((status = 200, description = "An endless stream of events", content_type = "text/event-stream", body = String)))]
+    responses((status = 200, description = "An endless stream of events", content_type = "text/event-stream", body = AuditTailEvent)))]
 pub async fn tail(
     State(state): State<AppState>,
     caller: Caller,
@@ -569,5 +662,49 @@ fn sse_event(e: &Entry) -> Event {
         event
     } else {
         event.event(&e.event_type)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an `EventSource` reads of each event: its type as `event`, the
+    /// entry as JSON in `data`, and an `id` on every one.
+    #[test]
+    fn a_tail_event_is_documented_as_an_event_source_reads_it() {
+        let schema = serde_json::to_value(AuditTailEvent::schema()).unwrap();
+        assert_eq!(schema["required"], json!(["event", "data", "id"]));
+        let data = &schema["properties"]["data"];
+        assert_eq!(data["type"], "string");
+        assert_eq!(data["contentMediaType"], "application/json");
+        assert_eq!(
+            data["contentSchema"]["$ref"],
+            "#/components/schemas/EventEntry"
+        );
+        let mut named = Vec::new();
+        AuditTailEvent::schemas(&mut named);
+        let names: Vec<&str> = named.iter().map(|(name, _)| name.as_str()).collect();
+        assert!(names.contains(&"EventEntry"), "{names:?}");
+    }
+
+    /// PostgreSQL's text cannot hold a NUL, so no filter with one reaches it.
+    #[test]
+    fn a_value_with_a_nul_is_refused_naming_its_parameter() {
+        for (name, value) in [
+            ("type", "Function\0Created"),
+            ("actor", "\0"),
+            ("stream", "a\0"),
+        ] {
+            let query = Ok(Query(vec![(name.to_owned(), value.to_owned())]));
+            let refused = params(query, &FILTERS).unwrap_err();
+            assert_eq!(refused.kind, "invalid-field", "{name}");
+            assert_eq!(refused.field.as_deref(), Some(name));
+        }
+        let fine = Ok(Query(vec![(
+            "type".to_owned(),
+            "FunctionCreated".to_owned(),
+        )]));
+        assert_eq!(params(fine, &FILTERS).unwrap().types, ["FunctionCreated"]);
     }
 }

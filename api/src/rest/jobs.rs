@@ -218,6 +218,19 @@ fn target(ns: &Namespace, name: &JobName) -> Target {
     Target::of::<Job>(ns, &(ns.clone(), name.clone()), name.as_str())
 }
 
+/// Whether a string or a key of `v` holds a NUL character: events are
+/// stored as `jsonb`, which has none.
+fn holds_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(members) => members
+            .iter()
+            .any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
 /// The answer to a create of a name that is taken: 409 `already-exists`,
 /// with the job that has it (`job`) and its status (`job_status`), so a
 /// client can tell it is there and how it is doing.
@@ -255,6 +268,12 @@ pub async fn create(
 ) -> ApiResult<Answered> {
     let namespace = opened.caller().namespace(&ns)?;
     let req: CreateJob = parse_json(&opened.body)?;
+    if holds_nul(&req.input) {
+        return Err(ApiError::invalid(
+            "input",
+            "the input holds a NUL character (\\u0000), which the log cannot store",
+        ));
+    }
     let spec = JobSpec::parse(&req.name, &req.function, req.input, req.timeout_sec)?;
     let key = FunctionKey::new(namespace.clone(), spec.function.clone());
     let function = function::load(&state, &key).await?;
@@ -473,5 +492,20 @@ impl Handler<Job> for Delete {
     /// exists is still to be deleted.
     fn depends_on(&self, _: &Job, _: &Job) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nul_anywhere_in_an_input_is_found() {
+        for held in [json!("a\0"), json!({"a": ["b", "\0"]}), json!({"\0": 1})] {
+            assert!(holds_nul(&held), "{held}");
+        }
+        for clean in [json!(null), json!({"a": [1, "b", true]}), json!("\\u0000")] {
+            assert!(!holds_nul(&clean), "{clean}");
+        }
     }
 }

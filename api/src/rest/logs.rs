@@ -212,8 +212,8 @@ fn wants_events(headers: &HeaderMap) -> bool {
         ("follow" = Option<bool>, Query, description = "Follow the log as Server-Sent Events"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume a tail after this line")),
     responses(
-        (status = 200, description = "A page of lines", body = LogPage),
-        (status = 200, description = "The lines as they are written", content_type = "text/event-stream", body = String)))]
+        (status = 200, description = "A page of lines (JSON), or, followed, the lines as they are written",
+            content((LogPage = "application/json"), (LogTailEvent = "text/event-stream")))))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
@@ -249,6 +249,41 @@ pub async fn get(
         dropped,
     })
     .into_response())
+}
+
+/// One event of a followed log, as the document describes it
+/// (`events::event_schema`): `event: line`, the line ([`LogLineView`]) as
+/// JSON in `data`, and its id in `id`.
+pub struct LogTailEvent;
+
+impl utoipa::PartialSchema for LogTailEvent {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use crate::rest::events::{event_schema, json_data, string};
+        event_schema(
+            string("A line of the log").enum_values(Some(["line"])),
+            json_data::<LogLineView>("The line (JSON)"),
+            "The line's id: where to resume after it (`Last-Event-ID`)",
+            true,
+        )
+        .into()
+    }
+}
+
+impl utoipa::ToSchema for LogTailEvent {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("LogTailEvent")
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        use utoipa::PartialSchema;
+        schemas.push((LogLineView::name().into_owned(), LogLineView::schema()));
+        LogLineView::schemas(schemas);
+    }
 }
 
 /// One tail: the filter, moved on past each line sent.

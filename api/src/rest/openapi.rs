@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Extension;
+use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use utoipa::openapi::header::{Header, HeaderBuilder};
@@ -32,6 +33,7 @@ use utoipa::openapi::{
 };
 use utoipa::{IntoParams, ToSchema};
 
+use crate::AppState;
 use crate::plumbing::error::PROBLEM_JSON;
 
 pub use sless_api_types::views::*;
@@ -50,6 +52,9 @@ pub struct IdempotencyKey {
 }
 
 /// `GET /openapi.json`: this document.
+///
+/// Where the instance knows its functions' origin, the `/fn` operations'
+/// server variable `fn_url` defaults to it.
 #[utoipa::path(
     get,
     path = "/openapi.json",
@@ -57,11 +62,25 @@ pub struct IdempotencyKey {
     tag = "meta",
     responses((status = 200, description = "The OpenAPI 3.1 document of this API", content_type = "application/json")),
 )]
-pub async fn document(Extension(doc): Extension<Arc<str>>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        doc.to_string(),
-    )
+pub async fn document(
+    State(state): State<AppState>,
+    Extension(doc): Extension<Arc<str>>,
+) -> impl IntoResponse {
+    let doc = match state.fn_url.as_deref() {
+        Some(origin) => with_functions_origin(&doc, origin),
+        None => doc.to_string(),
+    };
+    ([(header::CONTENT_TYPE, "application/json")], doc)
+}
+
+/// `doc` with the `/fn` paths' `fn_url` defaulting to `origin`. The
+/// document is kept serialized, in its order: the variable is swapped as
+/// it serializes.
+fn with_functions_origin(doc: &str, origin: &str) -> String {
+    let variable = |default: &str| {
+        serde_json::to_string(&fn_url_variable(default)).expect("a server variable serializes")
+    };
+    doc.replace(&variable(FN_URL_DEFAULT), &variable(origin))
 }
 
 /// The problems a route can answer: the kinds, by status.
@@ -152,11 +171,14 @@ fn problems(method: &str, path: &str, has_body: bool) -> BTreeMap<u16, Vec<&'sta
         }
     }
     // Query parameters: the paged lists' `limit` and `cursor`, the audit
-    // log's filters.
+    // log's filters, the build log's `follow` and `Last-Event-ID`, a
+    // function's log's filters.
     if paged_list(method, path)
         || path.ends_with("/invocations")
         || path.ends_with("/events")
         || path.ends_with("/events/stream")
+        || path.ends_with("/build-log")
+        || path.ends_with("/logs")
     {
         add(422, &["invalid-field"]);
     }
@@ -394,18 +416,24 @@ fn conditional(method: &str, path: &str, op: &mut Operation) {
 
 /// Where `/fn` is served: the functions' own origin, never the API's.
 fn functions_origin() -> utoipa::openapi::server::Server {
-    use utoipa::openapi::server::{ServerBuilder, ServerVariableBuilder};
+    use utoipa::openapi::server::ServerBuilder;
     ServerBuilder::new()
         .url("{fn_url}")
         .description(Some(
             "The functions' origin (`fn_url` in `sless dev`'s dev.json; SLESS_FN_URL)",
         ))
-        .parameter(
-            "fn_url",
-            ServerVariableBuilder::new()
-                .default_value("http://127.0.0.1:8081")
-                .description(Some("The functions' origin, without a trailing slash")),
-        )
+        .parameter("fn_url", fn_url_variable(FN_URL_DEFAULT))
+        .build()
+}
+
+/// `fn_url` where the instance does not know its functions' origin.
+const FN_URL_DEFAULT: &str = "http://127.0.0.1:8081";
+
+/// The `fn_url` server variable, defaulting to `default`.
+fn fn_url_variable(default: &str) -> utoipa::openapi::server::ServerVariable {
+    utoipa::openapi::server::ServerVariableBuilder::new()
+        .default_value(default)
+        .description(Some("The functions' origin, without a trailing slash"))
         .build()
 }
 
