@@ -14,6 +14,7 @@ mod control_plane;
 mod cpu;
 mod jail;
 mod lag;
+mod logs;
 mod nginx;
 mod node;
 mod otlp;
@@ -63,6 +64,11 @@ enum Command {
     Proxy(proxy::ProxyArgs),
     /// Control-plane API: list and get with 1,000 functions in a namespace.
     Api(api::ApiArgs),
+    /// Function logs: lines ingested per second beside the bare rows' insert,
+    /// the live tail's delay beside the build log's and a NOTIFY's, and the
+    /// proxy with a function that prints a line per call against one that
+    /// prints nothing.
+    Logs(logs::LogsArgs),
     /// The web console: the namespace page with 1,000 functions and a
     /// function page with a 200-file source.
     Console(console::ConsoleArgs),
@@ -259,6 +265,7 @@ fn main() -> anyhow::Result<()> {
             Command::Projector(args) => projector::run(&server, args).await,
             Command::Proxy(args) => proxy::run(&server, args).await,
             Command::Api(args) => api::run(&server, args).await,
+            Command::Logs(args) => logs::run(&server, args).await,
             Command::Console(args) => console::run(&server, args).await,
             Command::UploadReady(args) => upload::run(&server, args).await,
             Command::UploadAccept(args) => accept::run(&server, args).await,
