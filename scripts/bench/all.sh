@@ -63,6 +63,10 @@ log "scale-out: a step from 0 to 64 callers of a 100 ms function, at most 16 ins
 out=$(sless_bench scale-out --sless "$SLESS_BIN")
 record_json sless scale-out 1 .step.to_90pct_of_ideal_s s "$out"
 
+log "logs: lines ingested per second beside the bare rows, the tail's delay, the proxy printing and quiet"
+out=$(sless_bench logs --sless "$SLESS_BIN")
+record_json sless logs 1 '[.ingest.insert[] | select(.target == "function_logs::insert" and .writers == 1)][0].lines_per_s' lines/s "$out"
+
 log "jail: a process started directly and in the sandbox"
 out=$(sless_bench jail --runs 50)
 record_json sless jail 1 '."python3 -c pass".added_p50_ms' ms "$out"
