@@ -97,7 +97,7 @@ pub struct Shared {
     /// The audit log's live tails, ended together at shutdown.
     pub tails: rest::events::Tails,
     /// The LISTEN that wakes followers of build logs.
-    pub build_logs: rest::build_log::Watch,
+    pub build_logs: plumbing::watch::Watch,
     /// The LISTEN that wakes followers of functions' logs.
     pub function_logs: plumbing::watch::Watch,
     /// Replays for the admin routes, filled by the binary (`admin`); `None`
@@ -148,7 +148,7 @@ impl AppState {
             keep_versions: DEFAULT_KEEP_VERSIONS,
             quotas: plumbing::quota::Quotas::UNLIMITED,
             tails: rest::events::Tails::default(),
-            build_logs: rest::build_log::Watch::default(),
+            build_logs: plumbing::watch::Watch::new(sless_store::build_logs::CHANNEL),
             function_logs: plumbing::watch::Watch::new(sless_store::function_logs::CHANNEL),
             maintenance: None,
             fn_url: None,

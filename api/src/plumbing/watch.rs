@@ -77,3 +77,30 @@ async fn listen(pool: sless_store::PgPool, channel: &'static str, tx: broadcast:
         }
     }
 }
+
+/// Until a payload of `wake` that `concerns` the follower, or `every` at
+/// the latest (a notification may have been lost while the listener
+/// reconnected). Payloads missed because the follower lagged may have held
+/// its own: it returns at once then.
+pub async fn woken(
+    wake: &mut broadcast::Receiver<String>,
+    every: Duration,
+    concerns: impl Fn(&str) -> bool,
+) {
+    let deadline = tokio::time::sleep(every);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            () = &mut deadline => return,
+            got = wake.recv() => match got {
+                Ok(p) if concerns(&p) => return,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => return,
+                Err(broadcast::error::RecvError::Closed) => {
+                    deadline.as_mut().await;
+                    return;
+                }
+            },
+        }
+    }
+}

@@ -15,7 +15,7 @@
 //!   log follows.
 //!
 //! A follower wakes on the workers' NOTIFY (one LISTEN per API process,
-//! [`Watch`]) and looks again every [`POLL_EVERY`] in case one was lost.
+//! [`Watch`](crate::plumbing::watch::Watch)) and looks again every [`POLL_EVERY`] in case one was lost.
 //! A version that was never built and is not the function's current one
 //! has no build log: 404, as for one that does not exist or was pruned.
 //! A line's carriage returns (a progress bar's redraws) keep only what
@@ -28,7 +28,6 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
@@ -51,6 +50,7 @@ use crate::AppState;
 use crate::plumbing::auth::Caller;
 use crate::plumbing::error::{ApiError, ApiResult};
 use crate::plumbing::path::{FunctionPath, PathParams};
+use crate::plumbing::watch::woken;
 use crate::rest::events::{
     KEEP_ALIVE, LAST_EVENT_ID, RECONNECT_AFTER, event_schema, json_data, string,
 };
@@ -62,65 +62,6 @@ pub const POLL_EVERY: Duration = Duration::from_secs(1);
 
 /// The header that says where the build is.
 pub const BUILD_STATE: &str = "sless-build-state";
-
-/// The API process's one LISTEN on `build_logs::CHANNEL`, started by the
-/// first follower; every follower gets each payload.
-#[derive(Clone, Default)]
-pub struct Watch {
-    sender: Arc<OnceLock<broadcast::Sender<String>>>,
-}
-
-impl std::fmt::Debug for Watch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watch")
-            .field("listening", &self.sender.get().is_some())
-            .finish()
-    }
-}
-
-impl Watch {
-    fn subscribe(&self, pool: &sless_store::PgPool) -> broadcast::Receiver<String> {
-        self.sender
-            .get_or_init(|| {
-                let (tx, _) = broadcast::channel(1024);
-                tokio::spawn(listen(pool.clone(), tx.clone()));
-                tx
-            })
-            .subscribe()
-    }
-}
-
-/// Passes on every payload on the channel, (re)connecting as needed,
-/// until no one can subscribe any more.
-async fn listen(pool: sless_store::PgPool, tx: broadcast::Sender<String>) {
-    use sqlx::postgres::PgListener;
-    loop {
-        let listener = async {
-            let mut l = PgListener::connect_with(&pool).await?;
-            l.listen(build_logs::CHANNEL).await?;
-            Ok::<_, sqlx::Error>(l)
-        };
-        let mut listener = match listener.await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "listening for build logs failed; trying again");
-                tokio::time::sleep(POLL_EVERY).await;
-                continue;
-            }
-        };
-        loop {
-            match listener.recv().await {
-                Ok(n) => {
-                    let _ = tx.send(n.payload().to_owned());
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the build log listener failed; reconnecting");
-                    break;
-                }
-            }
-        }
-    }
-}
 
 #[utoipa::path(get, path = "/namespaces/{ns}/functions/{name}/versions/{version}/build-log", operation_id = "getBuildLog", tag = "versions",
     summary = "What the version's build printed, or follow it live",
@@ -472,23 +413,8 @@ impl Follower {
 
     /// Until a NOTIFY for this version, or [`POLL_EVERY`].
     async fn wait(&mut self) {
-        let deadline = tokio::time::sleep(POLL_EVERY);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                () = &mut deadline => return,
-                got = self.wake.recv() => match got {
-                    Ok(p) if p == self.payload => return,
-                    Ok(_) => {}
-                    // Missed some: one of them may have been this one.
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    Err(broadcast::error::RecvError::Closed) => {
-                        deadline.as_mut().await;
-                        return;
-                    }
-                },
-            }
-        }
+        let payload = &self.payload;
+        woken(&mut self.wake, POLL_EVERY, |p| p == payload).await;
     }
 }
 

@@ -38,6 +38,7 @@ use crate::plumbing::auth::Caller;
 use crate::plumbing::error::{ApiError, ApiResult};
 use crate::plumbing::paging::{DEFAULT_PAGE, MAX_PAGE};
 use crate::plumbing::path::{FunctionPath, PathParams};
+use crate::plumbing::watch::woken;
 use crate::rest::events::{KEEP_ALIVE, LAST_EVENT_ID, RECONNECT_AFTER};
 use crate::rest::function::known_function;
 
@@ -345,22 +346,10 @@ impl Follower {
 
     /// Until a NOTIFY for this function, or [`POLL_EVERY`].
     async fn wait(&mut self) {
-        let deadline = tokio::time::sleep(POLL_EVERY);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                () = &mut deadline => return,
-                got = self.wake.recv() => match got {
-                    Ok(p) if p == "*" || p.lines().any(|l| l == self.payload) => return,
-                    Ok(_) => {}
-                    // Missed some: one of them may have been this one.
-                    Err(broadcast::error::RecvError::Lagged(_)) => return,
-                    Err(broadcast::error::RecvError::Closed) => {
-                        deadline.as_mut().await;
-                        return;
-                    }
-                },
-            }
-        }
+        let payload = &self.payload;
+        woken(&mut self.wake, POLL_EVERY, |p| {
+            p == "*" || p.lines().any(|l| l == payload)
+        })
+        .await;
     }
 }
