@@ -3,7 +3,9 @@
 //! one instance at once, printing in turns, each get only their own lines;
 //! a crash's traceback hangs off the 502 it caused; a function printing
 //! far past its budget loses lines, counted, and its calls still answer;
-//! and a job's output is in the same log, under its run's record.
+//! a process of the function writing 20 MB/s is never held back by it and
+//! the function's calls take no longer meanwhile; and a job's output is in
+//! the same log, under its run's record.
 
 use std::time::Duration;
 
@@ -15,18 +17,38 @@ use crate::{Client, zip_files};
 /// Prints a line naming the call's tag; `?wait=1` makes it wait between
 /// its two lines until a call with `?release=1` comes (so two calls in the
 /// one instance interleave); `?crash=1` prints a traceback and dies;
-/// `?spew=N` prints N lines as fast as it can.
+/// `?spew=N` prints N lines as fast as it can; `?flood=BYTES` starts a
+/// process writing BYTES of 4 KiB lines to the instance's stdout as fast as
+/// it can, and `?flooded=1` says whether it is done and in how long.
 const HANDLER: &str = r#"
-import os, sys, threading, traceback
+import os, subprocess, sys, threading, time, traceback
 
 print("imported", flush=True)
 released = threading.Event()
+FLOOD = """
+import os, sys
+chunk = (b"f" * 4095 + b"\\n") * 16
+left = int(sys.argv[1])
+while left > 0:
+    left -= os.write(1, chunk)
+"""
+flood = {}
+
+def flooding(n):
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", FLOOD, str(n)], check=True)
+    flood["seconds"] = time.monotonic() - start
 
 def handle(event):
     q = event["query"]
     if "release" in q:
         released.set()
         return {"released": True}
+    if "flood" in q:
+        threading.Thread(target=flooding, args=(int(q["flood"]),)).start()
+        return {"flooding": True}
+    if "flooded" in q:
+        return {"seconds": flood.get("seconds")}
     tag = q.get("tag", "none")
     print(f"{tag}: first", flush=True)
     if "wait" in q:
@@ -214,5 +236,56 @@ async fn what_a_function_prints_is_kept_under_the_call_that_printed_it() {
     let (status, _) = call(&c, "talker", "?tag=after").await;
     assert_eq!(status, 200);
 
+    // A process of the function writing 20 MB/s and more: the instance's
+    // pipe is read at its pace, whatever is kept, and the function's calls
+    // answer as fast as before.
+    let quick = async || {
+        let started = std::time::Instant::now();
+        assert_eq!(call(&c, "talker", "?tag=quick").await.0, 200);
+        started.elapsed()
+    };
+    let mut before = Vec::new();
+    for _ in 0..15 {
+        before.push(quick().await);
+    }
+    const FLOODED: u64 = 160 * 1024 * 1024;
+    assert_eq!(
+        call(&c, "talker", &format!("?flood={FLOODED}")).await.0,
+        200
+    );
+    let mut during = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let seconds = loop {
+        during.push(quick().await);
+        let url = format!("{}/fn/{}/talker/?flooded=1", c.fn_url, c.namespace);
+        let said: Value = c.http.get(&url).send().await.unwrap().json().await.unwrap();
+        if let Some(s) = said["seconds"].as_f64() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the flood of {FLOODED} bytes did not end in a minute: held back"
+        );
+    };
+    let rate = FLOODED as f64 / 1e6 / seconds;
+    let (b, d) = (median(before), median(during.clone()));
+    println!(
+        "the flood: {FLOODED} bytes in {seconds:.2} s, {rate:.0} MB/s; \
+         a call's median before {b:?}, during {d:?} ({} calls)",
+        during.len()
+    );
+    assert!(rate >= 20.0, "the flood was held back to {rate:.1} MB/s");
+    assert!(
+        d <= b * 2 + Duration::from_millis(50),
+        "a call took {d:?} during the flood, {b:?} before"
+    );
+    let page = logs(&c, "talker", "?q=fffff&limit=1").await;
+    assert_eq!(page["items"][0]["truncated"], false, "{page}");
+
     stop_dev(proc, &dir).await;
+}
+
+fn median(mut took: Vec<Duration>) -> Duration {
+    took.sort_unstable();
+    took[took.len() / 2]
 }
