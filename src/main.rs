@@ -180,8 +180,11 @@ fn main() -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let traces = logging(&cli.command, &host, filter, rt.handle())?;
+    let (traces, log_export) = logging(&cli.command, &host, filter, rt.handle())?;
     let done = rt.block_on(run(cli.command, host));
+    if let Some(log_export) = log_export {
+        rt.block_on(log_export.shutdown());
+    }
     if let Some(traces) = traces {
         traces.shutdown();
     }
@@ -190,14 +193,18 @@ fn main() -> anyhow::Result<ExitCode> {
 
 /// Log lines on stderr (text, coloured on a terminal only, or JSON with
 /// `SLESS_LOG_FORMAT=json`), and
-/// traces when the `OTEL_*` variables ask for them: their exporter, to be
-/// shut down before the runtime `rt` ends.
+/// traces and the export of what functions print as OTLP log records (in
+/// the roles that run functions) when the `OTEL_*` variables ask for them:
+/// their exporters, to be shut down before the runtime `rt` ends.
 fn logging(
     command: &Command,
     host: &config::Host,
     filter: tracing_subscriber::EnvFilter,
     rt: &tokio::runtime::Handle,
-) -> anyhow::Result<Option<sless_telemetry::trace::Exporter>> {
+) -> anyhow::Result<(
+    Option<sless_telemetry::trace::Exporter>,
+    Option<sless_telemetry::logs::Exporter>,
+)> {
     use tracing_subscriber::Layer;
     use tracing_subscriber::filter::FilterExt;
     use tracing_subscriber::layer::SubscriberExt;
@@ -220,18 +227,22 @@ fn logging(
     } else {
         logs.with_filter(filter.and(shown)).boxed()
     };
-    let settings = config::traces(role(command))?;
+    let role = role(command);
+    let (settings, log_settings) = config::traces(role)?;
+    let log_export = matches!(role, "dev" | "serve" | "worker")
+        .then(|| sless_telemetry::logs::install(&log_settings, rt.clone()))
+        .flatten();
     match sless_telemetry::trace::install(&settings, rt.clone()).map_err(anyhow::Error::msg)? {
         Some((traces, exporter)) => {
             tracing_subscriber::registry()
                 .with(logs)
                 .with(traces)
                 .init();
-            Ok(Some(exporter))
+            Ok((Some(exporter), log_export))
         }
         None => {
             tracing_subscriber::registry().with(logs).init();
-            Ok(None)
+            Ok((None, log_export))
         }
     }
 }

@@ -30,7 +30,8 @@
 // Output: once it serves, os.Stdout and os.Stderr are pipes the wrapper reads
 // a line at a time; a line read while exactly one call is in flight, and that
 // call's request carried a `Sless-Invocation-Id`, is written as
-// `\x1e<id>\x1f<line>` (see "Output and the call that printed it" in
+// `\x1e<id>\x1f<line>`, or `\x1e<id>;<traceparent>\x1f<line>` when it came
+// with a `traceparent` (see "Output and the call that printed it" in
 // runtimes/README.md).
 //
 // Standard library only; builds with Go 1.21 and later, for Unix systems
@@ -589,19 +590,27 @@ const (
 	partialLineLimit = 16 * 1024
 )
 
-var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+var (
+	uuidPattern        = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	traceparentPattern = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
+)
 
 // invocationID is the id a request's Sless-Invocation-Id names, lowercase,
-// or "" unless there is exactly one such header and it is a UUID.
+// or "" unless there is exactly one such header and it is a UUID; followed
+// by ";" and the request's traceparent when it has one, well formed.
 func invocationID(r *http.Request) string {
 	values := r.Header.Values(invocationHeader)
 	if len(values) != 1 {
 		return ""
 	}
-	if id := strings.ToLower(strings.TrimSpace(values[0])); uuidPattern.MatchString(id) {
-		return id
+	id := strings.ToLower(strings.TrimSpace(values[0]))
+	if !uuidPattern.MatchString(id) {
+		return ""
 	}
-	return ""
+	if tp := r.Header.Values("traceparent"); len(tp) == 1 && traceparentPattern.MatchString(strings.TrimSpace(tp[0])) {
+		id += ";" + strings.TrimSpace(tp[0])
+	}
+	return id
 }
 
 // appendLine appends line as written for the call id: "\x1e" + id +

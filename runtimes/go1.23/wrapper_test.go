@@ -353,6 +353,26 @@ func TestAnOpenLineIsWrittenAsALineOfItsOwnPast16KiB(t *testing.T) {
 	}
 }
 
+func TestACallsTraceparentFollowsItsIDInTheMark(t *testing.T) {
+	w := start(t, "handler.Prints")
+	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	ids := []string{uuid(1), uuid(2)}
+	// The second's is not well formed: left out, the id stays.
+	for i, traceparent := range []string{tp, strings.ToUpper(tp)} {
+		req, _ := http.NewRequest("GET", w.url("/"), nil)
+		req.Header.Set("Sless-Invocation-Id", ids[i])
+		req.Header.Set("traceparent", traceparent)
+		res, err := (&http.Client{Timeout: deadline}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+	}
+	w.waitFor(t, "marked", func() bool {
+		return len(marked(w.stdout.String(), ids[0]+";"+tp)) > 0 && len(marked(w.stdout.String(), ids[1])) > 0
+	})
+}
+
 func TestAFailureIsMarkedWithTheCallsID(t *testing.T) {
 	for _, entrypoint := range []string{"handler.Fails", "handler.Panics"} {
 		w := start(t, entrypoint)

@@ -39,8 +39,9 @@
  *
  * Output: a line the function writes to process.stdout or process.stderr
  * (console.log, console.error) while serving a call whose request carried a
- * `Sless-Invocation-Id` is written as `\x1e<id>\x1f<line>` (see "Output and
- * the call that printed it" in runtimes/README.md).
+ * `Sless-Invocation-Id` is written as `\x1e<id>\x1f<line>`, or
+ * `\x1e<id>;<traceparent>\x1f<line>` when it came with a `traceparent` (see
+ * "Output and the call that printed it" in runtimes/README.md).
  *
  * Node.js built-in modules only.
  */
@@ -73,7 +74,8 @@ const EMPTY = Buffer.alloc(0);
 
 // Output and the call that printed it (runtimes/README.md): a line written
 // while serving the call named by INVOCATION_HEADER is written as MARK + id
-// + MARK_END + the line + "\n".
+// + MARK_END + the line + "\n"; the id is followed by ";" and the call's
+// traceparent when its request has one, well formed.
 const INVOCATION_HEADER = 'sless-invocation-id';
 const MARK = Buffer.from([0x1e]);
 const MARK_END = Buffer.from([0x1f]);
@@ -82,6 +84,7 @@ const NEWLINE = Buffer.from([0x0a]);
 // once it is longer than this many bytes.
 const PARTIAL_LINE_LIMIT = 16 * 1024;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const TRACEPARENT = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 
 /** process.stdout and process.stderr once markOutput() patched them. */
 const outputs = {};
@@ -415,7 +418,9 @@ const currentCall = new AsyncLocalStorage();
 function callOf(req) {
   const value = req.headers[INVOCATION_HEADER];
   const id = typeof value === 'string' ? value.trim().toLowerCase() : '';
-  return UUID.test(id) ? { id: Buffer.from(id), ended: false } : null;
+  const tp = typeof req.headers.traceparent === 'string' ? req.headers.traceparent.trim() : '';
+  const mark = TRACEPARENT.test(tp) ? `${id};${tp}` : id;
+  return UUID.test(id) ? { id: Buffer.from(mark), ended: false } : null;
 }
 
 /**

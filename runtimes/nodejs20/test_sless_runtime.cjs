@@ -683,6 +683,20 @@ test("a call's lines are marked with its id on their own stream", { timeout: CAL
   assert.equal(rt.stdout.split('\x1e').length - 1, expected.length);
 });
 
+test("a call's traceparent follows its id in the mark", { timeout: CALL_DEADLINE_MS }, async () => {
+  const rt = await start('marks.prints');
+  const [id, other] = [randomUUID(), randomUUID()];
+  const tp = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+  for (const [i, t] of [[id, tp], [other, tp.toUpperCase()]]) {
+    const res = await rt.request('GET', '/', { headers: { 'Sless-Invocation-Id': i, traceparent: t } });
+    assert.equal(res.status, 200);
+  }
+  await rt.waitFor(() => rt.stdout.split('after a timer\n').length === 3);
+  assert.equal(marked(rt.stdout, `${id};${tp}`)[0], 'to stdout', rt.stdout);
+  // One that is not well formed is left out; the id stays.
+  assert.equal(marked(rt.stdout, other)[0], 'to stdout', rt.stdout);
+});
+
 test('a header that is no UUID leaves the lines unmarked', { timeout: CALL_DEADLINE_MS }, async () => {
   const rt = await start('marks.prints');
   for (const value of ['not-a-uuid', randomUUID().slice(0, -1), randomUUID() + '0']) {

@@ -32,7 +32,8 @@ SLESS_JOB_EVENT_FILE is not set). End of input before the line: it exits 0.
 
 Output: a line the function writes to sys.stdout or sys.stderr while serving
 a call whose request carried a ``Sless-Invocation-Id`` is written as
-``\x1e<id>\x1f<line>`` (see "Output and the call that printed it" in
+``\x1e<id>\x1f<line>``, or ``\x1e<id>;<traceparent>\x1f<line>`` when it
+came with a ``traceparent`` (see "Output and the call that printed it" in
 runtimes/README.md).
 
 Standard library only.
@@ -71,7 +72,8 @@ _FRAMING_HEADERS = ("content-length", "transfer-encoding", "connection")
 
 # Output and the call that printed it (runtimes/README.md): a line written
 # while serving the call named by INVOCATION_HEADER is written as
-# MARK + id + MARK_END + the line + "\n".
+# MARK + id + MARK_END + the line + "\n"; the id is followed by ";" and the
+# call's traceparent when its request has one, well formed.
 INVOCATION_HEADER = "Sless-Invocation-Id"
 MARK = "\x1e"
 MARK_END = "\x1f"
@@ -79,6 +81,7 @@ MARK_END = "\x1f"
 # once it is longer than this (in characters).
 PARTIAL_LINE_LIMIT = 16 * 1024
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
 
 def _log(message):
@@ -427,6 +430,9 @@ def _serving_call(headers):
     if invocation_id is None:
         yield
         return
+    traceparent = headers.get_all("traceparent") or []
+    if len(traceparent) == 1 and _TRACEPARENT.match(traceparent[0].strip()):
+        invocation_id += ";" + traceparent[0].strip()
     call = _Call(invocation_id)
     token = _current_call.set(call)
     try:

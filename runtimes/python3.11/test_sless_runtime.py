@@ -661,6 +661,14 @@ def marked(text, invocation_id):
     return [l[len(mark):] for l in text.split("\n") if l.startswith(mark)]
 
 
+def wait_for(read, text):
+    """What ``read()`` gives once it holds ``text`` (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while text not in read() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return read()
+
+
 def unmarked(text):
     return [l for l in text.split("\n")[:-1] if not l.startswith("\x1e")]
 
@@ -695,6 +703,19 @@ class OutputMarkTest(RuntimeTestCase):
         )
         self.assertIn("GET / 200 ", "\n".join(unmarked(err)))
         self.assertEqual(out.count("\x1e"), 5, out)
+
+    def test_a_call_s_traceparent_follows_its_id_in_the_mark(self):
+        rt = self.start("marks.prints")
+        call, tp = str(uuid.uuid4()), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        headers = {"Sless-Invocation-Id": call, "traceparent": tp}
+        self.assertEqual(rt.request("GET", "/", headers=headers)[0].status, 200)
+        out = wait_for(rt.stdout_text, "from a thread")
+        self.assertEqual(marked(out, call + ";" + tp)[0], "to stdout")
+        # One that is not well formed is left out; the id stays.
+        other = str(uuid.uuid4())
+        headers = {"Sless-Invocation-Id": other, "traceparent": tp.upper()}
+        self.assertEqual(rt.request("GET", "/", headers=headers)[0].status, 200)
+        self.assertEqual(marked(rt.stdout_text(), other)[0], "to stdout")
 
     def test_a_header_that_is_no_uuid_leaves_the_lines_unmarked(self):
         rt = self.start("marks.prints")

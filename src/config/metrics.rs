@@ -64,14 +64,24 @@ impl Metrics {
     }
 }
 
-/// Whether the process of `role` sends traces, as the standard variables
-/// say (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
-/// `OTEL_SERVICE_NAME`, `OTEL_SDK_DISABLED`, `OTEL_TRACES_EXPORTER`,
-/// `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`);
-/// the OpenTelemetry SDK itself reads the sampler's, the batches' and the
-/// exporter's headers and timeout.
-pub fn traces(role: &str) -> anyhow::Result<sless_telemetry::trace::Settings> {
-    sless_telemetry::trace::Settings::read(role, var).map_err(anyhow::Error::msg)
+/// Whether the process of `role` sends traces, and whether it exports what
+/// functions print as OTLP log records, as the standard variables say
+/// (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
+/// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`, `OTEL_SERVICE_NAME`,
+/// `OTEL_SDK_DISABLED`, `OTEL_TRACES_EXPORTER`, `OTEL_LOGS_EXPORTER`,
+/// `OTEL_EXPORTER_OTLP_PROTOCOL` and the `_TRACES_`/`_LOGS_` ones; for logs
+/// `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_EXPORTER_OTLP_LOGS_HEADERS`); the
+/// OpenTelemetry SDK itself reads the traces' sampler, batches, headers
+/// and timeout.
+pub fn traces(
+    role: &str,
+) -> anyhow::Result<(
+    sless_telemetry::trace::Settings,
+    sless_telemetry::logs::Settings,
+)> {
+    let traces = sless_telemetry::trace::Settings::read(role, var).map_err(anyhow::Error::msg)?;
+    let logs = sless_telemetry::logs::Settings::read(role, var).map_err(anyhow::Error::msg)?;
+    Ok((traces, logs))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! other crate of sless.
 
 mod labels;
+pub mod logs;
 pub mod trace;
 
 pub use labels::*;
@@ -69,6 +70,8 @@ pub struct Metrics {
     /// Lines functions printed that were not kept: over their budget, or
     /// while the writer could not keep up.
     pub log_lines_dropped: Family<FunctionLabelSet, Counter>,
+    /// Kept lines not sent as OTLP log records ([`logs`]).
+    pub log_lines_not_exported: Family<FunctionLabelSet, Counter>,
     pub proxy_errors: Family<StatusLabels, Counter>,
     pub projector_position: Family<ProjectionLabels, Gauge>,
     pub projector_lag_events: Family<ProjectionLabels, Gauge>,
@@ -172,6 +175,7 @@ impl Metrics {
         let cold_starts = Family::<FunctionLabelSet, Counter>::default();
         let log_lines = Family::<FunctionLabelSet, Counter>::default();
         let log_lines_dropped = Family::<FunctionLabelSet, Counter>::default();
+        let log_lines_not_exported = Family::<FunctionLabelSet, Counter>::default();
         let proxy_errors = Family::<StatusLabels, Counter>::default();
         let projector_position = Family::<ProjectionLabels, Gauge>::default();
         let projector_lag_events = Family::<ProjectionLabels, Gauge>::default();
@@ -337,6 +341,11 @@ impl Metrics {
             log_lines_dropped.clone(),
         );
         registry.register(
+            "sless_function_log_lines_not_exported",
+            "Kept lines functions printed that were not sent as OTLP log records: the export queue was full, or the collector refused them",
+            log_lines_not_exported.clone(),
+        );
+        registry.register(
             "sless_proxy_errors",
             "Calls through /fn the proxy answered itself with an error, by status (413, 502, 503, 504)",
             proxy_errors.clone(),
@@ -393,6 +402,7 @@ impl Metrics {
             cold_starts,
             log_lines,
             log_lines_dropped,
+            log_lines_not_exported,
             proxy_errors,
             projector_position,
             projector_lag_events,

@@ -257,7 +257,7 @@ pub fn current() -> Option<String> {
 
 /// A W3C `traceparent` (`00-{32 hex}-{16 hex}-{2 hex}`, ids not zero), as
 /// the remote parent it names.
-fn parse(traceparent: &str) -> Option<opentelemetry::trace::SpanContext> {
+pub(crate) fn parse(traceparent: &str) -> Option<opentelemetry::trace::SpanContext> {
     use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
     let hex = |s: &str, len: usize| {
         s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
@@ -284,13 +284,13 @@ fn parse(traceparent: &str) -> Option<opentelemetry::trace::SpanContext> {
 /// The exporter's HTTP client: hyper's, each request run on the process's
 /// tokio runtime (the batch exporter calls it from a thread of its own).
 #[derive(Debug, Clone)]
-struct OnRuntime {
+pub(crate) struct OnRuntime {
     rt: tokio::runtime::Handle,
     http: Client<HttpConnector, Full<Bytes>>,
 }
 
 impl OnRuntime {
-    fn new(rt: tokio::runtime::Handle) -> OnRuntime {
+    pub(crate) fn new(rt: tokio::runtime::Handle) -> OnRuntime {
         let http = {
             let _in = rt.enter();
             Client::builder(TokioExecutor::new()).build_http()

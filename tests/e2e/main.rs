@@ -11,6 +11,7 @@ mod function_logs;
 mod history;
 mod job_slots;
 mod jobs;
+mod log_export;
 mod metrics;
 mod orphans;
 mod platform;

@@ -79,6 +79,12 @@ async fn receiver() -> (Arc<Mutex<Vec<Got>>>, String) {
             }
         }),
     );
+    // The function logs exported to the same endpoint: taken, unread
+    // (tests/e2e/log_export.rs reads them).
+    let app = app.route(
+        "/v1/logs",
+        axum::routing::post(|| async { [("content-type", "application/x-protobuf")] }),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

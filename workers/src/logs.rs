@@ -11,9 +11,15 @@
 //!   lines are dropped and counted (`function_log_drops`,
 //!   `sless_function_log_lines_dropped_total`).
 //! - **Which call printed it.** A runtime wrapper marks a line written
-//!   while serving a call as `\x1e{invocation id}\x1f{text}`
-//!   (runtimes/README.md); [`Source::line`] reads the mark off. A job or
-//!   cron run's lines all belong to its record.
+//!   while serving a call as `\x1e{invocation id}\x1f{text}`, or
+//!   `\x1e{invocation id};{traceparent}\x1f{text}` when the call came with
+//!   a `traceparent` (runtimes/README.md); [`Source::line`] reads the mark
+//!   off. A job or cron run's lines all belong to its record.
+//! - **Exported.** With OTLP log export on (`sless_telemetry::logs`),
+//!   each line kept within the budget is also sent as a log record, with
+//!   the trace and span of its call: [`Source::line`] notes the trace
+//!   context of each invocation it reads (the mark's `traceparent`; a
+//!   run's span), and the writer looks the line's invocation up there.
 //! - **Retention.** Each writer makes sure the next days have their
 //!   partitions, drops whole days past the longest retention and deletes a
 //!   namespace's lines past a shorter one of its own, every
@@ -26,6 +32,7 @@ use std::time::{Duration, Instant};
 use chrono::{Days, Utc};
 use sless_store::PgPool;
 use sless_store::function_logs::{self, NewLine, Stream};
+use sless_telemetry::logs::{Record, Trace};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -151,14 +158,73 @@ const MARK_END: char = '\u{1f}';
 
 /// The invocation a line is marked with, and its text without the mark.
 pub fn unmark(text: &str) -> (Option<Uuid>, &str) {
+    let (id, _, line) = unmark_traced(text);
+    (id, line)
+}
+
+/// The invocation a line is marked with, the `traceparent` its mark
+/// carries (as written: not checked), and its text without the mark.
+pub fn unmark_traced(text: &str) -> (Option<Uuid>, Option<&str>, &str) {
     let marked = text
         .strip_prefix(MARK)
         .and_then(|rest| rest.split_once(MARK_END))
-        .and_then(|(id, line)| Some((Uuid::try_parse(id).ok()?, line)));
+        .and_then(|(mark, line)| {
+            let (id, traceparent) = match mark.split_once(';') {
+                Some((id, tp)) => (id, Some(tp)),
+                None => (mark, None),
+            };
+            Some((Uuid::try_parse(id).ok()?, traceparent, line))
+        });
     match marked {
-        Some((id, line)) => (Some(id), line),
-        None => (None, text),
+        Some((id, traceparent, line)) => (Some(id), traceparent, line),
+        None => (None, None, text),
     }
+}
+
+/// The trace contexts of the invocations whose lines were read lately, for
+/// the writer to export their lines with: two generations of at most
+/// [`TRACED`] each, the older forgotten when the newer is full.
+static TRACES: Mutex<Option<[HashMap<Uuid, Trace>; 2]>> = Mutex::new(None);
+const TRACED: usize = 4096;
+
+fn note_trace(invocation: Uuid, trace: Trace) {
+    let mut traces = TRACES.lock().unwrap();
+    let [new, old] = traces.get_or_insert_with(Default::default);
+    if new.get(&invocation) == Some(&trace) {
+        return;
+    }
+    if new.len() >= TRACED {
+        *old = std::mem::take(new);
+    }
+    new.insert(invocation, trace);
+}
+
+fn trace_of(invocation: Uuid) -> Option<Trace> {
+    let traces = TRACES.lock().unwrap();
+    let [new, old] = traces.as_ref()?;
+    new.get(&invocation)
+        .or_else(|| old.get(&invocation))
+        .copied()
+}
+
+/// `line` as an OTLP log record, with its call's trace when known.
+fn export(line: &NewLine) {
+    let trace = line.invocation.and_then(trace_of);
+    sless_telemetry::logs::export(Record {
+        at_unix_nanos: line
+            .at
+            .timestamp_nanos_opt()
+            .map_or(0, |n| u64::try_from(n).unwrap_or(0)),
+        stderr: line.stream == Stream::Stderr,
+        text: line.line.clone(),
+        namespace: line.namespace.clone(),
+        function: line.function.clone(),
+        version: line.version,
+        instance: line.instance.clone(),
+        invocation: line.invocation.map(|id| id.to_string()),
+        truncated: line.truncated,
+        trace,
+    });
 }
 
 impl Source {
@@ -166,7 +232,22 @@ impl Source {
     /// mark read off; `cut` says it was longer than what was read.
     pub fn line(&self, stream: Stream, raw: &str, cut: bool) -> NewLine {
         let raw = raw.trim_end_matches(['\n', '\r']);
-        let (marked, text) = unmark(raw);
+        let (marked, traceparent, text) = unmark_traced(raw);
+        if sless_telemetry::logs::enabled() {
+            // A call's line: the trace its mark names. A run's: the span
+            // it runs in.
+            let noted = match marked {
+                Some(id) => traceparent.and_then(Trace::parse).map(|t| (id, t)),
+                None => self.invocation.zip(
+                    sless_telemetry::trace::current()
+                        .as_deref()
+                        .and_then(Trace::parse),
+                ),
+            };
+            if let Some((id, trace)) = noted {
+                note_trace(id, trace);
+            }
+        }
         let (text, truncated) = NewLine::cut(text.to_owned());
         NewLine {
             at: Utc::now(),
@@ -264,6 +345,9 @@ impl Writer {
             .entry(key)
             .or_insert_with(|| Bucket::full(config));
         if bucket.take(config, line.line.len() + 1) {
+            if sless_telemetry::logs::enabled() {
+                export(&line);
+            }
             batch.push(line);
         } else {
             count_drop(&self.drops, &line.namespace, &line.function, 1);
@@ -355,4 +439,66 @@ pub async fn sweep(pool: &PgPool, config: &LogsConfig) -> sless_store::Result<()
         while function_logs::delete_before(pool, &ns, before, 10_000).await? == 10_000 {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0193a7c4-5b1e-7d2a-9c41-3f6d2e8b1a07";
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_mark_names_the_call_and_may_carry_its_traceparent() {
+        let id = Uuid::parse_str(ID).unwrap();
+        let old = format!("\u{1e}{ID}\u{1f}hello");
+        assert_eq!(unmark_traced(&old), (Some(id), None, "hello"));
+        assert_eq!(unmark(&old), (Some(id), "hello"));
+        let traced = format!("\u{1e}{ID};{TP}\u{1f}hello;\u{1f}x");
+        assert_eq!(
+            unmark_traced(&traced),
+            (Some(id), Some(TP), "hello;\u{1f}x")
+        );
+        assert_eq!(unmark(&traced), (Some(id), "hello;\u{1f}x"));
+        // A traceparent that does not parse leaves the line its call's.
+        let bad = format!("\u{1e}{ID};junk\u{1f}hello");
+        assert_eq!(unmark_traced(&bad), (Some(id), Some("junk"), "hello"));
+        assert_eq!(Trace::parse("junk"), None);
+        for text in [
+            format!("\u{1e}nope;{TP}\u{1f}x"),
+            format!("\u{1e}{ID};{TP}x"),
+            format!("x\u{1e}{ID}\u{1f}y"),
+        ] {
+            assert_eq!(
+                unmark_traced(&text),
+                (None, None, text.as_str()),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_traces_of_recent_calls_are_kept_and_old_ones_forgotten() {
+        let trace = Trace::parse(TP).unwrap();
+        let first = Uuid::new_v4();
+        note_trace(first, trace);
+        assert_eq!(trace_of(first), Some(trace));
+        // Other tests may note traces too: fill two generations past it.
+        for _ in 0..2 * TRACED {
+            note_trace(Uuid::new_v4(), trace);
+        }
+        assert_eq!(trace_of(first), None);
+        let last = Uuid::new_v4();
+        note_trace(last, trace);
+        assert_eq!(trace_of(last), Some(trace));
+        let total: usize = TRACES
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(HashMap::len)
+            .sum();
+        assert!(total <= 2 * TRACED, "{total}");
+    }
 }
