@@ -5,7 +5,7 @@ use sless_api_types::{EventEntry, EventPage};
 use crate::Client;
 use crate::error::{Error, Result};
 use crate::http::Call;
-use crate::sse::SseReader;
+use crate::sse::{Resuming, SseEvent, SseReader, Tail};
 
 /// The audit log's filters; they combine.
 #[derive(Debug, Clone, Default)]
@@ -55,46 +55,35 @@ impl EventFilter {
 }
 
 /// The audit log as it is written.
-pub struct EventStream {
-    client: Client,
-    filter: EventFilter,
-    reader: SseReader,
-    /// The id to resume after, when the stream breaks.
-    last_id: Option<String>,
-    /// The times it was taken up again since the last event.
-    resumes: u32,
-}
+pub struct EventStream(Resuming<EventTail>);
 
-/// How many times a broken tail is taken up again in a row.
-const RESUMES: u32 = 5;
+/// What the audit log's tail is opened with.
+struct EventTail(EventFilter);
+
+impl Tail for EventTail {
+    fn counts(&self, _: &SseEvent) -> bool {
+        true
+    }
+
+    async fn reopen(&self, client: &Client, after: Option<&str>) -> Result<SseReader> {
+        let mut filter = self.0.clone();
+        filter.after = after.map(str::to_owned).or(filter.after);
+        client.open_tail(&filter).await
+    }
+}
 
 impl EventStream {
     /// The next event, as it commits. A stream that breaks is taken up
     /// again after the last event read, so none is skipped or repeated.
     pub async fn next(&mut self) -> Option<Result<EventEntry>> {
-        loop {
-            match self.reader.next().await {
-                Some(Ok(e)) => {
-                    self.last_id = e.id.clone().or(self.last_id.take());
-                    self.resumes = 0;
-                    return Some(serde_json::from_str(&e.data).map_err(|err| Error::Decode {
-                        endpoint: self.client.endpoint().to_owned(),
-                        message: format!("an audit log event does not read: {err}"),
-                    }));
-                }
-                Some(Err(_)) | None if self.resumes < RESUMES => {
-                    self.resumes += 1;
-                    let mut filter = self.filter.clone();
-                    filter.after = self.last_id.clone().or(filter.after);
-                    match self.client.open_tail(&filter).await {
-                        Ok(reader) => self.reader = reader,
-                        Err(e) => return Some(Err(e)),
-                    }
-                }
-                Some(Err(e)) => return Some(Err(e)),
-                None => return None,
-            }
-        }
+        let e = match self.0.next().await? {
+            Ok(e) => e,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(serde_json::from_str(&e.data).map_err(|err| Error::Decode {
+            endpoint: self.0.client.endpoint().to_owned(),
+            message: format!("an audit log event does not read: {err}"),
+        }))
     }
 
     /// The next event before `deadline`: [`Error::Timeout`] (naming
@@ -107,11 +96,11 @@ impl EventStream {
     ) -> Result<EventEntry> {
         match tokio::time::timeout_at(deadline, self.next()).await {
             Err(_) => Err(Error::Timeout {
-                endpoint: self.client.endpoint().to_owned(),
+                endpoint: self.0.client.endpoint().to_owned(),
                 seconds: within.as_secs(),
             }),
             Ok(None) => Err(Error::Connect {
-                endpoint: self.client.endpoint().to_owned(),
+                endpoint: self.0.client.endpoint().to_owned(),
                 message: "the audit log's stream ended".into(),
             }),
             Ok(Some(event)) => event,
@@ -120,7 +109,7 @@ impl EventStream {
 
     /// Where the stream is: the id to resume after.
     pub fn last_id(&self) -> Option<&str> {
-        self.last_id.as_deref()
+        self.0.last_id()
     }
 }
 
@@ -142,13 +131,13 @@ impl Client {
     /// `filter.after`), as it commits.
     pub async fn tail_events(&self, filter: &EventFilter) -> Result<EventStream> {
         let reader = self.open_tail(filter).await?;
-        Ok(EventStream {
-            client: self.clone(),
-            filter: filter.clone(),
+        let tail = EventTail(filter.clone());
+        Ok(EventStream(Resuming::new(
+            self.clone(),
+            tail,
             reader,
-            last_id: filter.after.clone(),
-            resumes: 0,
-        })
+            filter.after.clone(),
+        )))
     }
 
     async fn open_tail(&self, filter: &EventFilter) -> Result<SseReader> {

@@ -7,7 +7,7 @@ use sless_api_types::{InvocationWithLines, LogLineView, LogPage};
 use crate::Client;
 use crate::error::{Error, Result};
 use crate::http::Call;
-use crate::sse::SseReader;
+use crate::sse::{Resuming, SseEvent, SseReader, Tail};
 
 /// Which lines of a function's log; the filters combine.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,19 +49,23 @@ impl LogQuery {
 }
 
 /// A function's log as it is written.
-pub struct LogStream {
-    client: Client,
+pub struct LogStream(Resuming<LogTail>);
+
+/// What a function's log tail is opened with.
+struct LogTail {
     name: String,
     query: LogQuery,
-    reader: SseReader,
-    /// The id of the last line read: where a broken tail takes up again.
-    last_id: Option<String>,
-    /// The times it was taken up again since the last line.
-    resumes: u32,
 }
 
-/// How many times a broken tail is taken up again in a row.
-const RESUMES: u32 = 5;
+impl Tail for LogTail {
+    fn counts(&self, event: &SseEvent) -> bool {
+        event.event == "line"
+    }
+
+    async fn reopen(&self, client: &Client, after: Option<&str>) -> Result<SseReader> {
+        client.open_log_tail(&self.name, &self.query, after).await
+    }
+}
 
 impl LogStream {
     /// The next line, as it is written. A tail that breaks, or that the
@@ -69,43 +73,28 @@ impl LogStream {
     /// `Last-Event-ID`), so none is skipped or repeated; `None` once
     /// five tries in a row found no line.
     pub async fn next(&mut self) -> Option<Result<LogLineView>> {
-        loop {
-            match self.reader.next().await {
-                Some(Ok(e)) if e.event == "line" => {
-                    self.resumes = 0;
-                    let line: LogLineView = match serde_json::from_str(&e.data) {
-                        Ok(line) => line,
-                        Err(err) => {
-                            return Some(Err(Error::Decode {
-                                endpoint: self.client.endpoint().to_owned(),
-                                message: format!("a log line does not read: {err}"),
-                            }));
-                        }
-                    };
-                    self.last_id = Some(e.id.unwrap_or_else(|| line.id.to_string()));
-                    return Some(Ok(line));
-                }
-                Some(Ok(_)) => {}
-                Some(Err(_)) | None if self.resumes < RESUMES => {
-                    self.resumes += 1;
-                    match self
-                        .client
-                        .open_log_tail(&self.name, &self.query, self.last_id.as_deref())
-                        .await
-                    {
-                        Ok(reader) => self.reader = reader,
-                        Err(e) => return Some(Err(e)),
-                    }
-                }
-                Some(Err(e)) => return Some(Err(e)),
-                None => return None,
+        let e = match self.0.next().await? {
+            Ok(e) => e,
+            Err(e) => return Some(Err(e)),
+        };
+        let line: LogLineView = match serde_json::from_str(&e.data) {
+            Ok(line) => line,
+            Err(err) => {
+                return Some(Err(Error::Decode {
+                    endpoint: self.0.client.endpoint().to_owned(),
+                    message: format!("a log line does not read: {err}"),
+                }));
             }
+        };
+        if e.id.is_none() {
+            self.0.moved_to(line.id.to_string());
         }
+        Some(Ok(line))
     }
 
     /// The id of the last line read (or the cursor it started after).
     pub fn last_id(&self) -> Option<&str> {
-        self.last_id.as_deref()
+        self.0.last_id()
     }
 }
 
@@ -130,14 +119,17 @@ impl Client {
             query.cursor = Some(self.last_log_id(name).await?.to_string());
         }
         let reader = self.open_log_tail(name, &query, None).await?;
-        Ok(LogStream {
-            client: self.clone(),
+        let last_id = query.cursor.clone();
+        let tail = LogTail {
             name: name.to_owned(),
-            last_id: query.cursor.clone(),
             query,
+        };
+        Ok(LogStream(Resuming::new(
+            self.clone(),
+            tail,
             reader,
-            resumes: 0,
-        })
+            last_id,
+        )))
     }
 
     /// The id of the function's last line, whatever it is; 0 before any.

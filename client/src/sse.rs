@@ -7,6 +7,7 @@ use std::pin::Pin;
 use bytes::{Buf, BytesMut};
 use futures_util::{Stream, StreamExt};
 
+use crate::Client;
 use crate::error::{Error, Result};
 use crate::http::root_cause;
 
@@ -22,6 +23,83 @@ pub(crate) struct SseEvent {
 }
 
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+
+/// How a tail is opened (again): the events that count, and the request
+/// that takes it up after an event's id.
+pub(crate) trait Tail {
+    /// Whether `event` is one the tail hands on (the rest are skipped).
+    fn counts(&self, event: &SseEvent) -> bool;
+    /// The tail opened again after `after` (from where it started, when
+    /// `None`).
+    async fn reopen(&self, client: &Client, after: Option<&str>) -> Result<SseReader>;
+}
+
+/// How many times a broken tail is taken up again in a row.
+const RESUMES: u32 = 5;
+
+/// A tail that a break does not end: taken up again after the last event
+/// read (`Last-Event-ID`), so none is skipped or repeated, up to
+/// [`RESUMES`] times in a row without an event.
+pub(crate) struct Resuming<T> {
+    pub(crate) client: Client,
+    pub(crate) tail: T,
+    reader: SseReader,
+    /// The id of the last event read: where a broken tail takes up again.
+    last_id: Option<String>,
+    /// The times it was taken up again since the last event.
+    resumes: u32,
+}
+
+impl<T: Tail> Resuming<T> {
+    /// `reader`, the tail opened after `last_id`.
+    pub(crate) fn new(client: Client, tail: T, reader: SseReader, last_id: Option<String>) -> Self {
+        Resuming {
+            client,
+            tail,
+            reader,
+            last_id,
+            resumes: 0,
+        }
+    }
+
+    /// The next event that counts; `None` once the server ended the tail
+    /// [`RESUMES`] times in a row.
+    pub(crate) async fn next(&mut self) -> Option<Result<SseEvent>> {
+        loop {
+            match self.reader.next().await {
+                Some(Ok(e)) if self.tail.counts(&e) => {
+                    self.resumes = 0;
+                    if let Some(id) = &e.id {
+                        self.last_id = Some(id.clone());
+                    }
+                    return Some(Ok(e));
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None if self.resumes < RESUMES => {
+                    self.resumes += 1;
+                    let after = self.last_id.as_deref();
+                    match self.tail.reopen(&self.client, after).await {
+                        Ok(reader) => self.reader = reader,
+                        Err(e) => return Some(Err(e)),
+                    }
+                }
+                Some(Err(e)) => return Some(Err(e)),
+                None => return None,
+            }
+        }
+    }
+
+    /// Where the tail is: the id it takes up again after.
+    pub(crate) fn last_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
+    /// Moves where the tail takes up again to `id` (an event that carried
+    /// its id only in its data).
+    pub(crate) fn moved_to(&mut self, id: String) {
+        self.last_id = Some(id);
+    }
+}
 
 /// The events of one answer.
 pub(crate) struct SseReader {
