@@ -236,6 +236,42 @@ async fn what_a_function_prints_is_kept_under_the_call_that_printed_it() {
     let (status, _) = call(&c, "talker", "?tag=after").await;
     assert_eq!(status, 200);
 
+    // A job run of the function: what it prints is in the same log, under
+    // the run's invocation record.
+    let res = c
+        .http
+        .post(c.v1("/jobs"))
+        .bearer_auth(&c.token)
+        .json(&json!({"name": "talked", "function": "talker", "input": {"tag": "job"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202, "{}", res.text().await.unwrap());
+    let run = sless_testkit::eventually("the job's record", Duration::from_secs(60), || async {
+        let records = c.invocations("talker").await?;
+        records.into_iter().find(|i| i["origin"] == "job")
+    })
+    .await;
+    let id = run["id"].as_str().unwrap();
+    // Its process's import, the handler's two lines (a job's input is its
+    // body, so no tag) and the answer it printed.
+    let printed = lines_of(&c, "talker", id, 4, Duration::from_secs(5)).await;
+    let mut texts: Vec<&str> = printed
+        .iter()
+        .map(|l| l["line"].as_str().unwrap())
+        .collect();
+    texts.sort_unstable();
+    assert_eq!(
+        texts,
+        [
+            "imported",
+            "none: first",
+            "none: second",
+            r#"{"tag": "none"}"#
+        ],
+        "{printed:?}"
+    );
+
     // A process of the function writing 20 MB/s and more: the instance's
     // pipe is read at its pace, whatever is kept, and the function's calls
     // answer as fast as before.

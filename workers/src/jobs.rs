@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use sless_domain::job::{self, Job, JobCommand, JobEvent, Output, RunResult};
 use sless_domain::{FunctionKey, Namespace};
 use sless_store::eventlog;
@@ -171,10 +171,12 @@ impl<D: Driver> Reconciler<D> {
         }
         let state = started.iter().fold(state, |s, e| s.evolve(e));
         let began = Utc::now();
+        // The run's invocation record: what the run prints is kept under it.
+        let invocation = invocations::id_for(began);
         let result = tokio::select! {
             // A run that could not start is failed, not retried: a later
             // attempt would find it started and fail it anyway.
-            r = self.execute(&ns, &item.key, &request, began) => match r {
+            r = self.execute(&ns, &item.key, &request, invocation) => match r {
                 Ok(r) => r,
                 Err(HandlerError::LeaseLost) => return Err(HandlerError::LeaseLost),
                 Err(HandlerError::Retry(e) | HandlerError::Fatal(e)) => not_run(e),
@@ -220,7 +222,7 @@ impl<D: Driver> Reconciler<D> {
         )
         .await?;
         let record = Invocation {
-            id: invocations::id_for(began),
+            id: invocation,
             namespace: ns.to_string(),
             function: request.function.to_string(),
             version: Some(request.version),
@@ -252,7 +254,7 @@ impl<D: Driver> Reconciler<D> {
         ns: &Namespace,
         stream: &str,
         request: &job::JobRequest,
-        began: DateTime<Utc>,
+        invocation: uuid::Uuid,
     ) -> HandlerResult<RunResult> {
         let key = FunctionKey::new(ns.clone(), request.function.clone());
         let (function, _) = eventlog::load::<sless_domain::Function>(&self.pool, &key.stream())
@@ -328,7 +330,7 @@ impl<D: Driver> Reconciler<D> {
                 timeout: Duration::from_secs(request.timeout_sec as u64),
                 artifact,
                 event: handler_event(request),
-                invocation: Some(invocations::id_for(began)),
+                invocation: Some(invocation),
             }),
         )
         .await;
