@@ -14,7 +14,7 @@ use sless_workers::driver::{
     Artifact, BuildRequest, CronRequest, DeployRequest, Deployment, DriverError, JobOutput,
     JobRequest, Node, RunningHere,
 };
-use sless_workers::kube::{CronRunRecorder, KubeDriver, PodCrashRecorder};
+use sless_workers::kube::{CronRunRecorder, KubeDriver, PodCrashRecorder, PodLogFollower};
 use sless_workers::local::sandbox::{Isolation, TenantIds};
 use sless_workers::local::{LocalDriver, LocalDriverConfig};
 use sless_workers::logs::{LogsConfig, Shipper};
@@ -121,7 +121,10 @@ impl AnyDriver {
                 let driver = KubeDriver::connect(settings, blobs.clone())
                     .await
                     .map_err(anyhow::Error::msg)?;
-                AnyDriver::Kubernetes(driver)
+                // What function pods print, kept as the local driver's
+                // instances' output is: a shipper of its own.
+                let shipper = Shipper::start(pool.clone(), worker.logs.clone()).0;
+                AnyDriver::Kubernetes(driver.with_logs(shipper))
             }
         };
         Ok(Arc::new(driver))
@@ -142,6 +145,16 @@ impl AnyDriver {
         match self {
             AnyDriver::Local(_) => None,
             AnyDriver::Kubernetes(d) => Some(d.crash_recorder(pool.clone())),
+        }
+    }
+
+    /// What follows the output of the function pods of a driver that runs
+    /// them on a cluster into the function logs (the local driver reads
+    /// its instances' pipes itself).
+    pub fn pod_log_follower(&self, pool: &sless_store::PgPool) -> Option<PodLogFollower> {
+        match self {
+            AnyDriver::Local(_) => None,
+            AnyDriver::Kubernetes(d) => d.pod_log_follower(pool.clone()),
         }
     }
 

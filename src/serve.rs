@@ -636,14 +636,25 @@ fn whoami() -> String {
 }
 
 /// Appends the crashes the local driver reports, or those a cluster's
-/// function pods show, to the log, until `stop`.
+/// function pods show, to the log, and follows what those pods print into
+/// the function logs, until `stop`.
 fn record_crashes(
     driver: &AnyDriver,
     pool: &PgPool,
     stop: &watch::Receiver<bool>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if let Some(recorder) = driver.crash_recorder(pool) {
-        return Some(tokio::spawn(recorder.run(stop.clone())));
+        // Beside the crashes of a cluster's function pods, what they print.
+        let follower = driver.pod_log_follower(pool);
+        let stop = stop.clone();
+        return Some(tokio::spawn(async move {
+            let following = async {
+                if let Some(f) = follower {
+                    f.run(stop.clone()).await;
+                }
+            };
+            tokio::join!(recorder.run(stop.clone()), following);
+        }));
     }
     let crashes = driver.crashes()?;
     Some(tokio::spawn(sless_workers::crashes::record(

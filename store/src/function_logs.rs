@@ -452,3 +452,34 @@ pub async fn today(exec: impl PgExecutor<'_>) -> Result<NaiveDate> {
     let now: DateTime<Utc> = sqlx::query_scalar("select now()").fetch_one(exec).await?;
     Ok(now.date_naive())
 }
+
+/// When the last kept line of one process's `stream` was read (`None`
+/// when none is kept), looking only at lines read at or after `since`
+/// (the process's start, less a margin): a follower of a process's
+/// output that starts again resumes after it.
+pub async fn last_at(
+    exec: impl PgExecutor<'_>,
+    namespace: &str,
+    function: &str,
+    instance: &str,
+    stream: Stream,
+    since: DateTime<Utc>,
+) -> Result<Option<DateTime<Utc>>> {
+    // Newest first along the function's index: a process's last line is
+    // among the function's last ones; `since` spares the older days.
+    let at: Option<DateTime<Utc>> = sqlx::query_scalar(
+        "select at from function_logs
+          where namespace = $1 and function = $2 and instance = $3 and stream = $4
+            and at >= $5
+          order by id desc
+          limit 1",
+    )
+    .bind(namespace)
+    .bind(function)
+    .bind(instance)
+    .bind(stream.code())
+    .bind(since)
+    .fetch_optional(exec)
+    .await?;
+    Ok(at)
+}

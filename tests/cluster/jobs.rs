@@ -10,6 +10,7 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use crate::support::kube::Platform;
 use crate::support::{sless, zip_files};
 use crate::{cluster_tier, deploy, platform};
 
@@ -118,6 +119,34 @@ async fn a_cron_trigger_runs_a_job_per_tick_and_keeps_its_output() {
         cron["duration_ms"].as_f64().is_some_and(|d| d > 0.0),
         "{cron}"
     );
+    // And what it printed is in the function's log, under that record.
+    printed_under(&p, &cron["id"], r#""method": "CRON""#).await;
+}
+
+/// Waits until the function `hello`'s log holds a line containing `text`
+/// under the invocation `id` (one function, one log: runs included).
+async fn printed_under(p: &Platform, id: &Value, text: &str) {
+    let id = id.as_str().expect("an invocation id");
+    p.wait(&format!("{text} in the log under {id}"), || async {
+        let (status, page) = p
+            .call(
+                Method::GET,
+                &format!("/functions/hello/logs?invocation={id}"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{page}");
+        let lines = page["items"].as_array().cloned().unwrap_or_default();
+        if lines
+            .iter()
+            .any(|l| l["line"].as_str().is_some_and(|l| l.contains(text)))
+        {
+            Ok(())
+        } else {
+            Err(page.to_string())
+        }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,12 +191,11 @@ async fn a_job_runs_once_in_a_pod_and_keeps_its_output() {
         .await;
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     let invocations = p.client.invocations("hello").await.unwrap_or_default();
-    assert!(
-        invocations
-            .iter()
-            .any(|i| i["origin"] == "job" && i["status"] == 200),
-        "{invocations:?}"
-    );
+    let run = invocations
+        .iter()
+        .find(|i| i["origin"] == "job" && i["status"] == 200)
+        .unwrap_or_else(|| panic!("no job invocation: {invocations:?}"));
+    printed_under(&p, &run["id"], r#""method": "JOB""#).await;
 }
 
 /// A go1.23 function whose package does not compile.

@@ -16,6 +16,7 @@ mod hardening;
 mod in_cluster;
 mod jobs;
 mod lifecycle;
+mod logs;
 mod python;
 mod rolling;
 mod runtimes;

@@ -125,6 +125,14 @@ impl Shipper {
             count_drop(&self.drops, &line.namespace, &line.function, 1);
         }
     }
+
+    /// Keeps each line of `text`, all of `source` and `stream`: what a run
+    /// printed, read whole once it ended (a pod's log).
+    pub fn push_text(&self, source: &Source, stream: Stream, text: &str) {
+        for line in text.split_inclusive('\n') {
+            self.push(source.line(stream, line, false));
+        }
+    }
 }
 
 fn count_drop(drops: &Drops, namespace: &str, function: &str, n: u64) {

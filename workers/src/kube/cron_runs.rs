@@ -20,6 +20,7 @@ use sless_domain::trigger::{self, TriggerKind};
 use sless_domain::{FunctionName, Namespace, TriggerName};
 use sless_store::PgPool;
 use sless_store::eventlog::{self, Metadata};
+use sless_store::function_logs::Stream;
 use sless_store::invocations::{self, Invocation};
 use sless_store::system::{self, SystemCommand};
 use sless_store::triggers;
@@ -32,6 +33,7 @@ use super::render::{
 };
 use crate::capture;
 use crate::driver::{Captured, JobOutput};
+use crate::logs::{Shipper, Source};
 
 /// The annotation the CronJob controller puts on each Job it starts.
 pub const SCHEDULED_AT: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
@@ -54,6 +56,8 @@ pub struct CronRunRecorder {
     client: kube::Client,
     /// Changes when the driver deployed into a namespace.
     wake: Option<watch::Receiver<()>>,
+    /// Where what a run printed goes too, under its invocation record.
+    logs: Option<Shipper>,
 }
 
 impl CronRunRecorder {
@@ -62,7 +66,14 @@ impl CronRunRecorder {
             pool,
             client,
             wake: None,
+            logs: None,
         }
+    }
+
+    /// Keeps what each run printed in its function's log as well.
+    pub fn shipping_to(mut self, logs: Option<Shipper>) -> CronRunRecorder {
+        self.logs = logs;
+        self
     }
 
     /// Lists the namespaces to watch again whenever `wake` changes.
@@ -144,15 +155,26 @@ impl CronRunRecorder {
         if state.status != JobStatus::Running || state.attempt != Some(1) {
             return Ok(recorded);
         }
-        let output = self.output(job, &end).await;
+        let (output, printed) = self.output(job, &end).await;
         let result = crate::jobs::run_result(output);
+        let id = invocations::id_for(Utc::now());
+        if let (Some(logs), Some(request)) = (&self.logs, &state.request) {
+            let source = Source {
+                namespace: ns.to_string(),
+                function: request.function.to_string(),
+                version: Some(request.version),
+                instance: job.name_any(),
+                invocation: Some(id),
+            };
+            logs.push_text(&source, Stream::Stdout, &printed);
+        }
         let status = if result.exit_code == Some(0) && !result.timed_out && result.error.is_none() {
             200
         } else {
             500
         };
         let record = Invocation {
-            id: invocations::id_for(Utc::now()),
+            id,
             namespace: ns.to_string(),
             function: state
                 .request
@@ -215,8 +237,8 @@ impl CronRunRecorder {
             .map_err(|e| e.to_string())
     }
 
-    /// How the run's pod ended and what it printed.
-    async fn output(&self, job: &Job, end: &JobEnd) -> JobOutput {
+    /// How the run's pod ended, and what it printed.
+    async fn output(&self, job: &Job, end: &JobEnd) -> (JobOutput, String) {
         let ns = job.namespace().unwrap_or_default();
         let pods = Api::<Pod>::namespaced(self.client.clone(), &ns);
         let uid = job.uid().unwrap_or_default();
@@ -239,28 +261,28 @@ impl CronRunRecorder {
             .out_of_memory
             .then(|| pod.as_ref().and_then(super::run::memory_limit_mb))
             .flatten();
-        let stdout = match &pod {
+        let printed = match &pod {
             Some(p) => {
                 let params = LogParams {
                     container: Some(CONTAINER.to_owned()),
                     limit_bytes: Some(16 * 1024 * 1024),
                     ..LogParams::default()
                 };
-                let text = pods.logs(&p.name_any(), &params).await.unwrap_or_default();
-                capture::captured(text.as_bytes())
+                pods.logs(&p.name_any(), &params).await.unwrap_or_default()
             }
-            None => Captured::default(),
+            None => String::new(),
         };
         let duration = super::api::run_duration(job);
-        JobOutput {
+        let output = JobOutput {
             exit_code: exit_code.or((!end.succeeded && signal.is_none()).then_some(1)),
             signal,
             timed_out: end.reason == "DeadlineExceeded",
             out_of_memory,
-            stdout,
+            stdout: capture::captured(printed.as_bytes()),
             stderr: Captured::default(),
             duration,
-        }
+        };
+        (output, printed)
     }
 
     /// Watches the Jobs of every namespace with a cron trigger and records

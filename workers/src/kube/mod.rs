@@ -16,6 +16,7 @@ pub mod crashes;
 mod cron;
 pub mod cron_runs;
 mod deploy;
+pub mod pod_logs;
 pub mod rbac;
 pub mod render;
 mod rollback;
@@ -37,6 +38,7 @@ use crate::driver::{
 };
 pub use crashes::PodCrashRecorder;
 pub use cron_runs::CronRunRecorder;
+pub use pod_logs::PodLogFollower;
 pub use settings::{FunctionAddress, KubeSettings, TenantQuota};
 pub use tenant::{SERVICE_ACCOUNT, TENANT_CLUSTER_ROLE};
 
@@ -44,6 +46,8 @@ pub use tenant::{SERVICE_ACCOUNT, TENANT_CLUSTER_ROLE};
 #[derive(Clone)]
 pub struct KubeDriver {
     inner: Arc<Inner>,
+    /// Where what function pods print goes, when it is kept.
+    logs: Option<crate::logs::Shipper>,
 }
 
 struct Inner {
@@ -68,7 +72,15 @@ impl KubeDriver {
                 ensured: Mutex::new(HashMap::new()),
                 deployed: tokio::sync::watch::Sender::new(()),
             }),
+            logs: None,
         }
+    }
+
+    /// Keeps what function pods print through `shipper`
+    /// ([`KubeDriver::pod_log_follower`]).
+    pub fn with_logs(mut self, shipper: crate::logs::Shipper) -> KubeDriver {
+        self.logs = Some(shipper);
+        self
     }
 
     /// Connects with the in-cluster configuration, or else `KUBECONFIG`
@@ -84,12 +96,23 @@ impl KubeDriver {
     pub fn cron_run_recorder(&self, pool: sless_store::PgPool) -> CronRunRecorder {
         CronRunRecorder::new(pool, self.inner.client.clone())
             .woken_by(self.inner.deployed.subscribe())
+            .shipping_to(self.logs.clone())
     }
 
     /// What records the crashes of this driver's function pods in the log.
     pub fn crash_recorder(&self, pool: sless_store::PgPool) -> PodCrashRecorder {
         PodCrashRecorder::new(pool, self.inner.client.clone())
             .woken_by(self.inner.deployed.subscribe())
+    }
+
+    /// What follows the output of this driver's function pods into the
+    /// function logs, when it keeps them ([`KubeDriver::with_logs`]).
+    pub fn pod_log_follower(&self, pool: sless_store::PgPool) -> Option<PodLogFollower> {
+        let shipper = self.logs.clone()?;
+        Some(
+            PodLogFollower::new(pool, self.inner.client.clone(), shipper)
+                .woken_by(self.inner.deployed.subscribe()),
+        )
     }
 
     pub fn settings(&self) -> &KubeSettings {
@@ -136,7 +159,7 @@ impl Driver for KubeDriver {
 
     async fn run_job(&self, req: JobRequest) -> Result<JobOutput, DriverError> {
         self.ensured(&req.key.namespace).await?;
-        run::run(&self.inner, req).await
+        run::run(&self.inner, self.logs.as_ref(), req).await
     }
 
     fn kind(&self) -> &'static str {

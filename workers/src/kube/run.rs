@@ -11,6 +11,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, LogParams, PostParams};
+use sless_store::function_logs::Stream;
 
 use super::Inner;
 use super::api::{self, infra, is_status, job_end};
@@ -19,6 +20,7 @@ use super::render::pod::CONTAINER;
 use super::render::{LABEL_RUN, names};
 use crate::capture;
 use crate::driver::{Captured, DriverError, JobOutput, JobRequest};
+use crate::logs::{Shipper, Source};
 
 /// Most bytes of a run's log read back.
 const LOG_READ_LIMIT: i64 = 16 * 1024 * 1024;
@@ -27,7 +29,13 @@ const LOG_READ_LIMIT: i64 = 16 * 1024 * 1024;
 /// say how it ended (the pod must be scheduled and pulled first).
 const GRACE: Duration = Duration::from_secs(120);
 
-pub(super) async fn run(inner: &Inner, req: JobRequest) -> Result<JobOutput, DriverError> {
+/// Runs `req` as a Job and waits for its end; what its pod printed goes to
+/// `logs` too, under the run's invocation record.
+pub(super) async fn run(
+    inner: &Inner,
+    logs: Option<&Shipper>,
+    req: JobRequest,
+) -> Result<JobOutput, DriverError> {
     let ns = req.key.namespace.as_str();
     let jobs = Api::<Job>::namespaced(inner.client.clone(), ns);
     let secrets = Api::<Secret>::namespaced(inner.client.clone(), ns);
@@ -105,10 +113,21 @@ pub(super) async fn run(inner: &Inner, req: JobRequest) -> Result<JobOutput, Dri
         .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
         .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0));
     let exit = pod.as_ref().map(exit_of).unwrap_or_default();
-    let stdout = match &pod {
+    let printed = match &pod {
         Some(pod) => read_log(&pods, &pod.name_any()).await,
-        None => Captured::default(),
+        None => String::new(),
     };
+    if let Some(logs) = logs {
+        let source = Source {
+            namespace: req.key.namespace.to_string(),
+            function: req.key.name.to_string(),
+            version: Some(req.version),
+            instance: req.run.clone(),
+            invocation: req.invocation,
+        };
+        logs.push_text(&source, Stream::Stdout, &printed);
+    }
+    let stdout = capture::captured(printed.as_bytes());
     let duration = finished
         .status
         .as_ref()
@@ -189,15 +208,15 @@ pub(super) fn memory_limit_mb(pod: &Pod) -> Option<u32> {
     limit.0.strip_suffix("Mi")?.parse().ok()
 }
 
-/// The pod's log, kept as a local run keeps its stdout.
-async fn read_log(pods: &Api<Pod>, pod: &str) -> Captured {
+/// The pod's log (up to [`LOG_READ_LIMIT`] bytes), kept as a local run
+/// keeps its stdout.
+async fn read_log(pods: &Api<Pod>, pod: &str) -> String {
     let params = LogParams {
         container: Some(CONTAINER.to_owned()),
         limit_bytes: Some(LOG_READ_LIMIT),
         ..LogParams::default()
     };
-    let text = pods.logs(pod, &params).await.unwrap_or_default();
-    capture::captured(text.as_bytes())
+    pods.logs(pod, &params).await.unwrap_or_default()
 }
 
 /// Deletes the run's Job (and so its pod) unless the run ended: dropping
