@@ -158,16 +158,6 @@ impl CronRunRecorder {
         let (output, printed) = self.output(job, &end).await;
         let result = crate::jobs::run_result(output);
         let id = invocations::id_for(Utc::now());
-        if let (Some(logs), Some(request)) = (&self.logs, &state.request) {
-            let source = Source {
-                namespace: ns.to_string(),
-                function: request.function.to_string(),
-                version: Some(request.version),
-                instance: job.name_any(),
-                invocation: Some(id),
-            };
-            logs.push_text(&source, Stream::Stdout, &printed);
-        }
         let status = if result.exit_code == Some(0) && !result.timed_out && result.error.is_none() {
             200
         } else {
@@ -207,6 +197,18 @@ impl CronRunRecorder {
         let finish = [JobCommand::Finish { attempt: 1, result }];
         if !self.append(&ns, &stream, &state, &finish).await? {
             return Ok(recorded);
+        }
+        // Only the recorder whose end was appended keeps what the run
+        // printed: another that raced it keeps nothing twice.
+        if let (Some(logs), Some(request)) = (&self.logs, &state.request) {
+            let source = Source {
+                namespace: ns.to_string(),
+                function: request.function.to_string(),
+                version: Some(request.version),
+                instance: job.name_any(),
+                invocation: Some(id),
+            };
+            logs.push_text(&source, Stream::Stdout, &printed);
         }
         if let Err(e) = invocations::insert(&self.pool, &[record]).await {
             tracing::warn!(error = %e, "recording a cron run as an invocation failed");
