@@ -429,7 +429,7 @@ impl<D: Driver> Worker<D> {
                 _ = beat.tick() => {
                     crate::placement::beat(&self.pool, &*self.reconciler.driver).await;
                     let asked = tokio::time::Instant::now();
-                    match queue::heartbeat_owner(&self.pool, &self.config.id, self.config.lease).await {
+                    match self.heartbeat().await {
                         Ok(held) => {
                             let lost = shared.cancel_missing(&held, asked);
                             if lost > 0 {
@@ -449,6 +449,27 @@ impl<D: Driver> Worker<D> {
                         tracing::warn!(error = %e, "placement sweep failed");
                     }
                 }
+            }
+        }
+    }
+
+    /// Extends this worker's leases, trying again while a beat has time:
+    /// the statement can fail as a deadlock with an acknowledgement of the
+    /// same rows (they lock them in other orders), and two beats missed in
+    /// a row let every lease lapse, finished items not yet acknowledged
+    /// included, which then run again.
+    async fn heartbeat(&self) -> sless_store::Result<Vec<(i64, i32)>> {
+        let deadline = tokio::time::Instant::now() + self.config.lease / 3;
+        let mut delay = Duration::from_millis(20);
+        loop {
+            match queue::heartbeat_owner(&self.pool, &self.config.id, self.config.lease).await {
+                Ok(held) => return Ok(held),
+                Err(e) if tokio::time::Instant::now() + delay < deadline => {
+                    tracing::warn!(error = %e, "heartbeat failed; trying again");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
             }
         }
     }
